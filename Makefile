@@ -1,0 +1,52 @@
+# kvplan: the two commands are `make demo` and `make test`. Both set up everything from nothing.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: venv tools demo test test-unit test-integration test-e2e bench lint-chart typecheck clean
+
+$(STAMP): pyproject.toml setup.py
+	command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (kvplan needs Python 3.11)" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[operator,test]'
+	touch $@
+
+venv: $(STAMP)
+
+# System tools from the package registries: Debian's prometheus and etcd-server, kube-apiserver built from the
+# Go module k8s.io/kubernetes into ~/.cache/kvplan (cached by version), helm from its Go module.
+tools: venv
+	$(VENV)/bin/kvplan-dev tools ensure
+
+# The main job on the embedded default: local control plane + Prometheus backfilled from a bundled trace,
+# the operator, the example KVPlan; prints the plan and what changed; stops everything it started.
+demo: tools
+	$(VENV)/bin/kvplan-dev demo
+
+# The full test suite: unit, typecheck/layering, integration (real apiserver+etcd, real Prometheus), e2e.
+test: tools
+	$(VENV)/bin/python -m pytest tests
+
+test-unit: venv
+	$(VENV)/bin/python -m pytest tests/unit
+
+test-integration: tools
+	$(VENV)/bin/python -m pytest -m integration tests
+
+test-e2e: tools
+	$(VENV)/bin/python -m pytest -m e2e tests
+
+bench: venv
+	$(VENV)/bin/python benchmarks/run_all.py
+
+lint-chart: tools
+	$(VENV)/bin/kvplan-dev helm -- lint charts/kvplan-operator
+
+typecheck: venv
+	$(VENV)/bin/mypy kvcore
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,5 +1,8 @@
 # kvplan: the two commands are `make demo` and `make test`. Both set up everything from nothing.
 SHELL := /bin/bash
+# The folder operator/ would shadow the standard library's `operator` for any Python started with the repo root
+# on sys.path (python -m from here, setup.py builds). PYTHONSAFEPATH (Python >= 3.11) keeps the cwd off sys.path.
+export PYTHONSAFEPATH := 1
 PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -28,16 +31,16 @@ demo: tools
 
 # The full test suite: unit, typecheck/layering, integration (real apiserver+etcd, real Prometheus), e2e.
 test: tools
-	$(VENV)/bin/python -m pytest tests
+	$(VENV)/bin/pytest tests
 
 test-unit: venv
-	$(VENV)/bin/python -m pytest tests/unit
+	$(VENV)/bin/pytest tests/unit
 
 test-integration: tools
-	$(VENV)/bin/python -m pytest -m integration tests
+	$(VENV)/bin/pytest -m integration tests
 
 test-e2e: tools
-	$(VENV)/bin/python -m pytest -m e2e tests
+	$(VENV)/bin/pytest -m e2e tests
 
 bench: venv
 	$(VENV)/bin/python benchmarks/run_all.py

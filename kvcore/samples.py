@@ -1,0 +1,219 @@
+"""Weighted output-length samples and their time-ordered history.
+
+:class:`Samples` is what every reservation solver consumes: output lengths in tokens (finite, >= 0) with weights
+(>= 0, normalised to sum 1). Weights are uniform for raw traces and proportional to bucket counts when the samples
+come from a Prometheus histogram (:func:`kvcore.traces.histogram_to_samples`).
+
+:class:`History` is a time-ordered tuple of :class:`Samples` windows, oldest first. SAA and DRO fit the pooled
+union; the data-driven radius measures drift between the windows.
+
+The weighted statistics here (:func:`weighted_quantile`, :func:`weighted_mean`, :func:`weighted_std`) are the ones
+the solvers and baselines use, so "P90" means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kvcore.errors import InputError
+
+FloatArray = npt.NDArray[np.float64]
+
+# Cumulative-weight comparisons tolerate this much round-off, so that e.g. the 0.5 quantile of [1, 2] with
+# weights [0.5, 0.5] is 1 (the lower end of the flat optimal interval), not 2.
+_QUANTILE_TOL = 1e-12
+_UNIFORM_SLACK = 1e-9
+
+
+def _as_float_array(data: Any, field_name: str) -> FloatArray:
+    try:
+        arr = np.asarray(data, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise InputError(field_name, f"not numeric ({exc})") from None
+    if arr.ndim != 1:
+        raise InputError(field_name, f"must be one-dimensional, got shape {arr.shape}")
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class Samples:
+    """Output lengths (tokens) with normalised weights. Build with :meth:`from_arrays`, which validates.
+
+    Attributes:
+        values: output tokens per sample, finite and >= 0 (float64, read-only).
+        weights: probability weight per sample, >= 0, summing to 1 (float64, read-only).
+    """
+
+    values: FloatArray
+    weights: FloatArray
+    _sorted: tuple[FloatArray, FloatArray] | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_arrays(cls, values: Any, weights: Any = None, *, field: str = "samples") -> Samples:
+        """Validate and normalise. Errors are :class:`InputError` naming ``field`` (or ``field.weights``)."""
+        v = _as_float_array(values, field)
+        if v.size == 0:
+            raise InputError(field, "no samples (empty)")
+        bad = ~np.isfinite(v)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InputError(f"{field}[{i}]", f"output length is not finite ({v[i]})")
+        neg = v < 0
+        if neg.any():
+            i = int(np.argmax(neg))
+            raise InputError(f"{field}[{i}]", f"output length is negative ({v[i]:g})")
+        wfield = f"{field}.weights"
+        if weights is None:
+            w = np.full(v.size, 1.0 / v.size)
+        else:
+            w = _as_float_array(weights, wfield)
+            if w.size != v.size:
+                raise InputError(wfield, f"has {w.size} entries but there are {v.size} samples")
+            badw = ~np.isfinite(w)
+            if badw.any():
+                i = int(np.argmax(badw))
+                raise InputError(f"{wfield}[{i}]", f"weight is not finite ({w[i]})")
+            negw = w < 0
+            if negw.any():
+                i = int(np.argmax(negw))
+                raise InputError(f"{wfield}[{i}]", f"weight is negative ({w[i]:g})")
+            total = float(w.sum())
+            if total <= 0:
+                raise InputError(wfield, "all weights are zero", hint="at least one sample needs positive weight")
+            w = w / total
+        v = v.copy()
+        v.setflags(write=False)
+        w = np.ascontiguousarray(w, dtype=np.float64)
+        w.setflags(write=False)
+        return cls(values=v, weights=w)
+
+    def __len__(self) -> int:
+        return int(self.values.size)
+
+    @property
+    def uniform(self) -> bool:
+        """True when every weight is equal (raw trace samples)."""
+        return bool(np.all(self.weights == self.weights[0]))
+
+    def sorted(self) -> tuple[FloatArray, FloatArray]:
+        """Values sorted ascending and their weights (cached; read-only arrays)."""
+        if self._sorted is None:
+            order = np.argsort(self.values, kind="stable")
+            sv, sw = self.values[order], self.weights[order]
+            sv.setflags(write=False)
+            sw.setflags(write=False)
+            object.__setattr__(self, "_sorted", (sv, sw))
+        assert self._sorted is not None
+        return self._sorted
+
+    def max(self) -> float:
+        """Largest sample with positive weight (tokens)."""
+        return float(self.values[self.weights > 0].max())
+
+    def mean(self) -> float:
+        """Weighted mean (tokens)."""
+        return weighted_mean(self.values, self.weights)
+
+    def std(self) -> float:
+        """Weighted population standard deviation (tokens)."""
+        return weighted_std(self.values, self.weights)
+
+    def quantile(self, q: float) -> float:
+        """Weighted lower ``q``-quantile (tokens); see :func:`weighted_quantile`. O(N) selection when the weights
+        are uniform, one (cached) sort otherwise."""
+        _check_q(q)
+        if self.uniform:
+            return _uniform_quantile(self.values, q)
+        sv, sw = self.sorted()
+        return sorted_weighted_quantile(sv, sw, q)
+
+
+@dataclass(frozen=True)
+class History:
+    """Time-ordered windows of samples, oldest first. One window is fine."""
+
+    windows: tuple[Samples, ...]
+
+    def __post_init__(self) -> None:
+        if not self.windows:
+            raise InputError("history", "no windows")
+
+    @classmethod
+    def of(cls, windows: Samples | Iterable[Samples]) -> History:
+        """A history from one :class:`Samples` or an iterable of them (oldest first)."""
+        if isinstance(windows, Samples):
+            return cls((windows,))
+        return cls(tuple(windows))
+
+    def pooled(self) -> Samples:
+        """All windows as one :class:`Samples`; each window keeps its share of the total weight equal."""
+        if len(self.windows) == 1:
+            return self.windows[0]
+        k = len(self.windows)
+        values = np.concatenate([s.values for s in self.windows])
+        weights = np.concatenate([s.weights / k for s in self.windows])
+        return Samples.from_arrays(values, weights, field="history")
+
+
+def as_history(data: History | Samples) -> History:
+    """Accept either a :class:`History` or a single :class:`Samples` window."""
+    return data if isinstance(data, History) else History.of(data)
+
+
+def weighted_quantile(values: FloatArray, weights: FloatArray, q: float) -> float:
+    """The lower weighted ``q``-quantile: the smallest value v with P(X <= v) >= q (ties resolved downward).
+
+    ``q`` in [0, 1]; ``q = 0`` gives the smallest positive-weight value. For ``q = cp / (cp + cw)`` this is the
+    minimiser of E[Q(y, X)] (the newsvendor critical fractile); any value up to the upper quantile is also optimal,
+    and the lower one reserves less memory.
+    """
+    _check_q(q)
+    if np.all(weights == weights[0]):
+        return _uniform_quantile(values, q)
+    order = np.argsort(values, kind="stable")
+    sv, sw = values[order], weights[order]
+    return sorted_weighted_quantile(sv, sw, q)
+
+
+def _check_q(q: float) -> None:
+    if not 0.0 <= q <= 1.0:
+        raise InputError("q", f"quantile level must be in [0, 1], got {q}")
+
+
+def _uniform_quantile(values: FloatArray, q: float) -> float:
+    """Equal weights: the value of sorted index k, the smallest k with (k + 1) / n >= q, by O(N) selection.
+    The slack absorbs round-off in q * n so exact fractions (q = 0.9, n = 10) land on the lower value."""
+    n = int(values.size)
+    k = min(max(0, math.ceil(q * n - _UNIFORM_SLACK) - 1), n - 1)
+    return float(np.partition(values, k)[k])
+
+
+def sorted_weighted_quantile(sorted_values: FloatArray, sorted_weights: FloatArray, q: float) -> float:
+    """:func:`weighted_quantile` on values already sorted ascending (weights normalised to sum 1)."""
+    cum = np.cumsum(sorted_weights)
+    total = float(cum[-1])
+    target = q * total - _QUANTILE_TOL * total
+    k = int(np.searchsorted(cum, target, side="left"))
+    k = min(k, sorted_values.size - 1)
+    # Skip zero-weight entries so the quantile is always a value that carries probability.
+    while k < sorted_values.size - 1 and sorted_weights[k] <= 0:
+        k += 1
+    return float(sorted_values[k])
+
+
+def weighted_mean(values: FloatArray, weights: FloatArray) -> float:
+    """Weighted mean; weights need not be normalised."""
+    return float(np.dot(values, weights) / weights.sum())
+
+
+def weighted_std(values: FloatArray, weights: FloatArray) -> float:
+    """Weighted population standard deviation (ddof = 0, as numpy's default)."""
+    mu = weighted_mean(values, weights)
+    var = float(np.dot(weights, (values - mu) ** 2) / weights.sum())
+    return float(np.sqrt(max(var, 0.0)))

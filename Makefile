@@ -48,6 +48,11 @@ bench: venv
 lint-chart: tools
 	$(VENV)/bin/kvplan-dev helm -- lint charts/kvplan-operator
 
+# Copy crds/ (the one CRD source) into the chart byte for byte; tests/unit/test_chart_crds.py checks the copy.
+.PHONY: sync-crds
+sync-crds: venv
+	$(PY) scripts/sync_crds.py
+
 typecheck: venv
 	$(VENV)/bin/mypy kvcore
 

@@ -186,25 +186,34 @@ def _check_q(q: float) -> None:
         raise InputError("q", f"quantile level must be in [0, 1], got {q}")
 
 
-def _uniform_quantile(values: FloatArray, q: float) -> float:
-    """Equal weights: the value of sorted index k, the smallest k with (k + 1) / n >= q, by O(N) selection.
+def uniform_quantile_index(n: int, q: float) -> int:
+    """Equal weights: the sorted index k of the lower ``q``-quantile, the smallest k with (k + 1) / n >= q.
     The slack absorbs round-off in q * n so exact fractions (q = 0.9, n = 10) land on the lower value."""
-    n = int(values.size)
-    k = min(max(0, math.ceil(q * n - _UNIFORM_SLACK) - 1), n - 1)
+    return min(max(0, math.ceil(q * n - _UNIFORM_SLACK) - 1), n - 1)
+
+
+def _uniform_quantile(values: FloatArray, q: float) -> float:
+    """Equal weights: the lower ``q``-quantile by O(N) selection."""
+    k = uniform_quantile_index(int(values.size), q)
     return float(np.partition(values, k)[k])
 
 
 def sorted_weighted_quantile(sorted_values: FloatArray, sorted_weights: FloatArray, q: float) -> float:
     """:func:`weighted_quantile` on values already sorted ascending (weights normalised to sum 1)."""
+    return float(sorted_values[sorted_quantile_index(sorted_weights, q)])
+
+
+def sorted_quantile_index(sorted_weights: FloatArray, q: float) -> int:
+    """Index (into the sorted order) of the lower weighted ``q``-quantile."""
     cum = np.cumsum(sorted_weights)
     total = float(cum[-1])
     target = q * total - _QUANTILE_TOL * total
     k = int(np.searchsorted(cum, target, side="left"))
-    k = min(k, sorted_values.size - 1)
+    k = min(k, sorted_weights.size - 1)
     # Skip zero-weight entries so the quantile is always a value that carries probability.
-    while k < sorted_values.size - 1 and sorted_weights[k] <= 0:
+    while k < sorted_weights.size - 1 and sorted_weights[k] <= 0:
         k += 1
-    return float(sorted_values[k])
+    return k
 
 
 def weighted_mean(values: FloatArray, weights: FloatArray) -> float:

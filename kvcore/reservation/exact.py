@@ -22,18 +22,30 @@ Structure used (derived here, checked against the HiGHS LP in ``tests/unit/test_
    ``gamma eps + const``, nondecreasing. F is convex (a partial minimum of a jointly convex function), so its
    minimum over gamma >= 0 is attained in {0, min(cp, cw), max(cp, cw)}; we evaluate all three.
 
+5. Evaluating F needs only four numbers. Split the samples at the quantile index into a low part (sorted
+   index <= k*, where c_n <= y) and a high part (c_n >= y; ties sit on either side at equal cost). There
+   ``f_n = cw (y - V_n)`` and ``f_n = cp (U_n - y)`` respectively, and both V_n = a xi_n (a = min(1, gamma / cw))
+   and U_n = (1 - b) L + b xi_n (b = min(1, gamma / cp)) are affine in xi_n. So with W-, X- (weight and weighted
+   sum of xi over the low part) and W+, X+ (the high part)::
+
+       F(gamma) = gamma eps + cw (y W- - a X-) + cp ((1 - b) L W+ + b X+ - y W+),   y = c(x*, gamma)
+
+   One O(N) selection (``np.partition``; one cached sort for non-uniform weights) gives all four.
+
 Edge cases: cp = 0 gives y = 0, gamma = 0 at cost 0 (no line is positive there); cw = 0 gives y = L, gamma = 0 at
-cost 0. Ties in F are broken towards the smaller gamma. The reported cost is always the objective re-evaluated at
-the returned (y, gamma), so it is a valid upper bound even if a derivation step were wrong; the LP tests check it
-is also the minimum.
+cost 0. Ties in F are broken towards the smaller gamma. The reported cost is the objective re-evaluated directly
+(all four lines, every sample) at the returned (y, gamma), so it is a valid upper bound even if a derivation step
+were wrong; ``closed_form`` keeps step 5's value, and the LP tests check that both equal the LP optimum.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from kvcore.reservation.objective import dro_objective
-from kvcore.samples import Samples
+from kvcore.samples import Samples, sorted_quantile_index, uniform_quantile_index
 
 # Relative tolerance for preferring a smaller gamma among candidates with (numerically) equal objective.
 _TIE_RTOL = 1e-12
@@ -42,11 +54,39 @@ _TIE_RTOL = 1e-12
 @dataclass(frozen=True)
 class DroSolution:
     """A DRO optimum: reservation ``y`` (output tokens), ``gamma`` (token slots per token of transport) and the
-    worst-case expected cost ``objective`` (token slots per request), re-evaluated at (y, gamma)."""
+    worst-case expected cost ``objective`` (token slots per request), re-evaluated at (y, gamma);
+    ``closed_form`` is the same cost from step 5 of the module docstring."""
 
     y: float
     gamma: float
     objective: float
+    closed_form: float
+
+
+@dataclass(frozen=True)
+class _Split:
+    """The quantile x* and the low/high part sums of step 5 (weights sum to 1 over both parts)."""
+
+    xq: float
+    w_lo: float
+    x_lo: float
+    w_hi: float
+    x_hi: float
+
+
+def _split(samples: Samples, q: float) -> _Split:
+    n = len(samples)
+    if samples.uniform:
+        k = uniform_quantile_index(n, q)
+        part = np.partition(samples.values, k)
+        x_lo = float(part[: k + 1].sum()) / n
+        x_all = float(part.sum()) / n
+        return _Split(float(part[k]), (k + 1) / n, x_lo, (n - k - 1) / n, x_all - x_lo)
+    sv, sw = samples.sorted()
+    k = sorted_quantile_index(sw, q)
+    w_lo = float(sw[: k + 1].sum())
+    x_lo = float(np.dot(sw[: k + 1], sv[: k + 1]))
+    return _Split(float(sv[k]), w_lo, x_lo, float(sw[k + 1 :].sum()), float(np.dot(sw[k + 1 :], sv[k + 1 :])))
 
 
 def _reserve_at(xq: float, gamma: float, *, cp: float, cw: float, lmax: float) -> float:
@@ -57,20 +97,28 @@ def _reserve_at(xq: float, gamma: float, *, cp: float, cw: float, lmax: float) -
     return min(max(c, 0.0), lmax)
 
 
+def _closed_form(sp: _Split, y: float, gamma: float, *, cp: float, cw: float, lmax: float, eps: float) -> float:
+    """F(gamma) at y, step 5 of the module docstring."""
+    a = min(1.0, gamma / cw)
+    b = min(1.0, gamma / cp)
+    low = cw * (y * sp.w_lo - a * sp.x_lo)
+    high = cp * ((1.0 - b) * lmax * sp.w_hi + b * sp.x_hi - y * sp.w_hi)
+    return gamma * eps + low + high
+
+
 def solve_dro_exact(samples: Samples, *, cp: float, cw: float, lmax: float, eps: float) -> DroSolution:
     """Minimise the DRO objective exactly. Inputs are assumed validated (see ``check_problem``)."""
-    if cp == 0.0:
-        y, g = 0.0, 0.0
-        return DroSolution(y, g, dro_objective(y, g, samples, cp=cp, cw=cw, lmax=lmax, eps=eps))
-    if cw == 0.0:
-        y, g = lmax, 0.0
-        return DroSolution(y, g, dro_objective(y, g, samples, cp=cp, cw=cw, lmax=lmax, eps=eps))
-    xq = samples.quantile(cp / (cp + cw))
-    best: DroSolution | None = None
+    if cp == 0.0 or cw == 0.0:
+        y = 0.0 if cp == 0.0 else lmax
+        obj = dro_objective(y, 0.0, samples, cp=cp, cw=cw, lmax=lmax, eps=eps)
+        return DroSolution(y, 0.0, obj, 0.0)
+    sp = _split(samples, cp / (cp + cw))
+    best: tuple[float, float, float] | None = None  # (F, y, gamma)
     for g in sorted({0.0, min(cp, cw), max(cp, cw)}):
-        y = _reserve_at(xq, g, cp=cp, cw=cw, lmax=lmax)
-        obj = dro_objective(y, g, samples, cp=cp, cw=cw, lmax=lmax, eps=eps)
-        if best is None or obj < best.objective - _TIE_RTOL * max(abs(best.objective), 1.0):
-            best = DroSolution(y, g, obj)
+        y = _reserve_at(sp.xq, g, cp=cp, cw=cw, lmax=lmax)
+        f = _closed_form(sp, y, g, cp=cp, cw=cw, lmax=lmax, eps=eps)
+        if best is None or f < best[0] - _TIE_RTOL * max(abs(best[0]), 1.0):
+            best = (f, y, g)
     assert best is not None
-    return best
+    f, y, g = best
+    return DroSolution(y, g, dro_objective(y, g, samples, cp=cp, cw=cw, lmax=lmax, eps=eps), f)

@@ -131,13 +131,25 @@ def build_lp(samples: Samples, *, cp: float, cw: float, lmax: float, eps: float)
 
 
 def solve_dro_lp(
-    samples: Samples, *, cp: float, cw: float, lmax: float, eps: float, time_limit: float | None = None
+    samples: Samples,
+    *,
+    cp: float,
+    cw: float,
+    lmax: float,
+    eps: float,
+    solver: str = "ipm",
+    time_limit: float | None = None,
 ) -> LpSolution:
-    """Solve the DRO LP with HiGHS. Inputs are assumed validated (see ``check_problem``)."""
+    """Solve the DRO LP with HiGHS. Inputs are assumed validated (see ``check_problem``).
+
+    ``solver`` is HiGHS's ``solver`` option. The default is interior point (with HiGHS's crossover to a vertex):
+    on 20,000 real output lengths it was about 10x faster than HiGHS's default choice (dual simplex) here.
+    """
     lp = build_lp(samples, cp=cp, cw=cw, lmax=lmax, eps=eps)
     h = _new_highs()
     h.setOptionValue("primal_feasibility_tolerance", 1e-9)
     h.setOptionValue("dual_feasibility_tolerance", 1e-9)
+    h.setOptionValue("solver", solver)
     if time_limit is not None:
         h.setOptionValue("time_limit", float(time_limit))
     t0 = time.perf_counter()

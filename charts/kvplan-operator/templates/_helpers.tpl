@@ -54,6 +54,11 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
 - apiGroups: ["kvplan.io"]
   resources: ["kvplans/status"]
   verbs: ["get", "patch", "update"]
+# The operator's state ConfigMap is owned by its KVPlan (ownerReferences with blockOwnerDeletion); clusters that
+# enable the OwnerReferencesPermissionEnforcement admission plugin require update on the owner's finalizers.
+- apiGroups: ["kvplan.io"]
+  resources: ["kvplans/finalizers"]
+  verbs: ["update"]
 # Serving Deployments named in a KVPlan: read them (snapshot) and patch args, GPU limits, selectors, env, replicas.
 # No create and no delete: the operator never owns a Deployment's lifecycle.
 - apiGroups: ["apps"]
@@ -71,14 +76,14 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
   resources: ["events"]
   verbs: ["create", "patch"]
 # Autoscalers are only read: a Deployment targeted by an HPA or a KEDA ScaledObject keeps its replicas.
+# The ScaledObject rule is needed even without KEDA: authorisation comes before the apiserver's 404, and the
+# operator treats 404 as "KEDA not installed" but 403 as an error.
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
   verbs: ["get", "list", "watch"]
-{{- if .Values.autoscalers.keda }}
 - apiGroups: ["keda.sh"]
   resources: ["scaledobjects"]
   verbs: ["get", "list", "watch"]
-{{- end }}
 {{- if .Values.httpRoute.enabled }}
 # Gateway API HTTPRoutes named in spec.router: the operator sets backendRef weights.
 - apiGroups: ["gateway.networking.k8s.io"]

@@ -12,6 +12,7 @@ trusted optimum, 2 bad input (one line naming the field, never a traceback).
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from kvcore.cli.output import format_table, print_json
@@ -90,7 +91,8 @@ def _run(args: argparse.Namespace) -> int:
     if result.detail:
         out["detail"] = result.detail
     if args.json:
-        print_json(out)
+        # Pass the stream explicitly: print_json's default is bound to sys.stdout at import time.
+        print_json(out, stream=sys.stdout)
     else:
         print(format_table(["field", "value"], [(k, v) for k, v in out.items()]))
     return 0 if result.status is SolverStatus.OPTIMAL else 1

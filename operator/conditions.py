@@ -1,0 +1,136 @@
+"""KVPlan status conditions: the documented types, the CamelCase reasons, and one pure helper that sets them.
+
+Condition types (``status.conditions[].type``):
+
+- ``Ready``: the plan in status is current and (in Apply mode) applied. ``False`` names why in ``reason``.
+- ``Planned``: the last attempt produced a plan from fresh data.
+- ``Applied``: the cluster matches the plan (``False`` in DryRun, with reason ``DryRun``).
+- ``Degraded``: the operator is serving the last good plan because something is wrong (Prometheus, samples).
+
+Every condition carries ``type``, ``status``, ``reason``, ``message`` (truncated to :data:`MAX_MESSAGE`),
+``lastTransitionTime`` (changes only when ``status`` changes) and ``observedGeneration``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+READY = "Ready"
+PLANNED = "Planned"
+APPLIED = "Applied"
+DEGRADED = "Degraded"
+TYPES = (READY, PLANNED, APPLIED, DEGRADED)
+
+# --- Reasons (CamelCase, stable: alerts and tests match on them) -------------------------------------------------
+#: The plan was computed and every owned object matches it.
+RECONCILED = "Reconciled"
+#: A plan was computed from fresh Prometheus data.
+PLAN_SUCCEEDED = "PlanSucceeded"
+#: Every owned field was patched (or already matched).
+APPLY_SUCCEEDED = "ApplySucceeded"
+#: Mode DryRun: the plan is in status, nothing else was touched.
+DRY_RUN = "DryRun"
+#: Nothing is degraded.
+HEALTHY = "Healthy"
+#: The spec passed the schema but not the operator's checks (message has every field path).
+INVALID_SPEC = "InvalidSpec"
+#: A listed layout needs more GPUs than one node of the pool has (multi-node serving is out of scope).
+LAYOUT_EXCEEDS_NODE = "LayoutExceedsNode"
+#: Prometheus could not be queried; the last good plan is kept.
+PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
+#: A class has fewer samples in the lookback than its minSamples; the last good plan is kept.
+TOO_FEW_SAMPLES = "TooFewSamples"
+#: A target Deployment does not exist in the KVPlan's namespace; nothing is applied.
+DEPLOYMENT_MISSING = "DeploymentMissing"
+#: The Deployment has no container with the configured name (or several and none named).
+CONTAINER_NOT_FOUND = "ContainerNotFound"
+#: The planner found no feasible plan; status says why, nothing applied.
+INFEASIBLE = "Infeasible"
+#: The planner failed (error status); nothing applied.
+PLANNER_ERROR = "PlannerError"
+#: A patch was refused by the apiserver.
+APPLY_FAILED = "ApplyFailed"
+#: Not yet attempted.
+PENDING = "Pending"
+
+REASONS = (
+    RECONCILED, PLAN_SUCCEEDED, APPLY_SUCCEEDED, DRY_RUN, HEALTHY, INVALID_SPEC, LAYOUT_EXCEEDS_NODE,
+    PROMETHEUS_UNAVAILABLE, TOO_FEW_SAMPLES, DEPLOYMENT_MISSING, CONTAINER_NOT_FOUND, INFEASIBLE, PLANNER_ERROR,
+    APPLY_FAILED, PENDING,
+)
+
+#: Longest message kept, characters. Long enough for a handful of field errors, short enough for `kubectl get -o wide`.
+MAX_MESSAGE = 1024
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def truncate(message: str, limit: int = MAX_MESSAGE) -> str:
+    """Cut ``message`` to ``limit`` characters, marking the cut."""
+    if len(message) <= limit:
+        return message
+    return message[: limit - 15] + "... (truncated)"
+
+
+def find(conditions: Sequence[Mapping[str, Any]], type_: str) -> Mapping[str, Any] | None:
+    """The condition of ``type_`` or None."""
+    for cond in conditions:
+        if cond.get("type") == type_:
+            return cond
+    return None
+
+
+def set_condition(
+    conditions: Sequence[Mapping[str, Any]],
+    type_: str,
+    status: bool | str,
+    reason: str,
+    message: str,
+    *,
+    generation: int | None,
+    now: str | None = None,
+) -> tuple[list[dict[str, Any]], bool]:
+    """Return ``(new_conditions, changed)`` with ``type_`` set; the input is not modified.
+
+    ``lastTransitionTime`` moves only when ``status`` flips; ``changed`` is True when anything (status, reason,
+    message, observedGeneration) differs, so callers write status and emit events only when needed.
+    """
+    if type_ not in TYPES:
+        raise ValueError(f"unknown condition type {type_!r}")
+    if reason not in REASONS:
+        raise ValueError(f"undocumented reason {reason!r}")
+    status_s = ("True" if status else "False") if isinstance(status, bool) else status
+    if status_s not in ("True", "False", "Unknown"):
+        raise ValueError(f"condition status must be True/False/Unknown, got {status_s!r}")
+    message = truncate(message)
+    out = [dict(c) for c in conditions]
+    old = find(out, type_)
+    new: dict[str, Any] = {
+        "type": type_,
+        "status": status_s,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now or _now(),
+        "observedGeneration": generation,
+    }
+    if old is None:
+        out.append(new)
+        return out, True
+    if old.get("status") == status_s:
+        new["lastTransitionTime"] = old.get("lastTransitionTime", new["lastTransitionTime"])
+    changed = any(old.get(k) != new[k] for k in ("status", "reason", "message", "observedGeneration"))
+    idx = out.index(old)  # type: ignore[arg-type]
+    out[idx] = new if changed else dict(old)
+    return out, changed
+
+
+def transitioned(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]], type_: str) -> bool:
+    """True when ``type_`` changed status or reason between two condition lists (event-worthy)."""
+    a, b = find(before, type_), find(after, type_)
+    if a is None or b is None:
+        return a is not b
+    return (a.get("status"), a.get("reason")) != (b.get("status"), b.get("reason"))

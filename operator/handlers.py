@@ -1,0 +1,125 @@
+"""kopf handlers: they only translate kopf's calls into :func:`reconcile.reconcile` and its outcome into kopf's
+errors. One reconcile runs on create, update (spec) and resume, and a timer re-plans at each KVPlan's
+``spec.replan.interval`` (rolling horizon). The timer ticks every :attr:`Config.tick_s` and reconciles only when
+due (new generation, interval elapsed, or a scheduled retry), so each KVPlan keeps its own interval.
+A per-object lock keeps the timer and a change handler from reconciling the same KVPlan at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from .kube import GROUP, PLURAL, VERSION, Kube
+from .metrics import Metrics
+from .reconcile import Deps, Outcome, is_due, reconcile
+from .snapshot import PromClient
+from .spec import parse_duration
+
+
+@dataclass(frozen=True)
+class Config:
+    """Operator settings (environment variables in brackets)."""
+
+    #: Timer tick, seconds [KVPLAN_TIMER_TICK_S]. 10 s: fine enough for a 30 s minimum interval, cheap when idle.
+    tick_s: float = float(os.environ.get("KVPLAN_TIMER_TICK_S", "10"))
+    #: First retry delay after a failure, seconds [KVPLAN_BACKOFF_BASE_S]; doubles per failure up to 300 s.
+    backoff_base_s: float = float(os.environ.get("KVPLAN_BACKOFF_BASE_S", "10"))
+    #: Metrics port, 0 = off [KVPLAN_METRICS_PORT]. 8080 is the chart's metrics Service port.
+    metrics_port: int = int(os.environ.get("KVPLAN_METRICS_PORT", "0"))
+
+
+CONFIG = Config()
+
+
+@dataclass
+class Runtime:
+    """Operator-wide state kept in kopf's memo: the injected dependencies and per-KVPlan scheduling."""
+
+    deps: Deps
+    locks: dict[str, threading.Lock] = field(default_factory=dict)
+    last_attempt: dict[str, float] = field(default_factory=dict)
+    retry_at: dict[str, float] = field(default_factory=dict)
+    guard: threading.Lock = field(default_factory=threading.Lock)
+
+    def lock(self, uid: str) -> threading.Lock:
+        with self.guard:
+            return self.locks.setdefault(uid, threading.Lock())
+
+
+def default_runtime(config: Config = CONFIG) -> Runtime:
+    from kvcore.planner import plan
+
+    metrics = Metrics()
+    if config.metrics_port:
+        metrics.serve(config.metrics_port)
+    deps = Deps(kube=Kube.from_environment(),
+                prom_factory=lambda url, timeout, token: PromClient(url, timeout_s=timeout, token=token),
+                planner=plan, metrics=metrics, backoff_base_s=config.backoff_base_s)
+    return Runtime(deps)
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    # Events are written by the reconcile on condition transitions only; kopf's own log lines are not events.
+    settings.posting.enabled = False
+    if getattr(memo, "runtime", None) is None:
+        memo.runtime = default_runtime()
+
+
+def _run(body: Any, memo: kopf.Memo, trigger: str, logger: logging.Logger) -> Outcome | None:
+    rt: Runtime = memo.runtime
+    meta = body["metadata"]
+    uid = meta["uid"]
+    with rt.lock(uid):
+        fresh = rt.deps.kube.get_kvplan(meta["namespace"], meta["name"])
+        if fresh is None:
+            return None
+        now = rt.deps.clock()
+        if trigger == "timer":
+            try:
+                interval = parse_duration(str((fresh.get("spec", {}).get("replan") or {}).get("interval", "5m")))
+            except ValueError:
+                interval = 300.0
+            if not is_due(fresh, now=now, interval_s=interval, last_attempt=rt.last_attempt.get(uid),
+                          retry_at=rt.retry_at.get(uid)):
+                return None
+        rt.last_attempt[uid] = now
+        outcome = reconcile(fresh, rt.deps)
+        if outcome.retry_after is not None:
+            rt.retry_at[uid] = now + outcome.retry_after
+        else:
+            rt.retry_at.pop(uid, None)
+        logger.info("reconcile (%s): %s %s; %s", trigger, outcome.reason, outcome.message,
+                    "; ".join(outcome.changed) or "no writes")
+        return outcome
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+def on_change(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, reason: str, **_: Any) -> None:
+    outcome = _run(body, memo, str(reason), logger)
+    if outcome is not None and outcome.retry_after is not None:
+        raise kopf.TemporaryError(f"{outcome.reason}: {outcome.message}", delay=outcome.retry_after)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=CONFIG.tick_s, initial_delay=CONFIG.tick_s)
+def on_timer(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    _run(body, memo, "timer", logger)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+def on_delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Forget per-object scheduling state. Owned objects stay (the state ConfigMap is garbage-collected)."""
+    rt: Runtime | None = getattr(memo, "runtime", None)
+    if rt is not None:
+        uid = body["metadata"]["uid"]
+        rt.last_attempt.pop(uid, None)
+        rt.retry_at.pop(uid, None)
+

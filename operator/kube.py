@@ -1,0 +1,147 @@
+"""The operator's own thin wrapper over the Kubernetes API (the only module that calls ``kubernetes``).
+
+Everything else talks to :class:`Kube`, so unit tests substitute a fake at this level and never need a cluster.
+Reads return plain dicts (the API's JSON), missing objects return None, and every write names its field manager.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+FIELD_MANAGER = "kvplan-operator"
+GROUP, VERSION, PLURAL = "kvplan.io", "v1alpha1", "kvplans"
+
+
+class Kube:
+    """Kubernetes calls used by the reconcile. ``api_client`` is a configured ``kubernetes.client.ApiClient``."""
+
+    def __init__(self, api_client: Any) -> None:
+        from kubernetes import client
+
+        self._client = client
+        self.api_client = api_client
+        self.apps = client.AppsV1Api(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.autoscaling = client.AutoscalingV2Api(api_client)
+
+    @classmethod
+    def from_environment(cls) -> Kube:
+        """In-cluster config when running in a pod, else the kubeconfig (``$KUBECONFIG``)."""
+        from kubernetes import client, config
+
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config()
+        return cls(client.ApiClient())
+
+    def _json(self, obj: Any) -> dict[str, Any]:
+        return dict(self.api_client.sanitize_for_serialization(obj))
+
+    def _missing(self, exc: Exception) -> bool:
+        return isinstance(exc, self._client.ApiException) and exc.status == 404
+
+    # --- reads -----------------------------------------------------------------------------------------------------
+    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._json(self.apps.read_namespaced_deployment(name, namespace))
+        except Exception as exc:
+            if self._missing(exc):
+                return None
+            raise
+
+    def autoscaled_deployments(self, namespace: str) -> dict[str, str]:
+        """Deployment name -> ``HorizontalPodAutoscaler/<name>`` or ``ScaledObject/<name>`` targeting it."""
+        out: dict[str, str] = {}
+        for hpa in self.autoscaling.list_namespaced_horizontal_pod_autoscaler(namespace).items:
+            ref = hpa.spec.scale_target_ref
+            if ref.kind == "Deployment":
+                out[ref.name] = f"HorizontalPodAutoscaler/{hpa.metadata.name}"
+        try:
+            scaled = self.custom.list_namespaced_custom_object("keda.sh", "v1alpha1", namespace, "scaledobjects")
+        except Exception as exc:
+            if self._missing(exc):
+                return out  # KEDA not installed
+            raise
+        for so in scaled.get("items", []):
+            ref = so.get("spec", {}).get("scaleTargetRef", {})
+            if ref.get("kind", "Deployment") == "Deployment" and ref.get("name"):
+                out[ref["name"]] = f"ScaledObject/{so['metadata']['name']}"
+        return out
+
+    def get_kvplan(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
+        except Exception as exc:
+            if self._missing(exc):
+                return None
+            raise
+
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._json(self.core.read_namespaced_config_map(name, namespace))
+        except Exception as exc:
+            if self._missing(exc):
+                return None
+            raise
+
+    def get_httproute(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(self.custom.get_namespaced_custom_object("gateway.networking.k8s.io", "v1", namespace,
+                                                                 "httproutes", name))
+        except Exception as exc:
+            if self._missing(exc):
+                return None
+            raise
+
+    def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
+        try:
+            secret = self.core.read_namespaced_secret(name, namespace)
+        except Exception as exc:
+            if self._missing(exc):
+                return None
+            raise
+        raw = (secret.data or {}).get(key)
+        return base64.b64decode(raw).decode() if raw else None
+
+    # --- writes ----------------------------------------------------------------------------------------------------
+    def patch_deployment(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        self.apps.patch_namespaced_deployment(name, namespace, patch, field_manager=FIELD_MANAGER,
+                                              _content_type="application/strategic-merge-patch+json")
+
+    def create_configmap(self, namespace: str, body: Mapping[str, Any]) -> None:
+        self.core.create_namespaced_config_map(namespace, body, field_manager=FIELD_MANAGER)
+
+    def patch_configmap(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        self.core.patch_namespaced_config_map(name, namespace, patch, field_manager=FIELD_MANAGER,
+                                              _content_type="application/merge-patch+json")
+
+    def patch_httproute(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object("gateway.networking.k8s.io", "v1", namespace, "httproutes", name,
+                                                   patch, field_manager=FIELD_MANAGER,
+                                                   _content_type="application/merge-patch+json")
+
+    def patch_kvplan_status(self, namespace: str, name: str, status_patch: Mapping[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name,
+                                                          {"status": dict(status_patch)},
+                                                          field_manager=FIELD_MANAGER,
+                                                          _content_type="application/merge-patch+json")
+
+    def post_event(self, body: Mapping[str, Any], *, type_: str, reason: str, message: str) -> None:
+        """A core/v1 Event on the KVPlan (only called on condition transitions)."""
+        meta = body["metadata"]
+        now = _dt.datetime.now(_dt.UTC)
+        event = self._client.CoreV1Event(
+            metadata=self._client.V1ObjectMeta(name=f"{meta['name']}.{uuid.uuid4().hex[:12]}",
+                                               namespace=meta["namespace"]),
+            involved_object=self._client.V1ObjectReference(
+                api_version=f"{GROUP}/{VERSION}", kind="KVPlan", name=meta["name"], namespace=meta["namespace"],
+                uid=meta.get("uid"), resource_version=meta.get("resourceVersion")),
+            reason=reason, message=message[:1024], type=type_, first_timestamp=now, last_timestamp=now, count=1,
+            source=self._client.V1EventSource(component=FIELD_MANAGER), reporting_component=FIELD_MANAGER)
+        self.core.create_namespaced_event(meta["namespace"], event)

@@ -1,0 +1,59 @@
+"""``kvplan-operator``: run the KVPlan operator (kopf) with kopf's usual flags plus ``--metrics-port``.
+
+Peering: without ``--standalone`` the operator joins kopf peering (``KopfPeering`` in the namespace when
+``--namespace`` is given, else ``ClusterKopfPeering``; CRDs in ``crds/kopf-peering.yaml``). Only the live peer with
+the highest ``--priority`` acts; kopf pauses peers of equal priority, so each replica draws a distinct random
+priority unless one is given, and the others stand by until it stops sending keep-alives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kvplan-operator", description=__doc__.splitlines()[0])
+    p.add_argument("-n", "--namespace", action="append", default=[],
+                   help="watch only this namespace (repeatable); default: all namespaces (--all-namespaces)")
+    p.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (cluster-wide)")
+    p.add_argument("--standalone", action="store_true", help="no peering: act even if other operators run")
+    p.add_argument("--peering", default="kvplan", help="peering object name (default: kvplan)")
+    p.add_argument("--priority", type=int, default=None,
+                   help="peering priority; default a random 1..2^30 so two replicas never tie")
+    p.add_argument("--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
+    p.add_argument("--metrics-port", type=int, default=int(os.environ.get("KVPLAN_METRICS_PORT", "8080")),
+                   help="prometheus metrics port (0 disables; default 8080 or $KVPLAN_METRICS_PORT)")
+    p.add_argument("--verbose", action="store_true", help="debug logging")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    os.environ["KVPLAN_METRICS_PORT"] = str(args.metrics_port)
+    import kopf
+
+    from . import handlers  # registers the handlers on kopf's default registry
+
+    memo = kopf.Memo()
+    memo.runtime = handlers.default_runtime(handlers.Config(metrics_port=args.metrics_port))
+    kopf.configure(verbose=args.verbose)
+    priority = args.priority if args.priority is not None else random.SystemRandom().randint(1, 2**30)
+    clusterwide = args.all_namespaces or not args.namespace
+    asyncio.run(kopf.operator(
+        standalone=args.standalone,
+        priority=priority,
+        peering_name=args.peering,
+        liveness_endpoint=args.liveness,
+        clusterwide=clusterwide,
+        namespaces=[] if clusterwide else args.namespace,
+        memo=memo,
+    ))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""KVPlan custom resource -> validated, frozen :class:`KVPlanSpec`.
+
+The apiserver's schema (``crds/kvplans.kvplan.io.yaml``) already enforces types, ranges, enums and the
+cross-field CEL rules. This module re-checks everything (the operator may see objects written before a schema
+change) and adds the rules the schema cannot express. :func:`parse_spec` returns every error at once, each with
+its field path (``spec.groups[1].nodePool.gpuCount``), as :class:`InvalidSpec`. No I/O here.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+#: Default node selector per GPU type (the NVIDIA GPU feature-discovery product label).
+DEFAULT_NODE_SELECTORS: dict[str, dict[str, str]] = {
+    "A100-80GB": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
+    "A100-40GB": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"},
+}
+
+_DURATION = re.compile(r"^([0-9]+)(s|m|h|d)$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class InvalidSpec(ValueError):
+    """The spec is unusable. ``errors`` lists ``(field_path, message)``; nothing may be applied."""
+
+    def __init__(self, errors: list[tuple[str, str]], *, reason: str = "InvalidSpec") -> None:
+        self.errors = errors
+        self.reason = reason
+        super().__init__("; ".join(f"{path}: {msg}" for path, msg in errors))
+
+
+def parse_duration(text: str) -> float:
+    """``"90s"``, ``"5m"``, ``"6h"``, ``"1d"`` -> seconds."""
+    m = _DURATION.match(text.strip())
+    if not m or int(m.group(1)) <= 0:
+        raise ValueError(f"not a positive duration like 30s, 5m, 6h: {text!r}")
+    return float(int(m.group(1)) * _UNIT_S[m.group(2)])
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+
+class Toleration(_Model):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class NodePool(_Model):
+    gpu_type: Literal["A100-80GB", "A100-40GB"] = "A100-80GB"
+    gpu_count: int = Field(ge=1, le=4096, description="GPUs of the pool given to the group (G_k).")
+    gpus_per_node: int = Field(8, ge=1, le=16, description="GPUs per node; 8 is the A100 HGX/DGX node.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Empty: DEFAULT_NODE_SELECTORS[gpuType].")
+    tolerations: tuple[Toleration, ...] = ()
+
+    def selector(self) -> dict[str, str]:
+        """The effective node selector (the per-type default when none is given)."""
+        return dict(self.node_selector) if self.node_selector else dict(DEFAULT_NODE_SELECTORS[self.gpu_type])
+
+
+class Layout(_Model):
+    tp: Literal[1, 2, 4, 8, 16]
+    pp: int = Field(1, ge=1, le=16)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+
+_DEFAULT_LAYOUTS = (Layout(tp=1), Layout(tp=2), Layout(tp=4), Layout(tp=8))
+
+
+class Group(_Model):
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    deployment: str = Field(pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", max_length=253)
+    container: str | None = None
+    service: str | None = None
+    model: str = Field(min_length=1, max_length=63)
+    node_pool: NodePool
+    layouts: tuple[Layout, ...] = Field(_DEFAULT_LAYOUTS, min_length=1)
+
+    @property
+    def service_name(self) -> str:
+        return self.service or self.deployment
+
+
+class History(_Model):
+    selector: str = Field(max_length=1024)
+    min_samples: int = Field(50, ge=1, description="Requests in the lookback below which the class is Degraded.")
+
+
+class Costs(_Model):
+    preemption: float = Field(gt=0, description="c_p, per under-reserved token.")
+    waste: float = Field(gt=0, description="c_w, per wasted reserved token.")
+
+
+class Slo(_Model):
+    mu: float = Field(gt=0)
+    sigma: float = Field(gt=0)
+    lambda_: float = Field(gt=1, alias="lambda")
+
+
+class Robustness(_Model):
+    policy: Literal["absolute", "fraction", "drift"] = "drift"
+    eps: float | None = Field(None, ge=0)
+    frac: float | None = Field(None, ge=0, le=10)
+    floor_frac: float | None = Field(None, ge=0, le=10)
+    scale: float | None = Field(None, ge=0, le=100)
+
+    @model_validator(mode="after")
+    def _params(self) -> Robustness:
+        if self.policy == "absolute" and self.eps is None:
+            raise ValueError("policy absolute needs eps")
+        if self.policy == "fraction" and self.frac is None:
+            raise ValueError("policy fraction needs frac")
+        if self.policy != "absolute" and self.eps is not None:
+            raise ValueError("eps is only for policy absolute")
+        if self.policy != "fraction" and self.frac is not None:
+            raise ValueError("frac is only for policy fraction")
+        return self
+
+
+class RequestClass(_Model):
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
+    input_tokens: int = Field(ge=0)
+    max_output_tokens: int = Field(ge=1)
+    prefix_tokens: int = Field(0, ge=0)
+    arrival_rate: float | None = Field(None, gt=0)
+    arrival_rate_query: str | None = None
+    history: History
+    costs: Costs | None = None
+    slo: Slo | None = None
+    robustness: Robustness | None = None
+
+    @property
+    def env_name(self) -> str:
+        """``KVPLAN_RESERVE_<NAME>``: upper case, ``-`` -> ``_``."""
+        return "KVPLAN_RESERVE_" + self.name.upper().replace("-", "_")
+
+
+class FleetCosts(_Model):
+    kappa: float = Field(0.2, ge=0, description="Layout cost weight; the paper's 0.2.")
+    c_slo: float = Field(5.0, ge=0, description="Queueing-delay cost per request-second; the paper's c_slo/c_w = 5.")
+    c_rej: float = Field(5000.0, ge=0, description="Rejection cost per request; the paper's c_rej/c_w = 5000.")
+
+
+class SecretRef(_Model):
+    name: str
+    key: str = "token"
+
+
+class Prometheus(_Model):
+    url: str = Field(pattern=r"^https?://")
+    auth_secret_ref: SecretRef | None = None
+    lookback: str = Field("6h", description="History window; 6 h covers a diurnal swing without stale weeks.")
+    windows: int = Field(6, ge=1, le=48, description="Sub-windows for the drift radius; 6 x 1 h by default.")
+    timeout_seconds: float = Field(5.0, ge=0.1, le=120)
+
+    @property
+    def lookback_seconds(self) -> float:
+        return parse_duration(self.lookback)
+
+
+class ConfigMapRef(_Model):
+    name: str
+    key: str = "routing.json"
+    format: Literal["kvplan.v1"] = "kvplan.v1"
+
+
+class HttpRouteRef(_Model):
+    name: str
+    class_header: str = "x-kvplan-class"
+
+
+class Router(_Model):
+    config_map: ConfigMapRef | None = None
+    http_route: HttpRouteRef | None = None
+
+
+class Replan(_Model):
+    interval: str = Field("5m", description="Re-plan period; 5 m follows traffic drift without churn.")
+    min_improvement: float = Field(0.05, ge=0, le=1, description="Relative gain a re-layout must bring.")
+    max_layout_changes_per_hour: int = Field(2, ge=0, le=60, description="Rolling restarts allowed per hour.")
+
+    @property
+    def interval_seconds(self) -> float:
+        return parse_duration(self.interval)
+
+
+class ProfileOverride(_Model):
+    gpu_type: Literal["A100-80GB", "A100-40GB"]
+    model: str
+    tp: int = Field(ge=1, le=16)
+    pp: int = Field(ge=1, le=16)
+    kv_capacity_tokens: int = Field(ge=1)
+    throughput_tokens_per_second: float = Field(gt=0)
+
+
+class KVPlanSpec(_Model):
+    mode: Literal["Apply", "DryRun"] = "Apply"
+    groups: tuple[Group, ...] = Field(min_length=1, max_length=16)
+    classes: tuple[RequestClass, ...] = Field(min_length=1, max_length=64)
+    costs: FleetCosts = FleetCosts()
+    robustness: Robustness = Robustness()
+    profiles: tuple[ProfileOverride, ...] = ()
+    prometheus: Prometheus
+    router: Router = Router()
+    replan: Replan = Replan()
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = "spec"
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _semantic_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:
+    """Rules spanning fields (the CEL rules again, plus those CEL cannot say)."""
+    errs: list[tuple[str, str]] = []
+    for kind, items in (("groups", spec.groups), ("classes", spec.classes)):
+        seen: dict[str, int] = {}
+        for i, item in enumerate(items):
+            if item.name in seen:
+                errs.append((f"spec.{kind}[{i}].name", f"duplicate of spec.{kind}[{seen[item.name]}].name {item.name!r}"))
+            seen.setdefault(item.name, i)
+    deps: dict[str, int] = {}
+    for i, g in enumerate(spec.groups):
+        if g.deployment in deps:
+            errs.append((f"spec.groups[{i}].deployment", f"Deployment {g.deployment!r} is already spec.groups[{deps[g.deployment]}]"))
+        deps.setdefault(g.deployment, i)
+        seen_layouts: set[tuple[int, int]] = set()
+        for j, lay in enumerate(g.layouts):
+            if (lay.tp, lay.pp) in seen_layouts:
+                errs.append((f"spec.groups[{i}].layouts[{j}]", f"duplicate layout tp={lay.tp} pp={lay.pp}"))
+            seen_layouts.add((lay.tp, lay.pp))
+    for i, c in enumerate(spec.classes):
+        p = f"spec.classes[{i}]"
+        if (c.costs is None) == (c.slo is None):
+            errs.append((p, "exactly one of costs or slo is required"))
+        if (c.arrival_rate is None) == (c.arrival_rate_query is None):
+            errs.append((p, "exactly one of arrivalRate or arrivalRateQuery is required"))
+        if c.prefix_tokens > c.input_tokens:
+            errs.append((f"{p}.prefixTokens", f"{c.prefix_tokens} exceeds inputTokens {c.input_tokens}"))
+        if "{" in c.history.selector or "}" in c.history.selector:
+            errs.append((f"{p}.history.selector", "give label matchers without braces, e.g. model_name=\"chat\""))
+    for field, text in (("spec.prometheus.lookback", spec.prometheus.lookback), ("spec.replan.interval", spec.replan.interval)):
+        try:
+            parse_duration(text)
+        except ValueError as exc:
+            errs.append((field, str(exc)))
+    if not errs and spec.prometheus.lookback_seconds / spec.prometheus.windows < 60:
+        errs.append(("spec.prometheus.windows", "each sub-window must span at least 1m (lookback / windows)"))
+    return errs
+
+
+def layout_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:
+    """Layouts that need more GPUs than one node of the pool has, or than the whole pool."""
+    errs: list[tuple[str, str]] = []
+    for i, g in enumerate(spec.groups):
+        for j, lay in enumerate(g.layouts):
+            if lay.gpus > g.node_pool.gpus_per_node:
+                errs.append((f"spec.groups[{i}].layouts[{j}]",
+                             f"tp*pp = {lay.gpus} GPUs exceeds one node of the pool ({g.node_pool.gpus_per_node} GPUs); "
+                             "multi-node (LeaderWorkerSet) serving is not supported"))
+            elif lay.gpus > g.node_pool.gpu_count:
+                errs.append((f"spec.groups[{i}].layouts[{j}]",
+                             f"tp*pp = {lay.gpus} GPUs exceeds the group's gpuCount {g.node_pool.gpu_count}"))
+    return errs
+
+
+def parse_spec(raw: Any) -> KVPlanSpec:
+    """Validate ``raw`` (the CR's ``spec`` dict). Raises :class:`InvalidSpec` listing every error with its path.
+
+    A layout that does not fit one node is reported with reason ``LayoutExceedsNode``.
+    """
+    if not isinstance(raw, dict):
+        raise InvalidSpec([("spec", "must be an object")])
+    try:
+        spec = KVPlanSpec.model_validate(raw)
+    except ValidationError as exc:
+        found = []
+        for e in exc.errors():
+            loc = tuple(x for x in e["loc"] if not (isinstance(x, str) and x.startswith(("function-", "literal["))))
+            found.append((_path(loc), e["type"], e["msg"].removeprefix("Value error, ")))
+        # A list reported "too short" only because its items failed is noise: keep the items' own errors.
+        errors = [(path, msg) for path, kind, msg in found
+                  if not (kind == "too_short" and any(o != path and o.startswith(path + "[") for o, _, _ in found))]
+        raise InvalidSpec(errors) from None
+    errs = _semantic_errors(spec)
+    if errs:
+        raise InvalidSpec(errs)
+    lay = layout_errors(spec)
+    if lay:
+        raise InvalidSpec(lay, reason="LayoutExceedsNode")
+    return spec

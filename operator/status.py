@@ -1,0 +1,131 @@
+"""Phase 4: the KVPlan status body, and the merge patch that moves the stored status to it. Pure.
+
+Layout of ``status`` (all keys camelCase; names of groups/classes are map keys so ``kubectl get -o yaml`` reads
+like the plan):
+
+- ``observedGeneration``, ``lastPlanTime`` (last successful plan), ``lastAttemptTime``, ``mode``;
+- ``conditions``: Ready / Planned / Applied / Degraded (see ``conditions.py``);
+- ``plan``: ``status``, ``reason``, ``method``, ``iterations``, ``solveSeconds``, ``decision`` (disruption policy),
+  ``groups.<g>`` {tp, pp, replicas, gpusPerReplica, kvCapacityTokens, throughputTokensPerSecond, utilisation,
+  maxNumSeqs, replicasManagedBy}, ``classes.<c>`` {reserveTokens, admitted, radius {eps, rule, reason},
+  routing {group: weight}, prefixCacheFraction, samples, windows, arrivalRate}, ``notes``;
+- ``objective``: {reservation, configuration, queueing, rejection, total} (cost units / s);
+- ``diff``: changes against the previous plan ({layouts, replicas, reservations, admission, routing});
+- ``summary``: {groups, classes} for the printer columns;
+- ``layoutChanges``: unix times of re-layouts in the last hour (disruption budget);
+- ``lastGoodPlan``: the kvcore Plan as JSON (compact string): the ``previous`` of the next solve.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kvcore.planmodel import Plan
+
+from .builders import GroupTarget
+from .snapshot import Snapshot
+
+
+def iso(ts: float) -> str:
+    return _dt.datetime.fromtimestamp(ts, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso(text: str | None) -> float | None:
+    if not text:
+        return None
+    return _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.UTC).timestamp()
+
+
+def _num(x: float, digits: int = 6) -> float | str | None:
+    """JSON-safe number: rounded; inf as the string 'inf'; NaN as None."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return None
+    if isinstance(x, float) and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return round(float(x), digits)
+
+
+def plan_body(plan: Plan, *, snapshot: Snapshot | None, targets: Mapping[str, GroupTarget],
+              autoscalers: Mapping[str, str | None], decision: str, notes: Sequence[str]) -> dict[str, Any]:
+    """The ``status.plan`` subtree."""
+    groups = {}
+    for g in plan.groups:
+        t = targets.get(g.name)
+        groups[g.name] = {
+            "tp": g.tp, "pp": g.pp, "replicas": g.replicas, "gpusPerReplica": g.gpus_per_replica,
+            "kvCapacityTokens": _num(g.kv_capacity_tokens, 0), "throughputTokensPerSecond": _num(g.throughput_tokens_s, 1),
+            "utilisation": _num(g.utilisation, 4), "waitingSeconds": _num(g.waiting_seconds, 6),
+            "maxNumSeqs": t.max_num_seqs if t else None,
+            "replicasManagedBy": autoscalers.get(g.name) or "kvplan",
+        }
+    classes = {}
+    for c in plan.classes:
+        obs = snapshot.classes.get(c.name) if snapshot else None
+        classes[c.name] = {
+            "reserveTokens": int(round(c.reserve_tokens)),
+            "admitted": bool(c.admitted),
+            "radius": ({"eps": _num(c.radius.eps, 3), "rule": c.radius.rule, "reason": c.radius.reason}
+                       if c.radius else None),
+            "routing": {k: _num(v, 4) for k, v in sorted(c.routing.items())},
+            "prefixCacheFraction": {k: _num(v, 4) for k, v in sorted(c.prefix_fraction.items())},
+            "samples": _num(obs.requests, 1) if obs else None,
+            "windows": obs.windows if obs else None,
+            "arrivalRate": _num(obs.arrival_rate, 6) if obs else None,
+        }
+    return {
+        "status": plan.status.value, "reason": plan.reason, "rawStatus": plan.raw_status, "method": plan.method,
+        "iterations": plan.iterations, "solveSeconds": _num(plan.solve_seconds, 4), "decision": decision,
+        "groups": groups, "classes": classes, "notes": list(notes),
+    }
+
+
+def objective_body(plan: Plan) -> dict[str, Any] | None:
+    o = plan.objective
+    if o is None:
+        return None
+    return {"reservation": _num(o.reservation), "configuration": _num(o.configuration), "queueing": _num(o.queueing),
+            "rejection": _num(o.rejection), "total": _num(o.total)}
+
+
+def diff_body(plan: Plan) -> dict[str, Any] | None:
+    if plan.diff is None:
+        return None
+    d = plan.diff
+    return {"layouts": d.layouts, "replicas": d.replicas, "reservations": d.reservations, "admission": d.admission,
+            "routing": d.routing}
+
+
+def merge_patch(old: Any, new: Any) -> Any:
+    """RFC 7386 patch turning ``old`` into ``new`` (dict keys only in ``old`` become None); None if equal."""
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        out: dict[str, Any] = {}
+        for k in set(old) | set(new):
+            if k not in new:
+                out[k] = None
+            elif k not in old:
+                out[k] = new[k]
+            else:
+                sub = merge_patch(old[k], new[k])
+                if sub is not _SAME:
+                    out[k] = sub
+        return out if out else _SAME
+    return _SAME if old == new else new
+
+
+class _Same:
+    def __repr__(self) -> str:
+        return "SAME"
+
+
+_SAME: Any = _Same()
+
+
+def status_patch(old: Mapping[str, Any], new: Mapping[str, Any], *, owned: Sequence[str]) -> dict[str, Any] | None:
+    """Merge patch for the ``owned`` top-level status keys only (kopf keeps its own keys); None when unchanged."""
+    o = {k: old[k] for k in owned if k in old}
+    n = {k: new[k] for k in owned if k in new and new[k] is not None}
+    p = merge_patch(o, n)
+    return None if p is _SAME else p

@@ -1,0 +1,197 @@
+"""Operator builders (pure): Deployment patch (TP/PP args kept/replaced, GPU limits, selector, tolerations,
+replicas vs autoscalers, reservation env, owner annotations), --max-num-seqs mapping, state/router ConfigMaps,
+HTTPRoute weights, integer weight rounding."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from kvplan_operator.builders import (ANN_LAYOUT, ANN_OWNED, ANN_OWNER, ClassTarget, GroupTarget,
+                                      build_deployment_patch, build_httproute_patch, build_router_configmap_patch,
+                                      build_router_document, build_state_configmap, fleet_shares, integer_weights,
+                                      max_num_seqs, plan_id, read_flag, set_flag)
+from kvplan_operator.spec import parse_spec
+
+SPEC = {
+    "groups": [
+        {"name": "big", "deployment": "vllm-big", "container": "vllm", "model": "llama-70b",
+         "nodePool": {"gpuCount": 16}, "layouts": [{"tp": 4, "pp": 1}, {"tp": 8, "pp": 1}]},
+        {"name": "small", "deployment": "vllm-small", "service": "small-svc", "model": "llama-8b",
+         "nodePool": {"gpuCount": 8, "nodeSelector": {"pool": "b"},
+                      "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+         "layouts": [{"tp": 1}, {"tp": 2}]},
+    ],
+    "classes": [
+        {"name": "chat", "inputTokens": 500, "maxOutputTokens": 2048, "prefixTokens": 100, "arrivalRate": 2.0,
+         "history": {"selector": 'model_name="chat"'}, "costs": {"preemption": 10, "waste": 1}},
+        {"name": "code-gen", "inputTokens": 2000, "maxOutputTokens": 1024, "arrivalRate": 1.0,
+         "history": {"selector": 'model_name="code"'}, "slo": {"mu": 2, "sigma": 1, "lambda": 100}},
+    ],
+    "prometheus": {"url": "http://prom:9090"},
+    "router": {"configMap": {"name": "router"}, "httpRoute": {"name": "llm"}},
+}
+
+
+def deployment(args: list[str], *, containers: int = 1, tolerations: list | None = None) -> dict:
+    cs = [{"name": "vllm", "image": "vllm/vllm-openai", "args": args,
+           "env": [{"name": "HF_HOME", "value": "/cache"}, {"name": "KVPLAN_RESERVE_OLD", "value": "9"}],
+           "resources": {"limits": {"memory": "200Gi"}}}]
+    cs += [{"name": f"side{i}", "image": "busybox"} for i in range(containers - 1)]
+    return {"metadata": {"name": "vllm-big", "annotations": {"team": "a"}},
+            "spec": {"replicas": 1, "template": {"spec": {"containers": cs, "tolerations": tolerations or []}}}}
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return parse_spec(copy.deepcopy(SPEC))
+
+
+CLASS_T = {
+    "chat": ClassTarget("chat", 700, 1.0, {"big": 0.75, "small": 0.25}, {"big": 1.0}),
+    "code-gen": ClassTarget("code-gen", 300, 1.0, {"big": 0.0, "small": 1.0}),
+}
+
+
+@pytest.mark.parametrize(
+    ("args", "flag", "value", "expected"),
+    [
+        pytest.param(["--model", "m", "--tensor-parallel-size", "2", "--port", "8000"], "--tensor-parallel-size", "4",
+                     ["--model", "m", "--tensor-parallel-size", "4", "--port", "8000"], id="replace-spaced"),
+        pytest.param(["--tensor-parallel-size=2", "--x"], "--tensor-parallel-size", "8",
+                     ["--tensor-parallel-size", "8", "--x"], id="replace-equals"),
+        pytest.param(["--model", "m"], "--pipeline-parallel-size", "2",
+                     ["--model", "m", "--pipeline-parallel-size", "2"], id="append"),
+        pytest.param(["--max-num-seqs", "8", "--max-num-seqs=9"], "--max-num-seqs", "7",
+                     ["--max-num-seqs", "7"], id="duplicates-collapsed"),
+        pytest.param(["--a", "1"], "--max-num-seqs", None, ["--a", "1"], id="none-unchanged"),
+        pytest.param(["--enforce-eager", "--tensor-parallel-size"], "--tensor-parallel-size", "2",
+                     ["--enforce-eager", "--tensor-parallel-size", "2"], id="dangling-flag"),
+    ],
+)
+def test_set_flag(args, flag, value, expected):
+    assert set_flag(args, flag, value) == expected
+    if value is not None:
+        assert read_flag(expected, flag) == value
+
+
+def test_deployment_patch_layout_gpus_selector_env(spec):
+    dep = deployment(["--model", "meta/llama", "--tensor-parallel-size", "2", "--enable-prefix-caching"],
+                     tolerations=[{"key": "user", "operator": "Exists"}])
+    patch = build_deployment_patch(dep, group=spec.groups[0], target=GroupTarget("big", 4, 1, 4, 37),
+                                   classes=spec.classes, reservations={"chat": 700, "code-gen": 300},
+                                   owner="ns/plan", plan_id="abc", state_configmap="plan-kvplan",
+                                   manage_replicas=True, stale_env=["KVPLAN_RESERVE_OLD"])
+    pod = patch["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["name"] == "vllm"
+    assert c["args"] == ["--model", "meta/llama", "--tensor-parallel-size", "4", "--enable-prefix-caching",
+                         "--pipeline-parallel-size", "1", "--max-num-seqs", "37"]
+    assert c["resources"] == {"limits": {"nvidia.com/gpu": "4"}, "requests": {"nvidia.com/gpu": "4"}}
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    assert pod["tolerations"] == [{"key": "user", "operator": "Exists"}]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["KVPLAN_RESERVE_CHAT"]["valueFrom"] == {"configMapKeyRef": {"name": "plan-kvplan", "key": "KVPLAN_RESERVE_CHAT"}}
+    assert "KVPLAN_RESERVE_CODE_GEN" in env
+    assert env["KVPLAN_RESERVE_OLD"] == {"name": "KVPLAN_RESERVE_OLD", "$patch": "delete"}
+    assert "HF_HOME" not in env  # not owned: the strategic merge keeps it
+    assert patch["spec"]["replicas"] == 4
+    ann = patch["metadata"]["annotations"]
+    assert ann[ANN_OWNER] == "ns/plan" and ann[ANN_LAYOUT] == "tp=4,pp=1,replicas=4"
+    assert json.loads(ann["kvplan.io/reservations"]) == {"chat": 700, "code-gen": 300}
+    assert "replicas" in ann[ANN_OWNED].split(",")
+    assert dep["spec"]["template"]["spec"]["containers"][0]["args"][3] == "2"  # input untouched
+
+
+def test_deployment_patch_pool_tolerations_added_and_autoscaler_leaves_replicas(spec):
+    dep = deployment(["--model", "m"])
+    patch = build_deployment_patch(dep, group=spec.groups[1], target=GroupTarget("small", 2, 1, 4),
+                                   classes=spec.classes, reservations={"chat": 1, "code-gen": 2}, owner="o",
+                                   plan_id="p", state_configmap="s", manage_replicas=False)
+    pod = patch["spec"]["template"]["spec"]
+    assert "replicas" not in patch["spec"]
+    assert "replicas" not in patch["metadata"]["annotations"][ANN_OWNED].split(",")
+    assert pod["nodeSelector"] == {"pool": "b"}
+    assert pod["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert "--max-num-seqs" not in pod["containers"][0]["args"]
+
+
+@pytest.mark.parametrize(("containers", "name"), [pytest.param(2, None, id="several-unnamed"),
+                                                   pytest.param(1, "other", id="wrong-name")])
+def test_deployment_patch_container_not_found(spec, containers, name):
+    group = spec.groups[0].model_copy(update={"container": name})
+    with pytest.raises(LookupError):
+        build_deployment_patch(deployment([], containers=containers), group=group, target=GroupTarget("big", 1, 1, 1),
+                               classes=spec.classes, reservations={"chat": 1, "code-gen": 1}, owner="o", plan_id="p",
+                               state_configmap="s", manage_replicas=True)
+
+
+def test_max_num_seqs_mapping(spec):
+    rates = {"chat": 2.0, "code-gen": 1.0}
+    # big gets chat only (share 1.5/s): tokens/request = 500 - 1.0*100 + 700 = 1100
+    assert max_num_seqs(110_000, spec.classes, CLASS_T, rates, "big") == 100
+    # small: chat 0.5/s at 500+700=1200, code 1/s at 2000+300=2300 -> mean 1933.3
+    assert max_num_seqs(100_000, spec.classes, CLASS_T, rates, "small") == int(100_000 // (2900 / 1.5))
+    assert max_num_seqs(1000, spec.classes, CLASS_T, {"chat": 0.0, "code-gen": 0.0}, "big") is None
+    assert max_num_seqs(10, spec.classes, CLASS_T, rates, "big") == 1
+
+
+def test_state_configmap(spec):
+    cm = build_state_configmap(name="p-kvplan", namespace="ns", owner_ref={"kind": "KVPlan", "name": "p", "uid": "u"},
+                               classes=spec.classes, reservations={"chat": 700, "code-gen": 300})
+    assert cm["data"] == {"KVPLAN_RESERVE_CHAT": "700", "KVPLAN_RESERVE_CODE_GEN": "300"}
+    assert cm["metadata"]["ownerReferences"][0]["uid"] == "u"
+
+
+def test_router_document_and_configmap_patch(spec):
+    groups = {"big": GroupTarget("big", 4, 1, 4), "small": GroupTarget("small", 1, 1, 8)}
+    doc = build_router_document(owner="ns/p", plan_id="id1", spec=spec, groups=groups, classes=CLASS_T)
+    assert doc["format"] == "kvplan.v1"
+    assert doc["classes"]["chat"]["weights"] == {"big": 0.75, "small": 0.25}
+    assert doc["classes"]["code-gen"] == {"admit": 1.0, "reserveTokens": 300, "weights": {"big": 0.0, "small": 1.0},
+                                          "prefixCacheFraction": {"big": 0.0, "small": 0.0}}
+    assert doc["groups"]["small"] == {"service": "small-svc", "deployment": "vllm-small", "tp": 1, "pp": 1, "replicas": 8}
+    patch = build_router_configmap_patch(doc, key="routing.json")
+    assert json.loads(patch["data"]["routing.json"]) == doc
+    assert set(patch) == {"metadata", "data"}
+
+
+def test_plan_id_is_a_content_hash():
+    g = {"big": GroupTarget("big", 4, 1, 4)}
+    assert plan_id(g, CLASS_T) == plan_id(dict(g), dict(CLASS_T))
+    other = dict(CLASS_T, chat=ClassTarget("chat", 701, 1.0, {"big": 0.75, "small": 0.25}))
+    assert plan_id(g, other) != plan_id(g, CLASS_T)
+
+
+@pytest.mark.parametrize(
+    ("shares", "expected"),
+    [
+        pytest.param({"a": 0.5, "b": 0.5}, {"a": 500, "b": 500}, id="even"),
+        pytest.param({"a": 1, "b": 1, "c": 1}, {"a": 334, "b": 333, "c": 333}, id="thirds-sum-exact"),
+        pytest.param({"a": 0.0, "b": 0.0}, {"a": 0, "b": 0}, id="all-zero"),
+        pytest.param({"a": 0.9994, "b": 0.0006}, {"a": 999, "b": 1}, id="largest-remainder"),
+    ],
+)
+def test_integer_weights(shares, expected):
+    assert integer_weights(shares) == expected
+
+
+def test_httproute_patch_per_class_rule_and_fleet_rule(spec):
+    route = {"spec": {"rules": [
+        {"matches": [{"headers": [{"name": "X-KVPlan-Class", "value": "chat"}]}],
+         "backendRefs": [{"name": "vllm-big", "port": 8000, "weight": 1}, {"name": "small-svc", "port": 8000, "weight": 1}]},
+        {"backendRefs": [{"name": "vllm-big", "port": 8000}, {"name": "small-svc", "port": 8000},
+                         {"name": "canary", "port": 8000, "weight": 5}]},
+    ]}}
+    rates = {"chat": 2.0, "code-gen": 1.0}
+    patch = build_httproute_patch(route, ref=spec.router.http_route, spec=spec, classes=CLASS_T, rates=rates)
+    r0, r1 = patch["spec"]["rules"]
+    assert [b["weight"] for b in r0["backendRefs"]] == [750, 250]
+    fleet = fleet_shares(spec, CLASS_T, rates)  # big 1.5, small 1.5
+    assert fleet == {"big": 1.5, "small": 1.5}
+    assert [b.get("weight") for b in r1["backendRefs"]] == [500, 500, 5]  # unowned backend untouched
+    assert route["spec"]["rules"][0]["backendRefs"][0]["weight"] == 1  # input untouched
+    applied = {"spec": {"rules": patch["spec"]["rules"]}}
+    assert build_httproute_patch(applied, ref=spec.router.http_route, spec=spec, classes=CLASS_T, rates=rates) is None

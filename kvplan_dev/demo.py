@@ -212,6 +212,19 @@ def rbac_documents(rendered: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(rendered) if isinstance(doc, dict) and doc.get("kind") in RBAC_KINDS]
 
 
+def forbidden_lines(text: str) -> list[str]:
+    """Log lines that report an authorisation failure (the chart's RBAC missing something the operator uses)."""
+    return [line for line in text.splitlines() if "403" in line or "Forbidden" in line or "forbidden" in line]
+
+
+def log_tail_text(path: Path) -> str:
+    """A whole log file ('' when missing)."""
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def condition(body: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
     """The condition of type ``kind`` in ``status.conditions``, or an empty mapping."""
     for cond in (body.get("status") or {}).get("conditions") or []:
@@ -407,6 +420,7 @@ def _stopping(report: dict[str, Any], name: str, obj: Any) -> Iterator[Any]:
         yield obj
     finally:
         pids = _pids(obj)
+        report.setdefault("started_pids", []).extend(pids)
         obj.stop()
         report.setdefault("stopped", []).append(f"{name} (pid {', '.join(map(str, pids))})" if pids else name)
 
@@ -488,6 +502,7 @@ def _demo(settings: Settings, report: dict[str, Any]) -> None:
                 report["error"] = f"KVPlan not Ready: {ready.get('reason')}: {ready.get('message')}"
                 report["operator_log_tail"] = operator.log_tail(40)
             log("8/8 stop: operator, apiserver, etcd, Prometheus ...")
+        report["operator_forbidden"] = forbidden_lines(log_tail_text(log_dirs[2] / "operator.log"))
     finally:
         if settings.keep_logs is not None:
             _copy_logs([d for d in log_dirs if d.exists()], settings.keep_logs)

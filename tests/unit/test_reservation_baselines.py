@@ -67,7 +67,8 @@ def test_cost(y: float, xi: float, expected: float) -> None:
 @pytest.mark.parametrize("method", ["dro", "dro-lp"])
 def test_dro_result_fields(method: str) -> None:
     s = Samples.from_arrays([100, 200, 300, 400, 800])
-    r = reserve(History.of(s), cp=20.0, cw=1.0, lmax=1000.0, method=method)
+    paper = RadiusPolicy(kind="fraction", frac=0.15)
+    r = reserve(History.of(s), cp=20.0, cw=1.0, lmax=1000.0, method=method, radius=paper)
     assert r.method == method
     assert r.eps == pytest.approx(0.15 * 360.0)
     assert r.radius is not None and r.radius.rule == "fraction"

@@ -89,7 +89,7 @@ def test_history_pools_windows_with_equal_shares() -> None:
     [
         pytest.param(RadiusPolicy(kind="absolute", eps=12.5), 12.5, "absolute", id="absolute"),
         pytest.param(RadiusPolicy(kind="fraction", frac=0.5), 0.5 * 25.0, "fraction", id="fraction"),
-        pytest.param(DEFAULT_RADIUS, 0.15 * 25.0, "fraction", id="default-is-paper-rule"),
+        pytest.param(RadiusPolicy(kind="fraction", frac=0.15), 0.15 * 25.0, "fraction", id="paper-rule"),
     ],
 )
 def test_choose_radius(policy: RadiusPolicy, eps: float, rule: str) -> None:

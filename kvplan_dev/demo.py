@@ -299,14 +299,14 @@ def _backfill(prometheus: Any, report: dict[str, Any]) -> None:
     }
 
 
-def _install(cluster: Any, tools: Any, prometheus_url: str, workdir: Path) -> None:
+def _install(cluster: Any, tools: Any, workdir: Path) -> None:
     for namespace in (NAMESPACE, OPERATOR_NAMESPACE):
         cluster.kubectl("create", "namespace", namespace)
     cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds"))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/kvplans.kvplan.io")
     done = subprocess.run(
         [str(tools.helm), "template", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
-         "--set", f"watchNamespaces={{{NAMESPACE}}}", "--set", f"prometheus.url={prometheus_url}"],
+         "--set", f"watchNamespaces={{{NAMESPACE}}}"],
         capture_output=True, text=True, timeout=120,
     )
     if done.returncode != 0:
@@ -318,16 +318,18 @@ def _install(cluster: Any, tools: Any, prometheus_url: str, workdir: Path) -> No
     log("chart RBAC applied: " + ", ".join(f"{d['kind']}/{d['metadata']['name']}" for d in rbac))
 
 
-def _start_operator(cluster: Any, kubeconfig: Path, prometheus_url: str, workdir: Path) -> Any:
+def _start_operator(kubeconfig: Path, workdir: Path) -> Any:
     from kvplan_dev.process import ManagedProcess, free_port
 
     binary = Path(sys.executable).parent / "kvplan-operator"
     if not binary.exists():
         raise RuntimeError(f"{binary}: not installed; run `make venv`")
+    # The chart's defaults for the operator-wide settings; the Prometheus URL is in the KVPlan.
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONSAFEPATH": "1",
-           "KVPLAN_PROMETHEUS_URL": prometheus_url, "KVPLAN_LOG_LEVEL": "info"}
+           "KVPLAN_TIMER_TICK_S": "10", "KVPLAN_BACKOFF_BASE_S": "10", "MPLCONFIGDIR": str(workdir / "mpl")}
+    env.pop("KUBERNETES_SERVICE_HOST", None)  # never mistake this for an in-cluster pod
     argv = [str(binary), "--standalone", f"--namespace={NAMESPACE}",
-            f"--liveness=http://127.0.0.1:{free_port()}/healthz"]
+            f"--liveness=http://127.0.0.1:{free_port()}/healthz", f"--metrics-port={free_port()}"]
     return ManagedProcess("kvplan-operator", argv, workdir / "operator.log", env=env)
 
 
@@ -456,12 +458,12 @@ def _demo(settings: Settings, report: dict[str, Any]) -> None:
                                        "prometheus_version": prometheus.version}
             log(f"    kube-apiserver {cluster.apiserver_version} at {cluster.server}")
             log("3/8 install: CRDs and the chart's RBAC (helm template) ...")
-            _install(cluster, tools, prometheus.url, workdir)
+            _install(cluster, tools, workdir)
             log("4/8 operator: kvplan-operator under the chart's ServiceAccount token ...")
             log_dirs[2].mkdir(parents=True, exist_ok=True)
             sa_kubeconfig = cluster.service_account_kubeconfig(OPERATOR_NAMESPACE, RELEASE,
                                                                path=log_dirs[2] / "kubeconfig")
-            operator = _start_operator(cluster, sa_kubeconfig, prometheus.url, log_dirs[2])
+            operator = _start_operator(sa_kubeconfig, log_dirs[2])
             stack.enter_context(_stopping(report, "kvplan-operator", operator))
             log("5/8 apply: examples/vllm-deployments.yaml and examples/kvplan-70b.yaml ...")
             cluster.kubectl("-n", NAMESPACE, "apply", "-f", str(EXAMPLE_DEPLOYMENTS))

@@ -116,7 +116,12 @@ def test_template_renders(tools: Any, sets: tuple[str, ...], kinds: set[str]) ->
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert any(a.startswith("--liveness=http://0.0.0.0:") for a in container["args"])
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert {"KVPLAN_PROMETHEUS_URL", "KVPLAN_LOG_LEVEL", "KVPLAN_REPLAN_INTERVAL_SECONDS"} <= set(env)
+    assert {"KVPLAN_TIMER_TICK_S", "KVPLAN_BACKOFF_BASE_S"} <= set(env)
+    metrics = [a for a in container["args"] if a.startswith("--metrics-port=")]
+    assert metrics == (["--metrics-port=0"] if "metrics.enabled=false" in sets else ["--metrics-port=8080"])
+    liveness_port = int(container["args"][[a.startswith("--liveness") for a in container["args"]].index(True)]
+                        .rsplit(":", 1)[1].split("/")[0])
+    assert liveness_port != 8080, "liveness and metrics would share a port"
 
 
 @pytest.mark.parametrize(

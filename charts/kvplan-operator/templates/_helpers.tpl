@@ -120,8 +120,11 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
 - --standalone
 {{- end }}
 - --liveness=http://0.0.0.0:{{ .Values.liveness.port }}/healthz
-{{- if .Values.metrics.enabled }}
-- --metrics-port={{ .Values.metrics.port }}
+- --metrics-port={{ if .Values.metrics.enabled }}{{ .Values.metrics.port }}{{ else }}0{{ end }}
+{{- if eq .Values.logLevel "debug" }}
+- --verbose
+{{- else if ne .Values.logLevel "info" }}
+{{- fail "logLevel must be info or debug" }}
 {{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}

@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kvcore.errors import InputError
+from kvcore.instance import input_error
 from kvcore.planmodel import Plan
 
 from . import conditions as C
@@ -89,11 +90,12 @@ def current_layout(body: Mapping[str, Any] | None, container: str | None) -> tup
 
 
 def _input_error_path(exc: Exception) -> list[tuple[str, str]]:
+    """kvcore's refusal as (spec path, message); kvcore's classes[i]/groups[i] index like the spec's."""
+    if isinstance(exc, ValidationError):
+        exc = input_error(exc)
     if isinstance(exc, InputError):
         return [("spec." + exc.field if exc.field.startswith(("classes", "groups", "profiles")) else exc.field,
                  exc.message)]
-    if isinstance(exc, ValidationError):
-        return [(".".join(str(x) for x in e["loc"]) or "spec", e["msg"]) for e in exc.errors()]
     return [("spec", str(exc))]
 
 

@@ -111,8 +111,8 @@ class Robustness(_Model):
     policy: Literal["absolute", "fraction", "drift"] = "drift"
     eps: float | None = Field(None, ge=0)
     frac: float | None = Field(None, ge=0, le=10)
-    floor_frac: float | None = Field(None, ge=0, le=10)
-    scale: float | None = Field(None, ge=0, le=100)
+    floor_scale: float | None = Field(None, ge=0, le=100)
+    drift_z: float | None = Field(None, ge=0, le=100)
 
     @model_validator(mode="after")
     def _params(self) -> Robustness:
@@ -124,6 +124,8 @@ class Robustness(_Model):
             raise ValueError("eps is only for policy absolute")
         if self.policy != "fraction" and self.frac is not None:
             raise ValueError("frac is only for policy fraction")
+        if self.policy != "drift" and (self.floor_scale is not None or self.drift_z is not None):
+            raise ValueError("floorScale and driftZ are only for policy drift")
         return self
 
 

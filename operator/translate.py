@@ -30,7 +30,7 @@ def radius_policy(rob: Robustness) -> RadiusTranslation:
     """CR robustness -> kvcore ``RadiusPolicy``; a kind this kvcore lacks falls back to its default, with a note."""
     fields = RadiusPolicy.model_fields
     kwargs: dict[str, Any] = {"kind": rob.policy}
-    for ours, theirs in (("eps", "eps"), ("frac", "frac"), ("floor_frac", "floor_frac"), ("scale", "scale")):
+    for ours, theirs in (("eps", "eps"), ("frac", "frac"), ("floor_scale", "floor_scale"), ("drift_z", "drift_z")):
         value = getattr(rob, ours)
         if value is not None:
             if theirs not in fields:

@@ -1,0 +1,285 @@
+"""One reconcile, end to end at the level of the operator's own API wrapper (a fake Kube that applies
+strategic-merge patches to in-memory objects; Prometheus replays recorded results; the real kvcore planner):
+Apply writes Deployments + ConfigMaps + status and a second run writes nothing; DryRun writes only status;
+Prometheus down / too few samples keep the last good plan (Degraded, retry); missing Deployment, invalid spec,
+infeasible plan apply nothing; an HPA keeps replicas; the disruption policy holds or allows re-layouts."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from kvcore.planmodel import ObjectiveTerms, Plan, PlanStatus
+from kvcore.planner import plan as real_plan
+from kvplan_operator import conditions as C
+from kvplan_operator.policy import decide
+from kvplan_operator.reconcile import Deps, current_layout, is_due, reconcile
+from kvplan_operator.snapshot import PrometheusUnavailable
+from test_op_builders import SPEC  # type: ignore[import-not-found]
+from test_op_snapshot import MATRIX, RecordedProm  # type: ignore[import-not-found]
+
+NOW = 1700007200.0
+
+
+def busy_matrix(scale: float = 20.0) -> list:
+    m = copy.deepcopy(MATRIX)
+    for s in m:
+        s["values"] = [[t, "5" if v == "NaN" else str(float(v) * scale)] for t, v in s["values"]]
+    return m
+
+
+def smp(target: dict, patch: dict) -> None:
+    """Strategic merge as the apiserver does it for the shapes the operator sends."""
+    for k, v in patch.items():
+        if k in ("containers", "env") and isinstance(v, list):
+            cur = {e["name"]: e for e in target.get(k, [])}
+            order = [e["name"] for e in target.get(k, [])]
+            for e in v:
+                if e.get("$patch") == "delete":
+                    cur.pop(e["name"], None)
+                    continue
+                if e["name"] in cur:
+                    smp(cur[e["name"]], e)
+                else:
+                    cur[e["name"]] = copy.deepcopy(e)
+                    order.append(e["name"])
+            target[k] = [cur[n] for n in order if n in cur]
+        elif isinstance(v, dict) and isinstance(target.get(k), dict):
+            smp(target[k], v)
+        elif v is None:
+            target.pop(k, None)
+        else:
+            target[k] = copy.deepcopy(v)
+
+
+class FakeKube:
+    """The operator's Kube wrapper, in memory. ``writes`` records every mutating call."""
+
+    def __init__(self, deployments: dict, *, scaled: dict | None = None):
+        self.deployments = copy.deepcopy(deployments)
+        self.configmaps: dict[str, dict] = {}
+        self.scaled = scaled or {}
+        self.writes: list[str] = []
+        self.events: list[tuple[str, str]] = []
+        self.status: dict = {}
+
+    def get_deployment(self, ns, name):
+        return copy.deepcopy(self.deployments.get(name))
+
+    def autoscaled_deployments(self, ns):
+        return dict(self.scaled)
+
+    def get_configmap(self, ns, name):
+        return copy.deepcopy(self.configmaps.get(name))
+
+    def create_configmap(self, ns, body):
+        self.writes.append(f"create ConfigMap/{body['metadata']['name']}")
+        self.configmaps[body["metadata"]["name"]] = copy.deepcopy(dict(body))
+
+    def patch_configmap(self, ns, name, patch):
+        self.writes.append(f"patch ConfigMap/{name}")
+        smp(self.configmaps[name], copy.deepcopy(dict(patch)))
+
+    def patch_deployment(self, ns, name, patch):
+        self.writes.append(f"patch Deployment/{name}")
+        smp(self.deployments[name], copy.deepcopy(dict(patch)))
+
+    def get_httproute(self, ns, name):
+        return None
+
+    def patch_httproute(self, ns, name, patch):  # pragma: no cover - no route in these tests
+        raise AssertionError("must not be called")
+
+    def read_secret_key(self, ns, name, key):
+        return None
+
+    def patch_kvplan_status(self, ns, name, patch):
+        self.writes.append("status")
+        smp(self.status, copy.deepcopy(dict(patch)))
+
+    def post_event(self, body, *, type_, reason, message):
+        self.events.append((type_, reason))
+
+
+def dep(name: str) -> dict:
+    return {"metadata": {"name": name, "annotations": {}},
+            "spec": {"replicas": 1, "template": {"spec": {"containers": [
+                {"name": "vllm", "image": "vllm", "args": ["--model", "m", "--tensor-parallel-size", "1", "--port", "8000"],
+                 "env": [{"name": "HF_HOME", "value": "/c"}]}]}}}}
+
+
+def kvplan(spec: dict, kube: FakeKube, generation: int = 1) -> dict:
+    return {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan",
+            "metadata": {"name": "fleet", "namespace": "ns", "uid": "u1", "generation": generation},
+            "spec": spec, "status": copy.deepcopy(kube.status)}
+
+
+def deps(kube: FakeKube, prom=None, planner=real_plan) -> Deps:
+    prom = prom or RecordedProm(matrix=busy_matrix())
+    return Deps(kube=kube, prom_factory=lambda url, timeout, token: prom, planner=planner, clock=lambda: NOW)
+
+
+def cond(kube: FakeKube, type_: str) -> dict:
+    c = C.find(kube.status.get("conditions", []), type_)
+    assert c is not None, type_
+    return dict(c)
+
+
+@pytest.fixture
+def kube() -> FakeKube:
+    return FakeKube({"vllm-big": dep("vllm-big"), "vllm-small": dep("vllm-small")})
+
+
+def test_apply_then_idempotent(kube):
+    spec = copy.deepcopy(SPEC)
+    out = reconcile(kvplan(spec, kube), deps(kube))
+    assert out.ok, out
+    assert cond(kube, C.READY)["status"] == "True" and cond(kube, C.READY)["reason"] == C.RECONCILED
+    assert cond(kube, C.APPLIED)["reason"] == C.APPLY_SUCCEEDED
+    st = kube.status
+    big = kube.deployments["vllm-big"]
+    c = big["spec"]["template"]["spec"]["containers"][0]
+    g = st["plan"]["groups"]["big"]
+    assert c["args"][:6] == ["--model", "m", "--tensor-parallel-size", str(g["tp"]), "--port", "8000"]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == str(g["tp"] * g["pp"])
+    assert big["spec"]["replicas"] == g["replicas"]
+    assert big["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    assert {e["name"] for e in c["env"]} == {"HF_HOME", "KVPLAN_RESERVE_CHAT", "KVPLAN_RESERVE_CODE_GEN"}
+    state = kube.configmaps["fleet-kvplan"]["data"]
+    assert state["KVPLAN_RESERVE_CHAT"] == str(st["plan"]["classes"]["chat"]["reserveTokens"])
+    doc = json.loads(kube.configmaps["router"]["data"]["routing.json"])
+    assert doc["classes"]["chat"]["weights"] == pytest.approx(st["plan"]["classes"]["chat"]["routing"], abs=1e-3)
+    assert st["objective"]["total"] > 0 and st["summary"] == {"groups": 2, "classes": 2}
+    assert st["plan"]["classes"]["chat"]["radius"]["rule"] == "drift"
+    assert st["plan"]["classes"]["chat"]["samples"] > 0
+    assert st["lastGoodPlan"] and st["observedGeneration"] == 1
+    assert (("Normal", C.RECONCILED) in kube.events)
+    kube.writes.clear()
+    kube.events.clear()
+    out2 = reconcile(kvplan(spec, kube), deps(kube))
+    assert out2.ok and out2.changed == []
+    assert [w for w in kube.writes if w != "status"] == []
+    assert kube.events == []
+
+
+def test_dry_run_touches_nothing_but_status(kube):
+    spec = copy.deepcopy(SPEC) | {"mode": "DryRun"}
+    before = copy.deepcopy(kube.deployments)
+    out = reconcile(kvplan(spec, kube), deps(kube))
+    assert out.ok
+    assert kube.writes == ["status"] and kube.deployments == before and kube.configmaps == {}
+    assert cond(kube, C.APPLIED)["reason"] == C.DRY_RUN and cond(kube, C.READY)["status"] == "True"
+    assert kube.status["plan"]["groups"]["big"]["tp"] >= 1
+
+
+@pytest.mark.parametrize(
+    ("prom", "reason"),
+    [
+        pytest.param(RecordedProm(fail=True), C.PROMETHEUS_UNAVAILABLE, id="prometheus-down"),
+        pytest.param(RecordedProm(matrix=busy_matrix(scale=0.5)), C.TOO_FEW_SAMPLES, id="too-few-samples"),
+    ],
+)
+def test_degraded_keeps_last_good_plan(kube, prom, reason):
+    spec = copy.deepcopy(SPEC)
+    assert reconcile(kvplan(spec, kube), deps(kube)).ok
+    good = kube.status["lastGoodPlan"]
+    snapshot = copy.deepcopy((kube.deployments, kube.configmaps))
+    kube.writes.clear()
+    out = reconcile(kvplan(spec, kube), deps(kube, prom=prom))
+    assert not out.ok and out.reason == reason and out.retry_after == 10.0
+    assert kube.writes == ["status"] and (kube.deployments, kube.configmaps) == snapshot
+    assert cond(kube, C.DEGRADED)["status"] == "True" and cond(kube, C.DEGRADED)["reason"] == reason
+    assert cond(kube, C.READY)["status"] == "True"  # the last good plan is still applied
+    assert kube.status["lastGoodPlan"] == good
+    assert ("Warning", reason) in kube.events
+    out = reconcile(kvplan(spec, kube), deps(kube, prom=prom))
+    assert out.retry_after == 20.0  # backoff doubles
+
+
+def test_deployment_missing_applies_nothing():
+    kube = FakeKube({"vllm-big": dep("vllm-big")})
+    out = reconcile(kvplan(copy.deepcopy(SPEC), kube), deps(kube))
+    assert out.reason == C.DEPLOYMENT_MISSING and out.retry_after is not None
+    assert kube.writes == ["status"]
+    assert "vllm-small not found" in cond(kube, C.READY)["message"]
+    assert kube.status["plan"]["groups"]  # the plan is still reported
+
+
+def test_invalid_spec_applies_nothing(kube):
+    spec = copy.deepcopy(SPEC)
+    spec["groups"][0]["nodePool"]["gpusPerNode"] = 2  # tp=4/8 do not fit
+    out = reconcile(kvplan(spec, kube), deps(kube))
+    assert out.reason == C.LAYOUT_EXCEEDS_NODE and out.retry_after is None
+    assert kube.writes == ["status"]
+    assert cond(kube, C.READY)["reason"] == C.LAYOUT_EXCEEDS_NODE
+    spec = copy.deepcopy(SPEC)
+    spec["groups"][0]["model"] = "gpt-9"  # passes the schema, unknown to kvcore
+    out = reconcile(kvplan(spec, kube), deps(kube))
+    assert out.reason == C.INVALID_SPEC and "spec.groups[0].model" in cond(kube, C.READY)["message"]
+
+
+def test_infeasible_plan_applies_nothing(kube):
+    def infeasible(instance, *, previous=None):
+        return Plan(status=PlanStatus.INFEASIBLE, reason="KV memory too small for class chat", raw_status="x")
+
+    out = reconcile(kvplan(copy.deepcopy(SPEC), kube), deps(kube, planner=infeasible))
+    assert out.reason == C.INFEASIBLE and kube.writes == ["status"]
+    assert "KV memory too small" in cond(kube, C.PLANNED)["message"]
+    assert kube.status["plan"]["lastFailure"]["status"] == "infeasible"
+
+
+def test_autoscaler_keeps_replicas(kube):
+    kube.scaled = {"vllm-big": "HorizontalPodAutoscaler/big"}
+    assert reconcile(kvplan(copy.deepcopy(SPEC), kube), deps(kube)).ok
+    assert kube.deployments["vllm-big"]["spec"]["replicas"] == 1
+    assert kube.status["plan"]["groups"]["big"]["replicasManagedBy"] == "HorizontalPodAutoscaler/big"
+    assert any("replicas left to HorizontalPodAutoscaler/big" in n for n in kube.status["plan"]["notes"])
+
+
+def test_prometheus_failure_in_snapshot_is_not_an_exception(kube):
+    class Broken(RecordedProm):
+        def query_range(self, *a, **k):
+            raise PrometheusUnavailable("connection refused")
+
+    out = reconcile(kvplan(copy.deepcopy(SPEC), kube), deps(kube, prom=Broken()))
+    assert out.reason == C.PROMETHEUS_UNAVAILABLE
+    assert cond(kube, C.READY)["status"] == "False"  # no plan ever applied
+
+
+def _plan(total: float, tp: int) -> Plan:
+    from kvcore.planmodel import GroupPlan
+    g = GroupPlan(name="big", tp=tp, pp=1, replicas=16 // tp, gpus_per_replica=tp, kv_capacity_tokens=1.0,
+                  throughput_tokens_s=1.0, utilisation=0.1)
+    return Plan(status=PlanStatus.FEASIBLE, reason="", groups=[g],
+                objective=ObjectiveTerms(reservation=total, configuration=0, queueing=0, rejection=0, total=total))
+
+
+@pytest.mark.parametrize(
+    ("free_total", "changes", "spec_changed", "relayout"),
+    [
+        pytest.param(97.0, 0, False, False, id="gain-3pct-held"),
+        pytest.param(90.0, 0, False, True, id="gain-10pct-relayout"),
+        pytest.param(90.0, 2, False, False, id="hourly-budget-spent"),
+        pytest.param(99.0, 5, True, True, id="spec-change-always"),
+    ],
+)
+def test_disruption_policy(free_total, changes, spec_changed, relayout):
+    free, hold = _plan(free_total, 8), _plan(100.0, 4)
+    d = decide(free, hold, current={"big": (4, 1)}, min_improvement=0.05, changes_last_hour=changes, max_per_hour=2,
+               spec_changed=spec_changed)
+    assert d.relayout is relayout
+    assert d.plan is (free if relayout else hold)
+
+
+def test_current_layout_and_is_due():
+    d = dep("x")
+    assert current_layout(d, "vllm") == ((1, 1), False, None)
+    d["metadata"]["annotations"]["kvplan.io/layout"] = "tp=4,pp=2,replicas=2"
+    assert current_layout(d, "vllm")[:2] == ((4, 2), True)
+    body = {"metadata": {"generation": 2}, "status": {"observedGeneration": 2, "lastPlanTime": "2023-11-15T00:00:00Z"}}
+    assert not is_due(body, now=1700000000 + 10, interval_s=300, last_attempt=1700000000, retry_at=None)
+    assert is_due(body, now=1700000000 + 301, interval_s=300, last_attempt=1700000000, retry_at=None)
+    assert is_due(body | {"metadata": {"generation": 3}}, now=0, interval_s=300, last_attempt=None, retry_at=None)
+    assert is_due(body, now=1700000000 + 11, interval_s=300, last_attempt=1700000000, retry_at=1700000010)

@@ -99,13 +99,17 @@ def _run(workload: Workload, groups: tuple[SimGroup, ...], prep: Prepared) -> Re
 
     def boundary(r: int, c: int, t: float) -> None:
         nonlocal seq, admissions
+        # per-replica scalars in locals, stored back once
+        fx = fixed[r]
+        nf = n_fix[r]
+        sa = sa_fix[r]
+        o = n_grow[r]
+        gs = grow_sum[r]
         # 0. waste of the steps since the last boundary (first step dt1, the others dt)
         c0 = c_now[r]
         k = c - c0
         if k > 0:
-            nf = n_fix[r]
             if nf:
-                sa = sa_fix[r]
                 w1 = sa - nf * (c0 + 1)
                 total = k * sa - nf * (k * c0 + k * (k + 1) // 2)
                 waste[r] += dt_run[r] * (total - w1) + dt1_run[r] * w1
@@ -122,26 +126,24 @@ def _run(workload: Workload, groups: tuple[SimGroup, ...], prep: Prepared) -> Re
                 load[r] -= 1
                 if q in gset:
                     gset.discard(q)
-                    n_grow[r] -= 1
-                    grow_sum[r] -= inn[q] - base[q]
-                else:
-                    fixed[r] -= inn[q] + slots[q]
-                    n_fix[r] -= 1
-                    sa_fix[r] -= slots[q] + base[q]
-            else:
-                fixed[r] -= inn[q] + slots[q]
-                n_fix[r] -= 1
-                sa_fix[r] -= slots[q] + base[q]
+                    o -= 1
+                    gs -= inn[q] - base[q]
+                    continue
+            # a completing non-grower or a crossing: release the fixed holding
+            a = slots[q]
+            fx -= inn[q] + a
+            nf -= 1
+            sa -= a + base[q]
+            if kind != _DONE:
                 gset.add(q)
-                n_grow[r] += 1
-                grow_sum[r] += inn[q] - base[q]
+                o += 1
+                gs += inn[q] - base[q]
         # 2. growth: each grower takes one free slot, in admission order; without one it is preempted
-        o = n_grow[r]
         capr = cap[r]
+        dq = queues[r]
         if o:
-            free = capr - fixed[r] - grow_sum[r] - o * c
+            free = capr - fx - gs - o * c
             if free < o:
-                dq = queues[r]
                 preempted = []
                 for q in sorted(gset, key=adm_seq.__getitem__):
                     if free >= 1:
@@ -150,8 +152,8 @@ def _run(workload: Workload, groups: tuple[SimGroup, ...], prep: Prepared) -> Re
                     g = c - base[q]
                     free += inn[q] + g
                     gset.discard(q)
-                    n_grow[r] -= 1
-                    grow_sum[r] -= inn[q] - base[q]
+                    o -= 1
+                    gs -= inn[q] - base[q]
                     epoch[q] += 1
                     gen_saved[q] = g
                     preempt[q] += 1
@@ -159,15 +161,15 @@ def _run(workload: Workload, groups: tuple[SimGroup, ...], prep: Prepared) -> Re
                 preempted.reverse()
                 dq.extendleft(preempted)
         # 3. FCFS admission (memory after growth)
-        o = n_grow[r]
-        free = capr - fixed[r] - grow_sum[r] - o * (c + 1)
-        dq = queues[r]
+        free = capr - fx - gs - o * (c + 1)
         prefill = 0
         newly = None
         while dq:
             q = dq[0]
             g = gen_saved[q]
-            a = yy[q] if yy[q] > g else g + 1
+            a = yy[q]
+            if a <= g:
+                a = g + 1
             need = inn[q] + a
             if need > free:
                 break
@@ -176,14 +178,15 @@ def _run(workload: Workload, groups: tuple[SimGroup, ...], prep: Prepared) -> Re
             b = c - g
             base[q] = b
             slots[q] = a
-            fixed[r] += need
-            n_fix[r] += 1
-            sa_fix[r] += a + b
+            fx += need
+            nf += 1
+            sa += a + b
             adm_seq[q] = admissions
             admissions += 1
             ep = epoch[q]
-            heappush(h, (b + out[q], _DONE, q, ep))
-            if a < out[q]:
+            oq = out[q]
+            heappush(h, (b + oq, _DONE, q, ep))
+            if a < oq:
                 heappush(h, (b + a, _CROSS, q, ep))
             if g:
                 prefill += inn[q] + g
@@ -195,16 +198,22 @@ def _run(workload: Workload, groups: tuple[SimGroup, ...], prep: Prepared) -> Re
                     newly = [q]
                 else:
                     newly.append(q)
+        fixed[r] = fx
+        n_fix[r] = nf
+        sa_fix[r] = sa
+        n_grow[r] = o
+        grow_sum[r] = gs
         # 4. the next run
-        batch = n_fix[r] + o
-        ver[r] += 1
+        batch = nf + o
+        v = ver[r] + 1
+        ver[r] = v
         if not batch:
             if dq:
                 raise RuntimeError(f"replica {r} idle with a queue it can never admit")
             c_next[r] = -1
             return
         dt = t0[r] + t1[r] * batch
-        dt1 = dt + prefill / rate[r]
+        dt1 = dt + prefill / rate[r] if prefill else dt
         t_run[r] = t
         dt_run[r] = dt
         dt1_run[r] = dt1
@@ -212,15 +221,17 @@ def _run(workload: Workload, groups: tuple[SimGroup, ...], prep: Prepared) -> Re
             tf = t + dt1
             for q in newly:
                 first[q] = tf
-        while epoch[h[0][2]] != h[0][3]:
+        top = h[0]
+        while epoch[top[2]] != top[3]:
             heappop(h)
-        j = h[0][0] - c
+            top = h[0]
+        j = top[0] - c
         if o:
             jf = free // o + 1
             if jf < j:
                 j = jf
         c_next[r] = c + j
-        heappush(events, (t + dt1 + (j - 1) * dt, 0, seq, r, ver[r]))
+        heappush(events, (t + dt1 + (j - 1) * dt, 0, seq, r, v))
         seq += 1
 
     ai = 0

@@ -113,7 +113,7 @@ class CostSpec(BaseModel):
     c_rej: float = Field(default=5000.0, ge=0.0, allow_inf_nan=False,
                          description="Cost per rejected request. Default 5000 (paper: c_rej/c_w).")
     max_utilisation: float = Field(
-        default=0.95, gt=0.0, le=1.0,
+        default=0.95, gt=0.0, lt=1.0,
         description="Stability: offered work <= max_utilisation x service rate per group. Default 0.95 headroom.",
     )
 

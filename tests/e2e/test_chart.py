@@ -127,20 +127,21 @@ def test_template_renders(tools: Any, sets: tuple[str, ...], kinds: set[str]) ->
 @pytest.mark.parametrize(
     ("sets", "present", "absent"),
     [
-        pytest.param((), {("ClusterRole:", "apps", "deployments"): {"get", "list", "watch", "patch"},
-                          ("ClusterRole:", "kvplan.io", "kvplans/status"): {"get", "patch", "update"},
-                          ("ClusterRole:", "", "configmaps"): {"get", "list", "watch", "create", "patch"},
+        pytest.param((), {("ClusterRole:", "apps", "deployments"): {"get", "patch"},
+                          ("ClusterRole:", "kvplan.io", "kvplans"): {"get", "list", "watch", "patch"},
+                          ("ClusterRole:", "kvplan.io", "kvplans/status"): {"get", "patch"},
+                          ("ClusterRole:", "", "configmaps"): {"get", "create", "patch"},
                           ("ClusterRole:", "apiextensions.k8s.io", "customresourcedefinitions"):
                               {"get", "list", "watch"}},
                      {("ClusterRole:", "", "secrets"), ("ClusterRole:", "gateway.networking.k8s.io", "httproutes"),
                       ("ClusterRole:", "kopf.dev", "clusterkopfpeerings")}, id="defaults"),
         pytest.param((f"watchNamespaces={{{WATCHED}}}",),
-                     {(f"Role:{WATCHED}", "apps", "deployments"): {"get", "list", "watch", "patch"},
+                     {(f"Role:{WATCHED}", "apps", "deployments"): {"get", "patch"},
                       ("ClusterRole:", "", "namespaces"): {"get", "list", "watch"}},
                      {("ClusterRole:", "apps", "deployments"), ("ClusterRole:", "", "configmaps")},
                      id="namespaced-no-cluster-wide-writes"),
         pytest.param(("httpRoute.enabled=true", "peering.enabled=true"),
-                     {("ClusterRole:", "gateway.networking.k8s.io", "httproutes"): {"get", "list", "watch", "patch"},
+                     {("ClusterRole:", "gateway.networking.k8s.io", "httproutes"): {"get", "patch"},
                       ("ClusterRole:", "kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"}},
                      set(), id="httproutes-and-peering"),
     ],
@@ -154,6 +155,8 @@ def test_rbac_is_least_privilege(tools: Any, sets: tuple[str, ...], present: dic
         assert key not in rules, key
     every_verb = set().union(*rules.values())
     assert not every_verb & {"delete", "deletecollection", "*", "escalate", "bind", "impersonate"}
+    puts = sorted(key for key, verbs in rules.items() if "update" in verbs and key[2] != "kvplans/finalizers")
+    assert puts == [], "the operator and kopf only PATCH"
 
 
 def test_secret_access_is_by_name_only(tools: Any) -> None:
@@ -234,6 +237,8 @@ def as_operator(cluster: Any, installed: Path, tmp_path_factory: pytest.TempPath
         pytest.param("create", "configmaps", WATCHED, True, id="create-configmaps"),
         pytest.param("create", "events", WATCHED, True, id="create-events"),
         pytest.param("list", "horizontalpodautoscalers.autoscaling", WATCHED, True, id="list-hpas"),
+        pytest.param("get", "kvplans.kvplan.io", WATCHED, True, id="get-kvplans"),
+        pytest.param("watch", "deployments.apps", WATCHED, False, id="no-watch-deployments"),
         pytest.param("list", "scaledobjects.keda.sh", WATCHED, True, id="list-scaledobjects"),
         pytest.param("list", "customresourcedefinitions.apiextensions.k8s.io", "", True, id="list-crds"),
         pytest.param("delete", "deployments.apps", WATCHED, False, id="no-delete-deployments"),

@@ -46,49 +46,51 @@ The namespaced rules: what the operator does inside a namespace it watches. Boun
 namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Every rule names the code that needs it.
 */}}
 {{- define "kvplan-operator.namespacedRules" -}}
-# KVPlans: kopf lists and watches them, patches its bookkeeping annotations and finalizers (patch), and the
-# operator writes status through the status subresource.
+# KVPlans: kopf lists and watches them and patches its bookkeeping (annotations, finalizers); the operator reads
+# one fresh before each reconcile. Writes are PATCH only (kopf and the operator never PUT).
 - apiGroups: ["kvplan.io"]
   resources: ["kvplans"]
-  verbs: ["get", "list", "watch", "patch", "update"]
+  verbs: ["get", "list", "watch", "patch"]
+# Status: the plan, conditions and diff, as a merge patch of the status subresource.
 - apiGroups: ["kvplan.io"]
   resources: ["kvplans/status"]
-  verbs: ["get", "patch", "update"]
+  verbs: ["get", "patch"]
 # The operator's state ConfigMap is owned by its KVPlan (ownerReferences with blockOwnerDeletion); clusters that
 # enable the OwnerReferencesPermissionEnforcement admission plugin require update on the owner's finalizers.
 - apiGroups: ["kvplan.io"]
   resources: ["kvplans/finalizers"]
   verbs: ["update"]
-# Serving Deployments named in a KVPlan: read them (snapshot) and patch args, GPU limits, selectors, env, replicas.
-# No create and no delete: the operator never owns a Deployment's lifecycle.
+# Serving Deployments named in a KVPlan: read each one (snapshot) and patch args, GPU limits, selectors,
+# tolerations, env and replicas. No list/watch (the operator reads them by name), no create, no delete.
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "patch"]
-# The router ConfigMap with per-class routing weights: created on first apply, patched after.
+  verbs: ["get", "patch"]
+# The router ConfigMap and the per-KVPlan state ConfigMap (KVPLAN_RESERVE_* values): read by name, created on
+# first apply, patched after. No delete: the state ConfigMap goes with its KVPlan through ownerReferences.
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["get", "list", "watch", "create", "patch"]
-# Events on KVPlans (kopf's handler events and the operator's condition transitions).
+  verbs: ["get", "create", "patch"]
+# Events on KVPlans, posted on condition transitions.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
-# Autoscalers are only read: a Deployment targeted by an HPA or a KEDA ScaledObject keeps its replicas.
+# Autoscalers are only listed: a Deployment targeted by an HPA or a KEDA ScaledObject keeps its replicas.
 # The ScaledObject rule is needed even without KEDA: authorisation comes before the apiserver's 404, and the
 # operator treats 404 as "KEDA not installed" but 403 as an error.
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list"]
 - apiGroups: ["keda.sh"]
   resources: ["scaledobjects"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list"]
 {{- if .Values.httpRoute.enabled }}
-# Gateway API HTTPRoutes named in spec.router: the operator sets backendRef weights.
+# Gateway API HTTPRoutes named in spec.router: read by name, backendRef weights patched.
 - apiGroups: ["gateway.networking.k8s.io"]
   resources: ["httproutes"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "patch"]
 {{- end }}
 {{- with .Values.prometheus.authSecrets }}
 # Prometheus credentials: only the Secrets listed in values (prometheus.authSecrets), read-only.

@@ -60,7 +60,9 @@ MAX_MODEL_LEN = 8192
 """Largest finite histogram bucket (vLLM's 1-2-5 buckets up to max_model_len); the example uses 8192."""
 RBAC_KINDS = frozenset({"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})
 """What the demo takes from the rendered chart (the operator itself runs as a subprocess, not a pod)."""
-TERMINAL_REASONS = frozenset({"InvalidSpec", "Infeasible", "SolverError"})
+TERMINAL_REASONS = frozenset({
+    "InvalidSpec", "Infeasible", "PlannerError", "LayoutExceedsNode", "ContainerNotFound",
+})
 """Ready=False reasons that no amount of waiting fixes; the demo stops waiting on them."""
 
 CLASS_SPLIT: tuple[tuple[str, int, int | None], ...] = (

@@ -1,0 +1,97 @@
+"""Operator snapshot against a real Prometheus (Debian's 2.42) backfilled from the shared traces: the PromQL
+range query per class returns one histogram per sub-window; the History the planner gets matches the trace's
+bucketed output lengths; both the ``vllm:`` and ``vllm_`` spellings are read; a stopped Prometheus is a
+``PrometheusUnavailable``, never a crash. Needs only Prometheus/promtool (not the apiserver)."""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import pytest
+
+from kvcore.traces import build_1_2_5_buckets
+from kvplan_dev import pytest_fixtures
+from kvplan_dev.openmetrics import VLLM_UNDERSCORE, Window
+from kvplan_dev.prom import LocalPrometheus, series_from_trace
+from kvplan_operator.snapshot import PromClient, PrometheusUnavailable, observe_class, take_snapshot
+from kvplan_operator.spec import parse_spec
+
+pytestmark = pytest.mark.integration
+
+LMAX = 8192
+SPEC = {
+    "groups": [{"name": "a", "deployment": "a", "model": "llama-8b", "nodePool": {"gpuCount": 8}}],
+    "classes": [
+        {"name": "chat", "inputTokens": 1000, "maxOutputTokens": LMAX, "arrivalRate": 1.0,
+         "history": {"selector": 'model_name="chat"'}, "costs": {"preemption": 10, "waste": 1}},
+        {"name": "code", "inputTokens": 2000, "maxOutputTokens": LMAX, "arrivalRate": 1.0,
+         "history": {"selector": 'model_name="code"'}, "costs": {"preemption": 10, "waste": 1}},
+    ],
+    "prometheus": {"url": "http://placeholder", "lookback": "6h", "windows": 6},
+}
+
+
+@pytest.fixture(scope="module")
+def backfilled(traces_dir):
+    """One Prometheus with chat (vllm: spelling) and code (vllm_ spelling) over the last 6 h."""
+    server = LocalPrometheus()
+    try:
+        server.start()
+        end = time.time() - 120
+        window = Window(end_unix_s=end, duration_s=6 * 3600, step_s=30)
+        chat = series_from_trace(traces_dir / "azure2023_conv.csv", labels={"model_name": "chat"}, window=window,
+                                 max_model_len=LMAX)
+        code = series_from_trace(traces_dir / "azure2023_code.csv", labels={"model_name": "code"}, window=window,
+                                 max_model_len=LMAX, metric=VLLM_UNDERSCORE)
+        stats = server.backfill([chat, code], window)
+        yield server, end, (chat, code), stats
+    finally:
+        server.stop()
+        pytest_fixtures.STARTED.extend(server.history)
+
+
+def bucketed(values, lmax=LMAX) -> np.ndarray:
+    bounds = np.array(build_1_2_5_buckets(lmax) + [np.inf])
+    idx = np.searchsorted(bounds, np.asarray(values, dtype=float), side="left")
+    return np.minimum(bounds[idx], lmax)
+
+
+@pytest.mark.parametrize("cls_index", [pytest.param(0, id="vllm-colon"), pytest.param(1, id="vllm-underscore")])
+def test_history_matches_trace(backfilled, cls_index):
+    server, end, series, _ = backfilled
+    spec = parse_spec(copy.deepcopy(SPEC) | {"prometheus": {"url": server.url}})
+    prom = PromClient(server.url, timeout_s=10)
+    obs = observe_class(prom, spec.classes[cls_index], lookback_s=6 * 3600, windows=6, now=end)
+    truth = np.asarray(series[cls_index].output_tokens)
+    assert obs.history is not None
+    assert 5 <= obs.windows <= 6
+    # increase() extrapolates at window edges; totals agree to a few percent.
+    assert obs.requests == pytest.approx(len(truth), rel=0.05)
+    pooled = obs.history.pooled()
+    expect = bucketed(truth)
+    assert set(np.unique(pooled.values)) <= set(np.unique(expect))
+    for q in (0.5, 0.9, 0.99):
+        assert pooled.quantile(q) == pytest.approx(np.quantile(expect, q, method="inverted_cdf"), rel=0.6)
+    assert pooled.mean() == pytest.approx(expect.mean(), rel=0.1)
+
+
+def test_snapshot_and_outage(backfilled):
+    server, end, _, _ = backfilled
+
+    class NoKube:
+        def get_deployment(self, ns, name):
+            return None
+
+        def autoscaled_deployments(self, ns):
+            return {}
+
+    spec = parse_spec(copy.deepcopy(SPEC) | {"prometheus": {"url": server.url}})
+    t0 = time.perf_counter()
+    snap = take_snapshot(spec, namespace="x", prom=PromClient(server.url, timeout_s=10), kube=NoKube(), now=end)
+    assert time.perf_counter() - t0 < 2.0
+    assert all(o.history is not None for o in snap.classes.values())
+    dead = PromClient("http://127.0.0.1:9", timeout_s=1)
+    with pytest.raises(PrometheusUnavailable, match="127.0.0.1:9"):
+        take_snapshot(spec, namespace="x", prom=dead, kube=NoKube(), now=end)

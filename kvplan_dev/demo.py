@@ -402,8 +402,9 @@ def _text_report(report: Mapping[str, Any]) -> str:
         out.append(f"Router ConfigMap {NAMESPACE}/{router['name']} [{router['key']}]:")
         out += [f"  {line}" for line in router["diff"]] or ["  (unchanged)"]
     out.append("")
+    verdict = "OK" if report.get("ok") else f"FAILED: {report.get('error')}"
     out.append(f"stopped: {', '.join(report.get('stopped', [])) or '(nothing running)'}; "
-               f"total {report.get('seconds')} s; {'OK' if report.get('ok') else 'FAILED: ' + str(report.get('error'))}")
+               f"total {report.get('seconds')} s; {verdict}")
     return "\n".join(out)
 
 
@@ -483,12 +484,12 @@ def _demo(settings: Settings, report: dict[str, Any]) -> None:
             log("7/8 report ...")
             after_maps = _configmaps(cluster)
             after_deps = _deployments(cluster)
+            status = body.get("status") or {}
             report["kvplan"] = {
                 "name": name, "ready": ready.get("status", "Unknown"), "reason": ready.get("reason"),
                 "message": ready.get("message", ""), "seconds_to_ready": round(time.monotonic() - applied_at, 1),
-                "conditions": (body.get("status") or {}).get("conditions", []),
-                "plan": (body.get("status") or {}).get("plan"), "objective": (body.get("status") or {}).get("objective"),
-                "diff": (body.get("status") or {}).get("diff"), "plan_lines": _plan_lines(body),
+                "conditions": status.get("conditions", []), "plan": status.get("plan"),
+                "objective": status.get("objective"), "diff": status.get("diff"), "plan_lines": _plan_lines(body),
             }
             report["deployments"] = {}
             for dep_name, view in before.items():

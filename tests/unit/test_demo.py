@@ -74,7 +74,8 @@ def _deployment(tp: int, replicas: int, selector: dict[str, str], env: list[dict
 
 def test_view_changes_reads_like_the_patch() -> None:
     before = demo.deployment_view(_deployment(8, 2, {"gpu": "a100"}, []))
-    env = [{"name": "KVPLAN_RESERVE_CHAT", "valueFrom": {"configMapKeyRef": {"name": "s", "key": "KVPLAN_RESERVE_CHAT"}}}]
+    ref = {"configMapKeyRef": {"name": "s", "key": "KVPLAN_RESERVE_CHAT"}}
+    env = [{"name": "KVPLAN_RESERVE_CHAT", "valueFrom": ref}]
     after = demo.deployment_view(_deployment(4, 4, {"gpu": "a100", "pool": "p"}, env),
                                  configmaps={"s": {"KVPLAN_RESERVE_CHAT": "512"}})
     assert demo.view_changes(before, after) == [

@@ -4,7 +4,8 @@ Each case is replayed by both with the same seed. They must agree exactly on eve
 status, replica, preemption count and recomputed tokens; totals per class and group) and within float rounding on
 times, waste and the summary metrics (the brief allows 2%; we hold them to 1e-6 relative). The cases cover light
 load, heavy preemption storms, zero reservations, reservations above every output, prefix caching with pinned
-memory, partial admission, oversize rejections, ties in arrival times, and a burst at time 0.
+memory, partial admission, oversize rejections, ties in arrival times, and a burst at time 0; then 30 random
+small instances (1-3 classes and groups, random capacities, step times, reserves, routing and prefix caching).
 """
 
 from __future__ import annotations
@@ -146,3 +147,50 @@ def test_cases_exercise_what_they_claim(case_id: str) -> None:
     case = next(c for c in CASES if c.id == case_id)
     fast, _ = run_both(case)
     assert CASE_EXPECTS[case_id](fast)
+
+
+def random_case(seed: int) -> tuple[Workload, list[SimGroup], SimPolicy, SimConfig]:
+    """A random small instance: 1-3 classes and groups, bursts / integer ties / Poisson, any reserve."""
+    g = np.random.default_rng(seed)
+    n, n_cls, n_grp = int(g.integers(1, 200)), int(g.integers(1, 4)), int(g.integers(1, 4))
+    mode = int(g.integers(0, 3))
+    if mode == 0:
+        arrival = np.zeros(n)
+    elif mode == 1:
+        arrival = np.sort(g.integers(0, 20, n)).astype(float)
+    else:
+        arrival = np.cumsum(g.exponential(g.uniform(0.001, 0.2), n))
+    workload = Workload.from_arrays(arrival, g.integers(0, n_cls, n), g.integers(0, int(g.integers(1, 500)), n),
+                                    g.integers(1, int(g.integers(2, 500)), n), n_classes=n_cls)  # fmt: skip
+    groups = [
+        SimGroup(name=f"g{k}", replicas=int(g.integers(1, 4)), kv_capacity_tokens=int(g.integers(300, 5000)),
+                 step_time_base_s=float(g.uniform(0.001, 0.05)),
+                 step_time_per_seq_s=float(g.choice([0.0, g.uniform(0, 0.003)])),
+                 prefill_tokens_per_s=float(g.uniform(500, 20000)))
+        for k in range(n_grp)
+    ]  # fmt: skip
+    policy = SimPolicy.from_arrays(
+        g.integers(0, 300, n_cls) * g.integers(0, 2, n_cls),
+        g.dirichlet(np.ones(n_grp), size=n_cls),
+        prefix_fraction=g.uniform(0, 1, (n_cls, n_grp)) * g.integers(0, 2, (n_cls, n_grp)),
+        prefix_tokens=g.integers(0, 50, n_cls),
+        admission=g.choice([1.0, 0.5], n_cls),
+    )
+    return workload, groups, policy, SimConfig(keep_requests=True, pin_prefix_memory=bool(g.integers(0, 2)))
+
+
+RANDOM_SEEDS = list(range(1000, 1030))
+
+
+@pytest.mark.parametrize("seed", RANDOM_SEEDS, ids=[f"random-{s}" for s in RANDOM_SEEDS])
+def test_fast_matches_reference_random(seed: int) -> None:
+    workload, groups, policy, config = random_case(seed)
+    fast = simulate(workload, groups, policy, rng=np.random.default_rng(seed), config=config)
+    ref = simulate_reference(workload, groups, policy, rng=np.random.default_rng(seed), config=config)
+    assert fast.outcomes is not None and ref.outcomes is not None
+    np.testing.assert_array_equal(fast.outcomes.preemptions, ref.outcomes.preemptions)
+    np.testing.assert_array_equal(fast.outcomes.replica, ref.outcomes.replica)
+    np.testing.assert_allclose(fast.outcomes.finish_s, ref.outcomes.finish_s, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(fast.outcomes.first_token_s, ref.outcomes.first_token_s, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(fast.wasted_token_slot_seconds, ref.wasted_token_slot_seconds, rtol=1e-9, atol=1e-6)
+    assert fast.finished + fast.rejected == fast.requests

@@ -171,8 +171,9 @@ def solve_dro_lp(
         detail = f"post-solve check: y = {y_raw:g} or gamma = {g_raw:g} outside its bounds"
     y, g = min(max(y_raw, 0.0), lmax), max(g_raw, 0.0)
     obj = dro_objective(y, g, samples, cp=cp, cw=cw, lmax=lmax, eps=eps)
-    scale = max(abs(obj), abs(highs_obj), 1e-9 * max(cp, cw) * lmax)
-    if abs(obj - highs_obj) > _RECHECK_RTOL * scale:
+    # Relative tolerance, plus an absolute floor of 1e-9 of the cost scale for optima at or near zero.
+    tol = _RECHECK_RTOL * max(abs(obj), abs(highs_obj)) + 1e-9 * max(cp, cw) * lmax
+    if abs(obj - highs_obj) > tol:
         status = SolverStatus.ERROR
         detail = f"post-solve check: re-evaluated objective {obj:.9g} != HiGHS objective {highs_obj:.9g}"
     return LpSolution(y, g, obj, status, raw, highs_obj, seconds, detail)

@@ -102,8 +102,11 @@ def test_eps_zero_is_the_critical_fractile(inst: tuple[Samples, float, float, fl
     assert _close(dro.worst_case_cost, best, cp=cp, cw=cw, lmax=lmax)
     assert _close(saa.expected_cost, best, cp=cp, cw=cw, lmax=lmax)
     if s.uniform and cw > 0:
+        # numpy's inverted_cdf quantile, allowing q's last-bit round-off (q * N a hair above an integer).
         q = cp / (cp + cw)
-        assert saa.reserve_tokens == pytest.approx(np.quantile(s.values, q, method="inverted_cdf"))
+        lo = np.quantile(s.values, max(q - 1e-9, 0.0), method="inverted_cdf")
+        hi = np.quantile(s.values, q, method="inverted_cdf")
+        assert lo <= saa.reserve_tokens <= hi
 
 
 @settings(max_examples=100, deadline=None)

@@ -28,8 +28,9 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def print_json(obj: Any, stream: TextIO = sys.stdout) -> None:
-    """Print one JSON object on one line of stdout."""
+def print_json(obj: Any, stream: TextIO | None = None) -> None:
+    """Print one JSON object on one line of ``stream`` (default: the current ``sys.stdout``)."""
+    stream = stream if stream is not None else sys.stdout
     stream.write(json.dumps(_clean(obj), sort_keys=False) + "\n")
 
 
@@ -51,8 +52,9 @@ def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def progress(items: Sequence[T], label: str, stream: TextIO = sys.stderr, enabled: bool = True) -> Iterator[T]:
-    """Yield ``items`` while drawing a progress bar with elapsed time and ETA on ``stream`` (stderr)."""
+def progress(items: Sequence[T], label: str, stream: TextIO | None = None, enabled: bool = True) -> Iterator[T]:
+    """Yield ``items`` while drawing a progress bar with elapsed time and ETA on ``stream`` (default stderr)."""
+    stream = stream if stream is not None else sys.stderr
     total = len(items)
     start = time.monotonic()
     width = 28

@@ -9,8 +9,9 @@ all inputs together.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -20,6 +21,17 @@ from kvcore.errors import InputError
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+
+
+class _StepProfile(Protocol):
+    """What :meth:`SimGroup.from_profile` reads from a performance profile."""
+
+    @property
+    def kv_capacity_tokens(self) -> float: ...
+    @property
+    def step_t0_s(self) -> float: ...
+    @property
+    def step_t1_s(self) -> float: ...
 
 
 class SimGroup(BaseModel):
@@ -44,9 +56,26 @@ class SimGroup(BaseModel):
     """t0: seconds of one decode step at batch size 0 (weights read once per step)."""
     step_time_per_seq_s: float = Field(ge=0, allow_inf_nan=False)
     """t1: extra seconds per sequence in the batch (KV reads and per-token compute)."""
-    prefill_tokens_per_s: float = Field(default=8000.0, gt=0, allow_inf_nan=False)
-    """Prefill throughput of one replica, tokens/s. Default 8000: the order of a 70B model on 4 A100-80GB
-    (compute-bound prefill at ~50% MFU); pass the profile's figure when you have one."""
+    prefill_tokens_per_s: float = Field(default=4400.0, gt=0, allow_inf_nan=False)
+    """Prefill throughput of one replica, tokens/s. Default 4400: compute-bound prefill of a 70B model on 4
+    A100-80GB at 50% of peak bf16 FLOPS (4 x 0.5 x 312e12 / (2 x 70.6e9)); pass a measured figure when you have
+    one (the roofline profiles in ``kvcore.profiles`` model decode only)."""
+
+    @classmethod
+    def from_profile(
+        cls, name: str, replicas: int, profile: _StepProfile, *, prefill_tokens_per_s: float | None = None
+    ) -> SimGroup:
+        """A group whose replicas follow ``profile`` (a ``kvcore.profiles.Profile`` or anything with its
+        ``kv_capacity_tokens``, ``step_t0_s`` and ``step_t1_s``); the capacity is floored to whole tokens."""
+        extra = {} if prefill_tokens_per_s is None else {"prefill_tokens_per_s": prefill_tokens_per_s}
+        return cls(
+            name=name,
+            replicas=replicas,
+            kv_capacity_tokens=math.floor(profile.kv_capacity_tokens),
+            step_time_base_s=profile.step_t0_s,
+            step_time_per_seq_s=profile.step_t1_s,
+            **extra,
+        )
 
 
 class SimConfig(BaseModel):

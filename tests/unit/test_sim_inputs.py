@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +178,18 @@ def test_trace_without_arrivals_needs_a_rate() -> None:
     assert err.value.field == "arrival_s"
     w = workload_from_trace([1, 2], [3, 4], rate_rps=2.0, rng=np.random.default_rng(0))
     assert w.arrival_s[0] == 0.0 and w.arrival_s[1] > 0.0
+
+
+def test_group_from_profile_reads_capacity_and_step_time() -> None:
+    @dataclass(frozen=True)
+    class Prof:
+        kv_capacity_tokens: float = 1234.9
+        step_t0_s: float = 0.02
+        step_t1_s: float = 0.0003
+
+    g = SimGroup.from_profile("g", 3, Prof(), prefill_tokens_per_s=5000.0)
+    assert (g.replicas, g.kv_capacity_tokens, g.step_time_base_s, g.step_time_per_seq_s) == (3, 1234, 0.02, 0.0003)
+    assert g.prefill_tokens_per_s == 5000.0
+    assert SimGroup.from_profile("g", 1, Prof()).prefill_tokens_per_s == SimGroup(**G).prefill_tokens_per_s
+    with pytest.raises(ValidationError):
+        SimGroup.from_profile("g", 1, Prof(kv_capacity_tokens=0.0))  # an infeasible layout has no KV room

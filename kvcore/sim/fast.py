@@ -18,9 +18,12 @@ closed form. At an interesting boundary the rules are applied exactly as in the 
 two produce the same discrete dynamics; times differ only by float rounding (``t + dt1 + (j-1) dt`` here, a sum
 of step durations there).
 
-The hot loop binds everything to locals and lists and allocates one tuple per heap push; events are plain tuples
-``(time, priority, seq, replica, version)`` with stale versions skipped on pop, thresholds are
-``(step, kind, request, epoch)`` with stale epochs (preempted requests) skipped.
+The hot loop binds everything to locals and lists and allocates one tuple per heap push. Boundary events are
+plain (immutable) tuples ``(time, priority, seq, replica, version)`` keyed like the reference's, with ``seq``
+counted in this run and stale versions (a boundary moved earlier by an arrival) skipped on pop. Arrivals are
+not pushed: they are already sorted, so the loop merges them with the heap, taking a boundary first at equal
+times (the reference's priority order). Thresholds are ``(step, kind, request, epoch)``; entries of a preempted
+request carry an old epoch and are skipped.
 """
 
 from __future__ import annotations

@@ -156,3 +156,10 @@ def test_same_seed_same_result_other_seed_other_routing(sim: Callable[..., SimRe
     assert a.to_json() == b.to_json()
     assert a.outcomes is not None and c.outcomes is not None
     assert not np.array_equal(a.outcomes.group, c.outcomes.group)
+
+
+@pytest.mark.parametrize("sim", SIMULATORS, ids=SIM_IDS)
+def test_empty_workload(sim: Callable[..., SimResult]) -> None:
+    w = Workload.from_arrays([], [], [], [], n_classes=2)
+    r = run(sim, w, [group()], SimPolicy.from_arrays([1, 2], [[1.0], [1.0]]))
+    assert (r.requests, r.finished, r.goodput_rps, r.e2e.p99, r.classes[1].slo_violation_rate) == (0, 0, 0.0, None, None)

@@ -112,7 +112,11 @@ def _as_1d(value: ArrayLike, field: str, dtype: type[Any]) -> NDArray[Any]:
     if dtype is np.int64:
         frac = np.flatnonzero(arr != np.floor(arr))
         if frac.size:
-            raise InputError(f"{field}[{frac[0]}]", f"must be a whole number, got {arr[frac[0]]}")
+            raise InputError(
+                f"{field}[{frac[0]}]",
+                f"must be a whole number, got {arr[frac[0]]}",
+                hint="round scaled token counts explicitly (e.g. np.ceil) before building the workload",
+            )
         return arr.astype(np.int64)
     return arr
 

@@ -34,7 +34,8 @@ The model
   per class; every other request finishes (conservation is checked on every run).
 
 Randomness comes only from the injected ``numpy.random.Generator`` (:mod:`kvcore.sim.prepare`); no state is
-global and nothing is written to disk except by :func:`write_json` and :func:`write_class_csv`.
+global and nothing is written to disk except by :func:`write_json`, :func:`write_class_csv` and
+:func:`write_requests_csv`.
 """
 
 from kvcore.sim.fast import simulate
@@ -49,6 +50,7 @@ from kvcore.sim.result import (
     SimResult,
     write_class_csv,
     write_json,
+    write_requests_csv,
 )
 from kvcore.sim.types import SimConfig, SimGroup, SimPolicy, Workload
 from kvcore.sim.workload import resample_trace, workload_from_trace
@@ -73,4 +75,5 @@ __all__ = [
     "workload_from_trace",
     "write_class_csv",
     "write_json",
+    "write_requests_csv",
 ]

@@ -275,3 +275,28 @@ def write_class_csv(result: SimResult, path: str | Path) -> Path:
                 ]
             )  # fmt: skip
     return target
+
+
+REQUEST_COLUMNS = (
+    "request", "status", "group", "replica", "admit_s", "first_token_s", "finish_s", "preemptions",
+    "recomputed_tokens", "prefix_hit",
+)  # fmt: skip
+
+
+def write_requests_csv(result: SimResult, path: str | Path) -> Path:
+    """Write one row per request (columns :data:`REQUEST_COLUMNS`; empty where a time does not apply).
+
+    Needs a result run with ``SimConfig(keep_requests=True)``; raises ValueError otherwise.
+    """
+    out = result.outcomes
+    if out is None:
+        raise ValueError("result has no per-request outcomes: run with SimConfig(keep_requests=True)")
+    target = Path(path)
+    cols = [out.status, out.group, out.replica, out.admit_s, out.first_token_s, out.finish_s, out.preemptions,
+            out.recomputed_tokens, out.prefix_hit]  # fmt: skip
+    with target.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(REQUEST_COLUMNS)
+        for j, row in enumerate(zip(*(c.tolist() for c in cols))):
+            writer.writerow([j, *("" if isinstance(v, float) and v != v else v for v in row)])
+    return target

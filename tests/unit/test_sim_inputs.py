@@ -26,6 +26,7 @@ from kvcore.sim import (
     workload_from_trace,
     write_class_csv,
     write_json,
+    write_requests_csv,
 )
 
 G = {"name": "g", "replicas": 1, "kv_capacity_tokens": 1000, "step_time_base_s": 0.01, "step_time_per_seq_s": 0.001}
@@ -161,6 +162,11 @@ def test_json_and_writers(tmp_path: Path) -> None:
     assert json.loads(write_json(r, tmp_path / "r.json").read_text()) == data
     rows = list(csv.DictReader(write_class_csv(r, tmp_path / "c.csv").open()))
     assert [row["class"] for row in rows] == ["0", "1"] and rows[0]["finished"] == "2"
+    reqs = list(csv.DictReader(write_requests_csv(r, tmp_path / "q.csv").open()))
+    assert [q["request"] for q in reqs] == ["0", "1", "2"] and float(reqs[2]["finish_s"]) > 2.0
+    bare = simulate(_workload(), [SimGroup(**G)], _policy(), rng=np.random.default_rng(0))
+    with pytest.raises(ValueError, match="keep_requests"):
+        write_requests_csv(bare, tmp_path / "none.csv")
 
 
 def test_resample_trace_is_seeded_and_scales_rate() -> None:

@@ -65,7 +65,7 @@ class RadiusPolicy(BaseModel):
         ge=0.0,
         description=(
             "kind='drift': window-to-window W1 distance up to this many noise scales is treated as chance "
-            "(dimensionless). Default 4, so diurnal wobble does not count as drift but a step change does."
+            "(dimensionless). Default 6, so diurnal wobble does not count as drift but a step change does."
         ),
     )
 

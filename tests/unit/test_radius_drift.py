@@ -68,12 +68,13 @@ def test_stationary_history_stays_at_the_floor(seed: int) -> None:
 @pytest.mark.parametrize(
     ("scales", "min_ratio"),
     [
-        pytest.param([100.0, 100.0, 100.0, 150.0], 5.0, id="step-up-1.5x"),
+        pytest.param([100.0, 100.0, 100.0, 200.0], 5.0, id="step-up-2x"),
         pytest.param([100.0, 100.0, 100.0, 250.0], 20.0, id="step-up-2.5x"),
-        pytest.param([150.0, 150.0, 150.0, 100.0], 5.0, id="step-down"),
+        pytest.param([200.0, 200.0, 200.0, 100.0], 5.0, id="step-down-2x"),
     ],
 )
 def test_step_change_raises_the_radius(scales: list[float], min_ratio: float) -> None:
+    # 600-request windows: a 2x step is ~15 noise scales, well past drift_z = 6 (a 1.5x step is ~6, the edge).
     rng = np.random.default_rng(7)
     steady = drift_radius(_windows(rng, [scales[0]] * 4), 10_000.0)
     step = drift_radius(_windows(rng, scales), 10_000.0)

@@ -145,3 +145,41 @@ class Kube:
             reason=reason, message=message[:1024], type=type_, first_timestamp=now, last_timestamp=now, count=1,
             source=self._client.V1EventSource(component=FIELD_MANAGER), reporting_component=FIELD_MANAGER)
         self.core.create_namespaced_event(meta["namespace"], event)
+
+
+def ensure_peering(kube: Kube, *, name: str, namespaces: list[str], clusterwide: bool) -> list[str]:
+    """Make sure the kopf peering object(s) exist (kopf only patches them; when absent, replicas cannot see
+    each other). Returns one line per object: ``exists``, ``created``, or ``cannot check (403)`` when RBAC
+    allows only patch (then whoever installed the operator must create it, e.g. the Helm chart).
+    """
+    out: list[str] = []
+    targets: list[str | None] = [None] if clusterwide else list(namespaces)
+    api = kube.custom
+    for ns in targets:
+        kind = "ClusterKopfPeering" if ns is None else "KopfPeering"
+        label = f"{kind}/{name}" if ns is None else f"{kind}/{ns}/{name}"
+        body = {"apiVersion": "kopf.dev/v1", "kind": kind, "metadata": {"name": name}}
+        try:
+            try:
+                if ns is None:
+                    api.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", name)
+                else:
+                    api.get_namespaced_custom_object("kopf.dev", "v1", ns, "kopfpeerings", name)
+                out.append(f"{label}: exists")
+                continue
+            except kube._client.ApiException as exc:
+                if exc.status != 404:
+                    raise
+            if ns is None:
+                api.create_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", body)
+            else:
+                api.create_namespaced_custom_object("kopf.dev", "v1", ns, "kopfpeerings", body)
+            out.append(f"{label}: created")
+        except kube._client.ApiException as exc:
+            if exc.status == 409:
+                out.append(f"{label}: exists")
+            elif exc.status == 403:
+                out.append(f"{label}: cannot check ({exc.status}); it must exist for peering to work")
+            else:
+                raise
+    return out

@@ -38,11 +38,17 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import handlers  # registers the handlers on kopf's default registry
 
+    from .kube import ensure_peering
+
     memo = kopf.Memo()
     memo.runtime = handlers.default_runtime(handlers.Config(metrics_port=args.metrics_port))
     kopf.configure(verbose=args.verbose)
     priority = args.priority if args.priority is not None else random.SystemRandom().randint(1, 2**30)
     clusterwide = args.all_namespaces or not args.namespace
+    if not args.standalone:
+        for line in ensure_peering(memo.runtime.deps.kube, name=args.peering, namespaces=args.namespace,
+                                   clusterwide=clusterwide):
+            print(f"kvplan-operator: peering {line}; priority {priority}", file=sys.stderr, flush=True)
     asyncio.run(kopf.operator(
         standalone=args.standalone,
         priority=priority,

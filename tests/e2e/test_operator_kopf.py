@@ -1,0 +1,133 @@
+"""The operator under kopf on the real local control plane and a real backfilled Prometheus:
+
+- in-process with ``kopf.testing.KopfRunner``: a KVPlan becomes Ready and the Deployments carry the plan; more
+  backfilled traffic -> the next **timer** re-plan changes the router weights; stopping and restarting the
+  operator (resume) converges without rewriting the Deployments;
+- two ``kvplan-operator`` processes with kopf peering (distinct priorities): only one acts, the other pauses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kvplan_dev.pytest_fixtures import (  # noqa: F401 - fixtures registered by name
+    cluster,
+    control_plane_tools,
+    kube_api,
+    namespace,
+    prometheus,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+from test_operator_reconcile import backfill, kvplan_spec, router_weights, setup, versions  # noqa: E402
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+
+
+def wait_for(predicate, timeout_s: float, what: str, step_s: float = 0.5):
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(step_s)
+    pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture
+def operator_env(cluster, monkeypatch):
+    cluster.kubectl("apply", "-f", str(REPO / "crds"))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/kvplans.kvplan.io")
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    monkeypatch.setenv("KVPLAN_TIMER_TICK_S", "2")
+    monkeypatch.setenv("KVPLAN_BACKOFF_BASE_S", "2")
+    return cluster
+
+
+def ready(kube, ns):
+    body = kube.get_kvplan(ns, "fleet") or {}
+    conds = {c["type"]: c for c in body.get("status", {}).get("conditions", [])}
+    return conds.get("Ready", {}).get("status") == "True" and body
+
+
+def test_kopf_runner_plans_replans_and_resumes(operator_env, kube_api, namespace, prometheus, traces_dir):
+    from kopf.testing import KopfRunner
+
+    from kvplan_operator.kube import Kube
+
+    kube = Kube(kube_api)
+    backfill(prometheus, traces_dir)
+    spec = kvplan_spec(prometheus.url)
+    spec["replan"] = {"interval": "5s"}
+    setup(kube_api, namespace, spec)
+    args = ["run", "-m", "kvplan_operator.handlers", "--namespace", namespace, "--standalone"]
+    with KopfRunner(args, timeout=120) as runner:
+        body = wait_for(lambda: ready(kube, namespace), 90, "KVPlan Ready")
+        g = body["status"]["plan"]["groups"]["pool-a"]
+        dep = kube.get_deployment(namespace, "vllm-a")
+        vllm = dep["spec"]["template"]["spec"]["containers"][0]
+        assert vllm["args"][vllm["args"].index("--tensor-parallel-size") + 1] == str(g["tp"])
+        w0 = router_weights(kube, namespace)
+        backfill(prometheus, traces_dir, burst=1)
+        w1 = wait_for(lambda: (w := router_weights(kube, namespace)) != w0 and w, 90, "timer re-plan to move weights")
+        assert w1 != w0
+    assert runner.exception is None, runner.stdout
+    assert runner.exit_code == 0, runner.stdout
+    assert "reconcile (timer)" in runner.stdout
+    before = versions(kube, namespace)
+    first_plan_time = kube.get_kvplan(namespace, "fleet")["status"]["lastPlanTime"]
+    with KopfRunner(args, timeout=120) as runner2:
+        wait_for(lambda: kube.get_kvplan(namespace, "fleet")["status"]["lastPlanTime"] != first_plan_time, 60,
+                 "a re-plan after restart")
+    assert runner2.exception is None, runner2.stdout
+    assert "reconcile (resume)" in runner2.stdout
+    after = versions(kube, namespace)
+    assert after["vllm-a"] == before["vllm-a"] and after["vllm-b"] == before["vllm-b"]
+
+
+def test_two_replicas_only_one_acts(operator_env, kube_api, namespace, prometheus, traces_dir, tmp_path):
+    from kvplan_operator.kube import Kube
+
+    kube = Kube(kube_api)
+    backfill(prometheus, traces_dir)
+    setup(kube_api, namespace, kvplan_spec(prometheus.url))
+    env = dict(os.environ, PYTHONSAFEPATH="1")
+    exe = str(Path(sys.executable).parent / "kvplan-operator")
+    procs = {}
+    try:
+        for prio in (100, 50):
+            log = (tmp_path / f"op{prio}.log").open("w")
+            procs[prio] = (subprocess.Popen([exe, "--namespace", namespace, "--priority", str(prio),
+                                             "--metrics-port", "0", "--verbose"],
+                                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path), log)
+            time.sleep(3 if prio == 100 else 0)
+        wait_for(lambda: ready(kube, namespace), 90, "KVPlan Ready under two replicas")
+        time.sleep(8)  # a few timer ticks for the paused one to misbehave, if it would
+    finally:
+        for proc, log in procs.values():
+            proc.send_signal(signal.SIGTERM)
+        for proc, log in procs.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            log.close()
+    high = (tmp_path / "op100.log").read_text()
+    low = (tmp_path / "op50.log").read_text()
+    assert "KopfPeering" in high and "reconcile (" in high, high[-3000:]
+    assert "Pausing operations in favour of" in low, low[-3000:]
+    assert "reconcile (" not in low, low[-3000:]
+    peering = kube.custom.get_namespaced_custom_object("kopf.dev", "v1", namespace, "kopfpeerings", "kvplan")
+    assert peering["metadata"]["name"] == "kvplan"
+    json.dumps(peering)

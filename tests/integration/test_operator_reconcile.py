@@ -1,0 +1,340 @@
+"""The operator's reconcile on the real local control plane (etcd + kube-apiserver) and a real Prometheus
+backfilled from the shared Azure traces, called directly (the kopf wiring is in tests/e2e):
+
+- CRD + two Deployments on two node pools + a KVPlan -> the Deployments carry the planned TP/PP args, GPU limits,
+  pool selectors/tolerations and reservation env; the router ConfigMap has per-class weights; status Ready;
+- more backfilled traffic -> the next re-plan changes the router weights;
+- DryRun changes nothing in the cluster; a schema violation is refused by the apiserver (CEL and ranges);
+- Prometheus stopped -> Degraded, nothing changed; a crash mid-apply -> the next reconcile converges and the one
+  after writes nothing; a missing Deployment (or one in another namespace) -> condition, nothing applied;
+- an HPA on a Deployment -> replicas left alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from kvcore.planner import plan
+from kvplan_dev.openmetrics import Window
+from kvplan_dev.prom import series_from_trace
+from kvplan_operator import conditions as C
+from kvplan_operator.kube import Kube
+from kvplan_operator.reconcile import Deps, reconcile
+from kvplan_operator.snapshot import PromClient
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+LMAX = 8192
+HOUR = 3600
+
+
+def kvplan_spec(prom_url: str, mode: str = "Apply") -> dict:
+    rate = 'sum(rate({{__name__=~"vllm[:_]request_generation_tokens_count", model_name="{m}"}}[1h]))'
+    return {
+        "mode": mode,
+        "groups": [
+            {"name": "pool-a", "deployment": "vllm-a", "container": "vllm", "model": "llama-70b",
+             "nodePool": {"gpuCount": 8, "nodeSelector": {"kvplan.io/pool": "a"}},
+             "layouts": [{"tp": 4}, {"tp": 8}]},
+            {"name": "pool-b", "deployment": "vllm-b", "container": "vllm", "model": "llama-70b",
+             "nodePool": {"gpuCount": 4, "tolerations": [{"key": "pool-b", "operator": "Exists",
+                                                          "effect": "NoSchedule"}]},
+             "layouts": [{"tp": 4}, {"tp": 2, "pp": 2}]},
+        ],
+        "classes": [
+            {"name": "chat", "inputTokens": 1000, "maxOutputTokens": LMAX, "arrivalRateQuery": rate.format(m="chat"),
+             "history": {"selector": 'model_name="chat"', "minSamples": 50}, "costs": {"preemption": 10, "waste": 1}},
+            {"name": "code", "inputTokens": 2000, "maxOutputTokens": LMAX, "arrivalRateQuery": rate.format(m="code"),
+             "history": {"selector": 'model_name="code"', "minSamples": 50}, "costs": {"preemption": 10, "waste": 1}},
+        ],
+        "prometheus": {"url": prom_url, "lookback": "6h", "windows": 6, "timeoutSeconds": 5},
+        "router": {"configMap": {"name": "llm-router"}},
+        "replan": {"interval": "30s"},
+    }
+
+
+def deployment(name: str) -> dict:
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "replicas": 1, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [
+                {"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+                 "args": ["--model", "meta-llama/Llama-3.1-70B-Instruct", "--tensor-parallel-size", "1",
+                          "--gpu-memory-utilization", "0.9"],
+                 "env": [{"name": "HF_HOME", "value": "/models"}]},
+                {"name": "metrics-sidecar", "image": "busybox"}]}},
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def crd(cluster):
+    cluster.kubectl("apply", "-f", str(REPO / "crds" / "kvplans.kvplan.io.yaml"))
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/kvplans.kvplan.io")
+    return True
+
+
+@pytest.fixture
+def kube(kube_api) -> Kube:
+    return Kube(kube_api)
+
+
+def backfill(prometheus, traces_dir, *, burst: float = 0.0) -> float:
+    """6 h of chat (Azure conv) and code (Azure code) history; ``burst``: extra chat copies in the last hour."""
+    end = time.time() - 90
+    window = Window(end_unix_s=end, duration_s=6 * HOUR, step_s=30)
+    series = [
+        series_from_trace(traces_dir / "azure2023_conv.csv", labels={"model_name": "chat", "engine": "0"},
+                          window=window, max_model_len=LMAX),
+        series_from_trace(traces_dir / "azure2023_code.csv", labels={"model_name": "code", "engine": "0"},
+                          window=window, max_model_len=LMAX),
+    ]
+    for i in range(int(burst)):
+        series.append(series_from_trace(traces_dir / "azure2023_conv.csv",
+                                        labels={"model_name": "chat", "engine": f"burst{i}"}, window=window,
+                                        max_model_len=LMAX, offset_s=5 * HOUR))
+    prometheus.backfill(series, window)
+    return end
+
+
+def setup(kube_api, namespace, spec, *, deployments=("vllm-a", "vllm-b")) -> dict:
+    from kubernetes import client
+
+    apps = client.AppsV1Api(kube_api)
+    for d in deployments:
+        apps.create_namespaced_deployment(namespace, deployment(d))
+    return client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
+        "kvplan.io", "v1alpha1", namespace, "kvplans",
+        {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan", "metadata": {"name": "fleet"}, "spec": spec})
+
+
+def fetch(kube: Kube, namespace: str) -> dict:
+    body = kube.get_kvplan(namespace, "fleet")
+    assert body is not None
+    return body
+
+
+def run(kube: Kube, namespace: str, **kw) -> object:
+    deps = Deps(kube=kube, prom_factory=lambda url, t, tok: PromClient(url, timeout_s=t, token=tok), planner=plan,
+                backoff_base_s=1.0, **kw)
+    return reconcile(fetch(kube, namespace), deps)
+
+
+def cond(body: dict, type_: str) -> dict:
+    c = C.find(body.get("status", {}).get("conditions", []), type_)
+    assert c is not None, (type_, body.get("status"))
+    return dict(c)
+
+
+def versions(kube: Kube, namespace: str) -> dict:
+    out = {}
+    for d in ("vllm-a", "vllm-b"):
+        body = kube.get_deployment(namespace, d)
+        out[d] = body["metadata"]["resourceVersion"] if body else None
+    for cm in ("llm-router", "fleet-kvplan"):
+        body = kube.get_configmap(namespace, cm)
+        out[cm] = body["metadata"]["resourceVersion"] if body else None
+    return out
+
+
+def router_weights(kube: Kube, namespace: str) -> dict:
+    cm = kube.get_configmap(namespace, "llm-router")
+    assert cm is not None
+    doc = json.loads(cm["data"]["routing.json"])
+    return {c: v["weights"] for c, v in doc["classes"].items()} | {"_admit": {c: v["admit"] for c, v in doc["classes"].items()}}
+
+
+def test_apply_plan_to_two_pools(crd, kube_api, kube, namespace, prometheus, traces_dir):
+    backfill(prometheus, traces_dir)
+    setup(kube_api, namespace, kvplan_spec(prometheus.url))
+    out = run(kube, namespace)
+    assert out.ok, out
+    body = fetch(kube, namespace)
+    assert cond(body, C.READY)["status"] == "True", body["status"]
+    assert cond(body, C.APPLIED)["reason"] == C.APPLY_SUCCEEDED
+    st = body["status"]
+    assert st["observedGeneration"] == body["metadata"]["generation"] and st["lastPlanTime"]
+    for group, dep_name in (("pool-a", "vllm-a"), ("pool-b", "vllm-b")):
+        g = st["plan"]["groups"][group]
+        d = kube.get_deployment(namespace, dep_name)
+        pod = d["spec"]["template"]["spec"]
+        vllm = next(c for c in pod["containers"] if c["name"] == "vllm")
+        args = vllm["args"]
+        assert args[args.index("--tensor-parallel-size") + 1] == str(g["tp"])
+        assert args[args.index("--pipeline-parallel-size") + 1] == str(g["pp"])
+        assert args[:2] == ["--model", "meta-llama/Llama-3.1-70B-Instruct"] and "--gpu-memory-utilization" in args
+        assert vllm["resources"]["limits"]["nvidia.com/gpu"] == str(g["tp"] * g["pp"])
+        assert d["spec"]["replicas"] == g["replicas"]
+        env = {e["name"]: e for e in vllm["env"]}
+        assert env["HF_HOME"]["value"] == "/models"
+        assert env["KVPLAN_RESERVE_CHAT"]["valueFrom"]["configMapKeyRef"] == {"name": "fleet-kvplan",
+                                                                              "key": "KVPLAN_RESERVE_CHAT"}
+        assert d["metadata"]["annotations"]["kvplan.io/owner"] == f"{namespace}/fleet"
+        assert [c["name"] for c in pod["containers"]] == ["vllm", "metrics-sidecar"]
+        if group == "pool-a":
+            assert pod["nodeSelector"] == {"kvplan.io/pool": "a"}
+        else:
+            assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+            assert pod["tolerations"] == [{"key": "pool-b", "operator": "Exists", "effect": "NoSchedule"}]
+    state = kube.get_configmap(namespace, "fleet-kvplan")["data"]
+    assert state["KVPLAN_RESERVE_CHAT"] == str(st["plan"]["classes"]["chat"]["reserveTokens"])
+    weights = router_weights(kube, namespace)
+    for c in ("chat", "code"):
+        assert weights[c] == pytest.approx(st["plan"]["classes"][c]["routing"], abs=1e-3)
+    assert st["plan"]["classes"]["chat"]["samples"] > 1000 and st["objective"]["total"] > 0
+    before = versions(kube, namespace)
+    again = run(kube, namespace)
+    assert again.ok and again.changed == [] and versions(kube, namespace) == before
+
+
+def test_more_traffic_changes_weights(crd, kube_api, kube, namespace, prometheus, traces_dir):
+    backfill(prometheus, traces_dir)
+    setup(kube_api, namespace, kvplan_spec(prometheus.url))
+    assert run(kube, namespace).ok
+    w0 = router_weights(kube, namespace)
+    rate0 = fetch(kube, namespace)["status"]["plan"]["classes"]["chat"]["arrivalRate"]
+    backfill(prometheus, traces_dir, burst=1)  # a second copy of the chat trace squeezed into the last hour
+    out = run(kube, namespace)
+    assert out.ok, out
+    body = fetch(kube, namespace)
+    assert body["status"]["plan"]["classes"]["chat"]["arrivalRate"] > 5 * rate0
+    w1 = router_weights(kube, namespace)
+    assert w1 != w0, (w0, w1)
+    assert body["status"]["diff"] is not None
+
+
+def test_dry_run_changes_nothing(crd, kube_api, kube, namespace, prometheus, traces_dir):
+    backfill(prometheus, traces_dir)
+    setup(kube_api, namespace, kvplan_spec(prometheus.url, mode="DryRun"))
+    before = versions(kube, namespace)
+    assert run(kube, namespace).ok
+    assert versions(kube, namespace) == before
+    body = fetch(kube, namespace)
+    assert cond(body, C.APPLIED)["reason"] == C.DRY_RUN and body["status"]["plan"]["groups"]["pool-a"]["tp"] >= 1
+
+
+@pytest.mark.parametrize(
+    ("mutate", "needle"),
+    [
+        pytest.param(lambda s: s["classes"][0].update(slo={"mu": 1, "sigma": 1, "lambda": 10}), "exactly one of costs",
+                     id="costs-and-slo"),
+        pytest.param(lambda s: s["groups"][0].update(layouts=[{"tp": 3}]), "tp", id="tp-enum"),
+        pytest.param(lambda s: s["groups"][0]["nodePool"].update(gpuCount=0), "gpuCount", id="gpu-count-range"),
+        pytest.param(lambda s: s.update(mode="Sometimes"), "mode", id="mode-enum"),
+        pytest.param(lambda s: s.update(robustness={"policy": "absolute"}), "policy absolute needs eps",
+                     id="absolute-without-eps"),
+        pytest.param(lambda s: s["groups"][1].update(name="pool-a"), "unique", id="duplicate-group"),
+        pytest.param(lambda s: s.pop("prometheus"), "prometheus", id="missing-prometheus"),
+    ],
+)
+def test_schema_violation_refused_by_apiserver(crd, kube_api, namespace, mutate, needle):
+    from kubernetes import client
+
+    spec = kvplan_spec("http://127.0.0.1:9")
+    mutate(spec)
+    with pytest.raises(client.ApiException) as info:
+        client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
+            "kvplan.io", "v1alpha1", namespace, "kvplans",
+            {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan", "metadata": {"name": "bad"}, "spec": spec})
+    assert info.value.status == 422
+    assert needle in info.value.body
+
+
+def test_defaults_applied_by_apiserver(crd, kube_api, kube, namespace):
+    spec = kvplan_spec("http://127.0.0.1:9")
+    del spec["groups"][0]["layouts"]
+    setup(kube_api, namespace, spec, deployments=())
+    s = fetch(kube, namespace)["spec"]
+    assert s["groups"][0]["layouts"] == [{"tp": 1, "pp": 1}, {"tp": 2, "pp": 1}, {"tp": 4, "pp": 1}, {"tp": 8, "pp": 1}]
+    assert s["groups"][1]["nodePool"]["gpuType"] == "A100-80GB" and s["groups"][1]["nodePool"]["gpusPerNode"] == 8
+    assert s["costs"] == {"kappa": 0.2, "cSlo": 5, "cRej": 5000} and s["replan"]["minImprovement"] == 0.05
+    assert s["robustness"] == {"policy": "drift"}
+
+
+def test_prometheus_stopped_degraded_nothing_changed(crd, kube_api, kube, namespace, prometheus, traces_dir):
+    backfill(prometheus, traces_dir)
+    setup(kube_api, namespace, kvplan_spec(prometheus.url))
+    assert run(kube, namespace).ok
+    before = versions(kube, namespace)
+    good = fetch(kube, namespace)["status"]["lastGoodPlan"]
+    prometheus.stop(remove=False)
+    out = run(kube, namespace)
+    assert not out.ok and out.reason == C.PROMETHEUS_UNAVAILABLE and out.retry_after is not None
+    body = fetch(kube, namespace)
+    assert cond(body, C.DEGRADED)["status"] == "True" and cond(body, C.DEGRADED)["reason"] == C.PROMETHEUS_UNAVAILABLE
+    assert cond(body, C.READY)["status"] == "True"  # the last good plan is still in force
+    assert body["status"]["lastGoodPlan"] == good
+    assert versions(kube, namespace) == before
+    prometheus.start()
+    assert run(kube, namespace).ok
+    assert cond(fetch(kube, namespace), C.DEGRADED)["status"] == "False"
+
+
+class CrashAfterFirstDeployment(Kube):
+    """The operator process dies right after its first Deployment patch (before status)."""
+
+    def patch_deployment(self, namespace, name, patch):
+        super().patch_deployment(namespace, name, patch)
+        raise SystemExit("operator killed mid-apply")
+
+
+def test_restart_mid_apply_converges(crd, kube_api, kube, namespace, prometheus, traces_dir):
+    backfill(prometheus, traces_dir)
+    setup(kube_api, namespace, kvplan_spec(prometheus.url))
+    with pytest.raises(SystemExit):
+        run(CrashAfterFirstDeployment(kube_api), namespace)
+    assert "status" not in fetch(kube, namespace) or not fetch(kube, namespace)["status"].get("plan")
+    out = run(kube, namespace)  # the restarted operator
+    assert out.ok, out
+    assert not any(c.startswith("Deployment/vllm-a") for c in out.changed), out.changed  # already done
+    body = fetch(kube, namespace)
+    for group, dep_name in (("pool-a", "vllm-a"), ("pool-b", "vllm-b")):
+        g = body["status"]["plan"]["groups"][group]
+        ann = kube.get_deployment(namespace, dep_name)["metadata"]["annotations"]["kvplan.io/layout"]
+        assert ann == f"tp={g['tp']},pp={g['pp']},replicas={g['replicas']}"
+    before = versions(kube, namespace)
+    assert run(kube, namespace).changed == [] and versions(kube, namespace) == before
+
+
+def test_missing_deployment_and_other_namespace(crd, kube_api, kube, namespace, prometheus, traces_dir):
+    from kubernetes import client
+
+    backfill(prometheus, traces_dir)
+    other = f"{namespace}-other"
+    client.CoreV1Api(kube_api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=other)))
+    client.AppsV1Api(kube_api).create_namespaced_deployment(other, deployment("vllm-b"))
+    setup(kube_api, namespace, kvplan_spec(prometheus.url), deployments=("vllm-a",))
+    before = versions(kube, namespace)
+    other_rv = kube.get_deployment(other, "vllm-b")["metadata"]["resourceVersion"]
+    out = run(kube, namespace)
+    assert out.reason == C.DEPLOYMENT_MISSING
+    body = fetch(kube, namespace)
+    assert cond(body, C.READY)["reason"] == C.DEPLOYMENT_MISSING
+    assert f"vllm-b not found in namespace {namespace}" in cond(body, C.READY)["message"]
+    assert versions(kube, namespace) == before
+    assert kube.get_deployment(other, "vllm-b")["metadata"]["resourceVersion"] == other_rv
+    client.CoreV1Api(kube_api).delete_namespace(other)
+
+
+def test_hpa_keeps_replicas(crd, kube_api, kube, namespace, prometheus, traces_dir):
+    from kubernetes import client
+
+    backfill(prometheus, traces_dir)
+    client.AutoscalingV2Api(kube_api).create_namespaced_horizontal_pod_autoscaler(namespace, {
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "vllm-a"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "vllm-a"},
+                 "minReplicas": 1, "maxReplicas": 4}})
+    setup(kube_api, namespace, kvplan_spec(prometheus.url))
+    assert run(kube, namespace).ok
+    body = fetch(kube, namespace)
+    assert kube.get_deployment(namespace, "vllm-a")["spec"]["replicas"] == 1
+    assert body["status"]["plan"]["groups"]["pool-a"]["replicasManagedBy"] == "HorizontalPodAutoscaler/vllm-a"
+    assert any("replicas left to HorizontalPodAutoscaler/vllm-a" in n for n in body["status"]["plan"]["notes"])

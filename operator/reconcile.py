@@ -205,6 +205,7 @@ def reconcile(body: Mapping[str, Any], deps: Deps) -> Outcome:
     if few:
         return run.fail(C.TOO_FEW_SAMPLES, "too few samples in the lookback for class " + ", ".join(few),
                         temporary=True, degraded=True)
+    run.cond(C.DEGRADED, False, C.HEALTHY, "Prometheus answered; every class has enough samples")
     return _plan_and_apply(run, spec, snap)
 
 
@@ -295,6 +296,7 @@ def _plan_and_apply(run: _Run, spec: KVPlanSpec, snap: Snapshot) -> Outcome:
         else:
             p = build_httproute_patch(route, ref=spec.router.http_route, spec=spec, classes=ct, rates=rates)
             route_patch = (spec.router.http_route.name, p) if p else None
+    run.cond(C.PLANNED, True, C.PLAN_SUCCEEDED, f"{plan.status.value}: {plan.reason}")
     # 5. apply --------------------------------------------------------------------------------------------------
     run.st["plan"] = plan_body(plan, snapshot=snap, targets=gt, autoscalers=autos, decision=decision.reason,
                                notes=notes)
@@ -332,8 +334,6 @@ def _plan_and_apply(run: _Run, spec: KVPlanSpec, snap: Snapshot) -> Outcome:
     run.st["plannedGeneration"] = run.gen
     run.st["consecutiveFailures"] = 0
     run.st.pop("lastError", None)
-    run.cond(C.PLANNED, True, C.PLAN_SUCCEEDED, f"{plan.status.value}: {plan.reason}")
-    run.cond(C.DEGRADED, False, C.HEALTHY, "Prometheus and samples OK")
     objective = plan.objective.total if plan.objective else float("nan")
     run.cond(C.READY, True, C.DRY_RUN if spec.mode == "DryRun" else C.RECONCILED,
              f"objective {objective:.6g}/s; {decision.reason}")

@@ -1,0 +1,407 @@
+"""Regenerate ``docs/results.md`` and ``docs/img/*.png``: the paper's tables, reproduced on the shared traces.
+
+    python benchmarks/paper_tables.py [--traces DIR] [--out docs] [--seeds 3] [--quick]
+
+1. Table II/IV style: cost across rho on every shared trace, every policy (split protocol, no shift).
+2. P99 latency and SLO violation at rho = 10 from the simulator (:mod:`kvcore.evaluate.simulate`'s fleet).
+3. Issue 5's gm table: SAA, DRO eps = 0.15 E (paper), DRO eps = 0.02 E, P95, P99 and the new default, split and
+   rolling x shift 1.0 / 1.5 / 2.5, on the traces with timestamps and, separately, on the one without.
+4. Table V style ablation of the joint planner (:mod:`ablation` beside this file) under a 2.5x shift.
+
+Everything is measured in this one run; ratios compare numbers from the same run. ``--quick`` uses fewer rho and
+shift values (for a smoke test), never for the committed results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from ablation import ABLATION_NOTES, run_ablation  # noqa: E402
+
+from kvcore.evaluate import (  # noqa: E402
+    DEFAULT_METHODS,
+    Cell,
+    DEFAULT_RHOS,
+    DEFAULT_SHIFTS,
+    Evaluation,
+    SimFleet,
+    evaluate,
+    gm_markdown,
+    ratio_cells,
+)
+from kvcore.radius import DEFAULT_RADIUS  # noqa: E402
+from kvcore.traces import load_trace  # noqa: E402
+
+Cells = dict[tuple[str, float], dict[str, Cell]]
+GM_TABLE = ("saa", "dro-paper", "dro-0.02", "p95", "p99", "default")
+GM_LABELS = {
+    "saa": "SAA (critical fractile)", "dro-paper": "DRO, eps = 0.15 E[xi] (paper)", "dro-0.02": "DRO, eps = 0.02 E[xi]",
+    "p95": "P95", "p99": "P99", "default": "**default: DRO, drift radius (new)**",
+}
+ISSUE5_REPORTED = """| policy | split 1.0 | split 1.5 | split 2.5 | rolling 1.0 | rolling 1.5 | rolling 2.5 |
+|---|---|---|---|---|---|---|
+| SAA (critical fractile) | 1.00 | 1.63 | 3.03 | 1.00 | 1.00 | 1.04 |
+| DRO, eps = 0.15 E[xi] (paper) | 1.20 | 1.17 | 1.31 | 1.24 | 1.19 | 1.08 |
+| DRO, eps = 0.02 E[xi] | 1.04 | 1.35 | 2.09 | 1.02 | 1.03 | 1.04 |
+| P95 | 1.25 | 1.87 | 3.10 | 1.23 | 1.24 | 1.29 |
+| P99 | 1.54 | 1.44 | 2.08 | 1.53 | 1.48 | 1.33 |"""
+PAPER_TABLE_IV = """| method | rho=2 | rho=10 | rho=100 | P99 (s) @10 | SLO viol. @10 |
+|---|---|---|---|---|---|
+| DRO (ours) | 1,270 | 3,083 | 4,807 | 11.47 | 15.6% |
+| P90 | 1,852 | 3,095 | 17,080 | 11.39 | 14.8% |
+| P95 | 2,890 | 3,320 | 8,153 | 12.50 | 23.2% |
+| P99 | 4,308 | 4,349 | 4,811 | 17.12 | 33.7% |
+| Mean | 1,275 | 4,666 | 42,811 | 12.03 | 21.7% |
+| Max | 4,752 | 4,756 | 4,807 | 19.04 | 36.7% |
+| LP+1sigma | 1,729 | 3,143 | 19,055 | 11.30 | 13.2% |
+| LP+2sigma | 2,615 | 3,207 | 9,865 | 11.80 | 18.0% |"""
+
+
+def _run_all(paths: Sequence[Path], rhos: Sequence[float], shifts: Sequence[float]) -> list[Evaluation]:
+    evs = []
+    for p in paths:
+        tr = load_trace(p)
+        for proto in ("split", "rolling"):
+            if proto == "rolling" and not tr.has_timestamps:
+                continue
+            t0 = time.perf_counter()
+            evs.append(evaluate(tr, protocol=proto, rhos=rhos, shifts=shifts, methods=DEFAULT_METHODS))
+            print(f"  {p.name} {proto}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    return evs
+
+
+def _oracle_bound(paths: Sequence[Path], evs: list[Evaluation], shifts: Sequence[float]) -> dict[bool, list[float]]:
+    """Split protocol: the best worst-level gm any shift-blind rule could reach, found *with the test data*.
+
+    Per (trace, rho) one reserve y serves every shift level (the training half is the same). For weights w on
+    the levels, each scenario takes the y on a 400-point grid over [0, L_max] minimising the w-weighted sum of
+    log(cost / best listed policy); the result is the level gms of those choices, and we keep the weights whose
+    worst level is smallest (a Lagrangian search: achievable, so an upper bound on the true optimum)."""
+    import itertools
+
+    import numpy as np
+
+    from kvcore.evaluate import request_cost, split_episodes
+
+    best = {(r.trace, r.rho, r.shift): min(x.cost for x in ev.rows if x.rho == r.rho and x.shift == r.shift
+                                            and x.method in GM_TABLE)
+            for ev in evs if ev.protocol == "split" for r in ev.rows}
+    mats: dict[bool, list[np.ndarray]] = {True: [], False: []}
+    for p in paths:
+        tr = load_trace(p)
+        lmax = float(tr.output_tokens.max())
+        grid = np.linspace(0.0, lmax, 400)
+        tests = [split_episodes(tr, shift=s, lmax=lmax)[0].test_outputs for s in shifts]
+        for rho in sorted({r for (t, r, _s) in best if t == p.name}):
+            m = np.array([[math.log(float(request_cost(y, xs, rho).mean()) / best[(p.name, rho, s)]) for y in grid]
+                          for xs, s in zip(tests, shifts)])
+            mats[tr.has_timestamps].append(m)
+    out: dict[bool, list[float]] = {}
+    steps = np.linspace(0.0, 1.0, 21)
+    for key, ms in mats.items():
+        if not ms:
+            continue
+        top: list[float] | None = None
+        for w in itertools.product(steps, repeat=len(shifts) - 1):
+            if sum(w) > 1 + 1e-9:
+                continue
+            wv = np.array([*w, 1.0 - sum(w)])
+            tot = np.mean(np.stack([m[:, int(np.argmin(wv @ m))] for m in ms]), axis=0)
+            g = [math.exp(v) for v in tot]
+            if top is None or max(g) < max(top):
+                top = g
+        assert top is not None
+        out[key] = top
+    return out
+
+
+def _cost_tables(evs: list[Evaluation]) -> str:
+    out = []
+    for ev in evs:
+        if ev.protocol != "split":
+            continue
+        rhos = sorted({r.rho for r in ev.rows})
+        cell = {(r.rho, r.method): r.cost for r in ev.rows if r.shift == 1.0}
+        out.append(f"**{ev.trace}** ({ev.requests} requests, L_max = {ev.lmax:g}): mean cost per request, token "
+                   "slots (best per column in bold).\n")
+        out.append("| policy | " + " | ".join(f"rho={r:g}" for r in rhos) + " | max / min over rho |")
+        out.append("|---|" + "---|" * (len(rhos) + 1))
+        best = {r: min(cell[(r, m)] for m in DEFAULT_METHODS) for r in rhos}
+        for m in DEFAULT_METHODS:
+            vals = [cell[(r, m)] for r in rhos]
+            txt = [f"**{v:.4g}**" if v == best[r] else f"{v:.4g}" for v, r in zip(vals, rhos)]
+            out.append(f"| {m} | " + " | ".join(txt) + f" | {max(vals) / min(vals):.1f}x |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _regret_table(evs: list[Evaluation]) -> str:
+    """In-distribution (split, shift 1.0): gm over traces of cost / best-of-all-policies, per rho."""
+    rhos = sorted({r.rho for ev in evs for r in ev.rows})
+    logs: dict[tuple[str, float], list[float]] = {}
+    for ev in evs:
+        if ev.protocol != "split":
+            continue
+        for rho in rhos:
+            rows = [r for r in ev.rows if r.rho == rho and r.shift == 1.0]
+            best = min(r.cost for r in rows)
+            for r in rows:
+                logs.setdefault((r.method, rho), []).append(math.log(r.cost / best))
+    lines = ["| policy | " + " | ".join(f"rho={r:g}" for r in rhos) + " | worst |",
+             "|---|" + "---|" * (len(rhos) + 1)]
+    for m in DEFAULT_METHODS:
+        g = [math.exp(sum(logs[(m, r)]) / len(logs[(m, r)])) for r in rhos]
+        lines.append(f"| {m} | " + " | ".join(f"{v:.2f}" for v in g) + f" | {max(g):.2f} |")
+    return "\n".join(lines)
+
+
+def _sim_table(paths: Sequence[Path], fleet: SimFleet) -> tuple[str, list[Evaluation]]:
+    evs = []
+    for p in paths:
+        t0 = time.perf_counter()
+        evs.append(evaluate(load_trace(p), protocol="split", rhos=[10.0], shifts=[1.0], methods=DEFAULT_METHODS,
+                            simulate=True, fleet=fleet))
+        print(f"  simulate {p.name}: {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+    lines = ["| policy | " + " | ".join(f"{Path(ev.trace).stem}" for ev in evs) + " |",
+             "|---|" + "---|" * len(evs)]
+    for m in DEFAULT_METHODS:
+        cells = []
+        for ev in evs:
+            r = next(r for r in ev.rows if r.method == m)
+            viol = "-" if r.slo_violation_rate is None else f"{100 * r.slo_violation_rate:.1f}%"
+            p99 = "-" if r.p99_latency_s is None else f"{r.p99_latency_s:.1f}"
+            cells.append(f"{r.cost:.4g} / {p99} / {viol} / {r.preemptions}")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines), evs
+
+
+def _targets(cells_ts: Cells, cells_nts: Cells, shifts: Sequence[float]) -> str:
+    out = []
+    for label, cells in (("traces with timestamps", cells_ts), ("trace without timestamps", cells_nts)):
+        roll = [(s, cells[("rolling", s)]["default"]) for s in shifts if "default" in cells.get(("rolling", s), {})]
+        if roll:
+            ok_gm = all(c.gm <= 1.03 for _, c in roll)
+            ok_w = all(c.worst <= 1.5 for _, c in roll)
+            out.append(f"- Rolling, {label}: gm <= 1.03 at every shift: **{'met' if ok_gm else 'not met'}** ("
+                       + ", ".join(f"{s:g}: {c.gm:.3f}" for s, c in roll) + "); no scenario worse than 1.5x best: "
+                       f"**{'met' if ok_w else 'not met'}** (worst "
+                       + ", ".join(f"{s:g}: {c.worst:.2f} at {c.worst_at}" for s, c in roll) + ").")
+        sp = [(s, cells[("split", s)]["default"], cells[("split", s)]["dro-paper"]) for s in shifts
+              if ("split", s) in cells]
+        if sp:
+            each = all(d.gm <= p.gm for _, d, p in sp)
+            worst = max(d.gm for _, d, _p in sp)
+            out.append(f"- Split, {label}: no worse than the paper's eps at each shift: **{'met' if each else 'not met'}** ("
+                       + ", ".join(f"{s:g}: {d.gm:.3f} vs {p.gm:.3f}" for s, d, p in sp) + "); worst level <= 1.15: "
+                       f"**{'met' if worst <= 1.15 else 'not met'}** ({worst:.3f}).")
+    return "\n".join(out)
+
+
+def _plots(evs: list[Evaluation], cells_ts: Cells, img: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    img.mkdir(parents=True, exist_ok=True)
+    split = [ev for ev in evs if ev.protocol == "split"]
+    cols = 4
+    rows_n = math.ceil(len(split) / cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(4.0 * cols, 3.3 * rows_n), squeeze=False)
+    for ax, ev in zip(axes.flat, split):
+        rhos = sorted({r.rho for r in ev.rows})
+        for m in DEFAULT_METHODS:
+            ys = [next(r.cost for r in ev.rows if r.rho == x and r.shift == 1.0 and r.method == m) for x in rhos]
+            ax.plot(rhos, ys, marker="o", ms=3, lw=2.2 if m == "default" else 1.0, label=m)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(Path(ev.trace).stem, fontsize=9)
+        ax.set_xlabel("rho")
+    for ax in list(axes.flat)[len(split):]:
+        ax.axis("off")
+    axes[0][0].set_ylabel("cost / request (token slots)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower right", fontsize=8, ncol=2)
+    fig.suptitle("Cost across rho, split protocol, no shift (Table II/IV style)")
+    fig.tight_layout()
+    p1 = img / "cost_vs_rho.png"
+    fig.savefig(p1, dpi=100)
+    plt.close(fig)
+    keys = sorted(cells_ts, key=lambda k: (0 if k[0] == "split" else 1, k[1]))
+    fig, ax = plt.subplots(figsize=(10, 3.8))
+    width = 0.8 / len(GM_TABLE)
+    for i, m in enumerate(GM_TABLE):
+        vals = [cells_ts[k][m].gm for k in keys]
+        ax.bar([j + i * width for j in range(len(keys))], vals, width, label=m)
+    ax.axhline(1.0, color="k", lw=0.6)
+    ax.axhline(1.03, color="g", lw=0.6, ls="--")
+    ax.axhline(1.15, color="r", lw=0.6, ls="--")
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(keys))], [f"{p} {s:g}x" for p, s in keys])
+    ax.set_ylabel("gm of cost / best")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8, ncol=3)
+    ax.set_title("Issue 5: gm over (trace, rho), traces with timestamps (dashed: 1.03 and 1.15 targets)")
+    fig.tight_layout()
+    p2 = img / "gm_policies.png"
+    fig.savefig(p2, dpi=100)
+    plt.close(fig)
+    return [p1, p2]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "traces")
+    ap.add_argument("--out", type=Path, default=REPO / "docs")
+    ap.add_argument("--seeds", type=int, default=3, help="simulator seeds for the ablation (mean +- sd)")
+    ap.add_argument("--quick", action="store_true", help="smoke test: rho 2,100 and shifts 1,2.5")
+    args = ap.parse_args(argv)
+    paths = sorted(args.traces.glob("*.csv"))
+    if not paths:
+        print(f"no traces in {args.traces}", file=sys.stderr)
+        return 2
+    rhos = (2.0, 100.0) if args.quick else DEFAULT_RHOS
+    shifts = (1.0, 2.5) if args.quick else DEFAULT_SHIFTS
+    started = time.perf_counter()
+    print("evaluating ...", file=sys.stderr)
+    evs = _run_all(paths, rhos, shifts)
+    ts = [e for e in evs if e.timestamps]
+    nts = [e for e in evs if not e.timestamps]
+    cells_ts = ratio_cells(ts, GM_TABLE)
+    cells_nts = ratio_cells(nts, GM_TABLE)
+    cells_ts5 = ratio_cells(ts, GM_TABLE, reference=GM_TABLE[:-1])
+    cells_nts5 = ratio_cells(nts, GM_TABLE, reference=GM_TABLE[:-1])
+    fleet = SimFleet()
+    print("simulating rho = 10 ...", file=sys.stderr)
+    sim_md, _ = _sim_table(paths, fleet)
+    print("ablation ...", file=sys.stderr)
+    ablation_md = run_ablation(args.traces, seeds=args.seeds)
+    imgs = _plots(evs, cells_ts, args.out / "img")
+    print("oracle bound ...", file=sys.stderr)
+    bound = _oracle_bound(paths, evs, shifts)
+    oracle = "; ".join(
+        f"{'traces with timestamps' if k else 'trace without timestamps'}: "
+        + " / ".join(f"{v:.3f}" for v in vals) + f" (split {' / '.join(f'{s:g}' for s in shifts)})"
+        for k, vals in sorted(bound.items(), reverse=True))
+    elapsed = time.perf_counter() - started
+    ts_names = ", ".join(sorted({Path(e.trace).stem for e in ts}))
+    nts_names = ", ".join(sorted({Path(e.trace).stem for e in nts}))
+    md = RESULTS_TEMPLATE.format(
+        command="python benchmarks/paper_tables.py" + (" --quick" if args.quick else ""),
+        machine=f"{platform.machine()}, Python {platform.python_version()}", elapsed=elapsed,
+        default=DEFAULT_RADIUS.model_dump(), ts_names=ts_names, nts_names=nts_names,
+        gm_ts=gm_markdown(cells_ts, GM_TABLE, GM_LABELS), gm_nts=gm_markdown(cells_nts, GM_TABLE, GM_LABELS),
+        gm_ts5=gm_markdown(cells_ts5, GM_TABLE, GM_LABELS), gm_nts5=gm_markdown(cells_nts5, GM_TABLE, GM_LABELS),
+        targets=_targets(cells_ts, cells_nts, shifts),
+        issue5=ISSUE5_REPORTED, regret=_regret_table(evs), cost_tables=_cost_tables(evs), paper_iv=PAPER_TABLE_IV,
+        sim=sim_md, fleet=fleet.model_dump(), ablation=ablation_md, ablation_notes=ABLATION_NOTES,
+        imgs="\n".join(f"![{p.stem}](img/{p.name})" for p in imgs), oracle=oracle,
+    )
+    (args.out / "results.md").write_text(md, encoding="utf-8")
+    print(f"wrote {args.out / 'results.md'} and {len(imgs)} images in {elapsed:.0f} s", file=sys.stderr)
+    return 0
+
+
+RESULTS_TEMPLATE = """# Results: the paper's tables on the shared traces
+
+Regenerated by `{command}` (one run, {elapsed:.0f} s on {machine}); do not edit by hand. Every ratio compares
+numbers from this run. Protocols, policies and the simulated fleet are defined in `kvcore/evaluate/` and
+`docs/model.md`; cost is `rho (xi - y)^+ + (y - xi)^+` per request (c_w = 1, c_p = rho), token slots.
+
+The paper's absolute costs come from its own setup (Azure 2024, which we could not obtain, and its own
+simulator), so we compare directions and ratios, not numbers.
+
+## 1. Issue 5: which radius rule (gm of cost / best listed policy)
+
+Each cell: gm over (trace, rho in {{2, 5, 10, 20, 50, 100}}) of a policy's cost divided by the cheapest of the
+six listed policies in that scenario, and in brackets the worst single scenario. The new default is
+`RadiusPolicy{default}`: DRO with eps = sampling floor + observed drift, capped at saturation
+(`kvcore/radius_drift.py`, explained in `docs/model.md`, "Radius policy").
+
+Traces with timestamps ({ts_names}):
+
+{gm_ts}
+
+Trace without timestamps ({nts_names}; the rolling protocol refuses it):
+
+{gm_nts}
+
+The same, with "best" taken over the issue's five policies only (the default is then measured against the
+field it has to beat, and may go below 1):
+
+{gm_ts5}
+
+{gm_nts5}
+
+What issue 5 reported before this work (its own harness; ours differs in details such as the windows handed to the
+radius rule, so the baseline rows do not match to the digit):
+
+{issue5}
+
+Issue 5 targets, measured:
+
+{targets}
+
+Why the split targets cannot all be met by any radius rule: under the split protocol the rule sees the same
+training half at every shift level, so it gives one reserve per (trace, rho) for shifts 1.0, 1.5 and 2.5 alike.
+With support [0, L_max], 1-Wasserstein DRO only ever returns SAA's critical fractile or a reserve pushed close
+to L_max (the optimal gamma is 0, c_w or c_p). We computed the best any shift-blind rule could do, picking for
+each (trace, rho) the single reserve, any value in [0, L_max], that minimises the worst level's gm *with the test
+data in hand* (`_oracle_bound` in `benchmarks/paper_tables.py`, same "best" as the first table): {oracle}. A
+worst-level gm of 1.15 is out of reach for any rule that sees only the history, not just for ours. The rolling
+protocol, where the history catches up with the shift, is where a data-driven radius can compete.
+
+## 2. Table II/IV style: cost across rho, in distribution
+
+Split protocol, no shift. gm over all seven traces of cost / best of all policies, per rho:
+
+{regret}
+
+Per trace:
+
+{cost_tables}
+
+The paper's Table IV (its units, Azure 2024 / its simulator), for direction only:
+
+{paper_iv}
+
+Where our data agrees with the paper: fixed quantiles are each right at one rho and wrong elsewhere (P90 and the
+mean blow up at rho = 100, P99 and max over-reserve at rho = 2), and the critical-fractile structure (SAA, and
+DRO with a small radius) tracks the best policy across rho.
+Where it disagrees: on these traces the paper's eps = 0.15 E[xi] is *not* the best in distribution. At high rho
+its radius crosses the threshold where W1-DRO jumps to a reserve near L_max, and it over-reserves (see the
+dro-paper row above); SAA, or DRO with a small data-driven radius, is cheaper at every rho without shift. The
+paper's "DRO is best at every rho" holds here only for the small radius.
+
+{imgs}
+
+## 3. P99 latency and SLO violation at rho = 10 (simulator)
+
+Split protocol, no shift, test half replayed through `kvcore.sim` on the fleet `{fleet}`. Each cell:
+cost / P99 end-to-end latency (s) / SLO violation rate / preemptions.
+
+{sim}
+
+Direction against the paper's Table IV: over-reservation (max, P99, mean+2sigma) lengthens queues and raises SLO
+violations; under-reservation (mean) preempts. At rho = 10 the differences between the critical-fractile
+policies are small, as in the paper (its DRO, P90 and LP+1sigma are within 0.2 s of each other). Absolute P99s
+depend on the arrival-clock scaling stated in `kvcore/evaluate/simulate.py` and are not comparable to the paper's.
+
+## 4. Table V style ablation of the joint planner (2.5x shift)
+
+{ablation_notes}
+
+{ablation}
+"""
+
+if __name__ == "__main__":
+    sys.exit(main())

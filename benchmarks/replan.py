@@ -82,7 +82,10 @@ def main() -> int:
     from kvplan_operator.reconcile import Deps, reconcile
     from kvplan_operator.snapshot import PromClient
 
-    with LocalCluster() as cluster, LocalPrometheus() as prom:
+    from kvplan_dev.tools import PROMETHEUS, PROMTOOL, Tools, apiserver_path, etcd_path, helm_path, kubectl_path
+
+    tools = Tools(apiserver_path(), etcd_path(), kubectl_path(), helm_path(), PROMETHEUS, PROMTOOL)  # helm unused
+    with LocalCluster(tools) as cluster, LocalPrometheus(tools) as prom:
         cluster.kubectl("apply", "-f", str(REPO / "crds" / "kvplans.kvplan.io.yaml"))
         cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/kvplans.kvplan.io")
         api = config.new_client_from_config(config_file=str(cluster.kubeconfig))

@@ -20,7 +20,6 @@ import pytest
 
 from kvplan_dev.pytest_fixtures import (  # noqa: F401 - fixtures registered by name
     cluster,
-    control_plane_tools,
     kube_api,
     namespace,
     prometheus,
@@ -31,6 +30,19 @@ from test_operator_reconcile import backfill, kvplan_spec, router_weights, setup
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def control_plane_tools():
+    """The binaries these tests run: kube-apiserver, etcd, kubectl, Prometheus. helm is not used here, so a
+    missing helm build does not block them (the shared fixture would build it first)."""
+    from kvplan_dev.tools import PROMETHEUS, PROMTOOL, Tools, apiserver_path, etcd_path, helm_path, kubectl_path
+
+    tools = Tools(apiserver_path(), etcd_path(), kubectl_path(), helm_path(), PROMETHEUS, PROMTOOL)
+    missing = [k for k, v in tools.as_dict().items() if k != "helm" and not Path(v).exists()]
+    if missing:
+        pytest.fail(f"missing binaries {missing}: run `make tools`")
+    return tools
 
 
 def wait_for(predicate, timeout_s: float, what: str, step_s: float = 0.5):

@@ -34,6 +34,19 @@ LMAX = 8192
 HOUR = 3600
 
 
+@pytest.fixture(scope="session")
+def control_plane_tools():
+    """The binaries these tests run: kube-apiserver, etcd, kubectl, Prometheus. helm is not used here, so a
+    missing helm build does not block them (the shared fixture would build it first)."""
+    from kvplan_dev.tools import PROMETHEUS, PROMTOOL, Tools, apiserver_path, etcd_path, helm_path, kubectl_path
+
+    tools = Tools(apiserver_path(), etcd_path(), kubectl_path(), helm_path(), PROMETHEUS, PROMTOOL)
+    missing = [k for k, v in tools.as_dict().items() if k != "helm" and not Path(v).exists()]
+    if missing:
+        pytest.fail(f"missing binaries {missing}: run `make tools`")
+    return tools
+
+
 def kvplan_spec(prom_url: str, mode: str = "Apply") -> dict:
     rate = 'sum(rate({{__name__=~"vllm[:_]request_generation_tokens_count", model_name="{m}"}}[1h]))'
     return {

@@ -239,7 +239,6 @@ def as_operator(cluster: Any, installed: Path, tmp_path_factory: pytest.TempPath
         pytest.param("list", "horizontalpodautoscalers.autoscaling", WATCHED, True, id="list-hpas"),
         pytest.param("get", "kvplans.kvplan.io", WATCHED, True, id="get-kvplans"),
         pytest.param("watch", "deployments.apps", WATCHED, False, id="no-watch-deployments"),
-        pytest.param("list", "scaledobjects.keda.sh", WATCHED, True, id="list-scaledobjects"),
         pytest.param("list", "customresourcedefinitions.apiextensions.k8s.io", "", True, id="list-crds"),
         pytest.param("delete", "deployments.apps", WATCHED, False, id="no-delete-deployments"),
         pytest.param("create", "deployments.apps", WATCHED, False, id="no-create-deployments"),
@@ -254,6 +253,19 @@ def test_can_i(cluster: Any, as_operator: Path, verb: str, resource: str, namesp
     args = ["auth", "can-i", verb, *resource.split()] + (["-n", namespace] if namespace else [])
     done = cluster.kubectl(*args, kubeconfig=as_operator, check=False)
     assert done.stdout.strip() == ("yes" if allowed else "no"), done.stdout + done.stderr
+
+
+def test_scaledobjects_without_keda_are_404_not_403(cluster: Any, as_operator: Path) -> None:
+    """KEDA is not installed: the operator's list must reach the apiserver's 404 (which it reads as "no KEDA"),
+    not stop at a 403 (which it treats as an error)."""
+    path = f"/apis/keda.sh/v1alpha1/namespaces/{WATCHED}/scaledobjects"
+    done = cluster.kubectl("get", "--raw", path, kubeconfig=as_operator, check=False)
+    assert done.returncode != 0
+    assert "NotFound" in done.stderr or "404" in done.stderr or "not found" in done.stderr, done.stderr
+    assert "Forbidden" not in done.stderr and "forbidden" not in done.stderr, done.stderr
+    denied = cluster.kubectl("get", "--raw", f"/apis/keda.sh/v1alpha1/namespaces/{UNWATCHED}/scaledobjects",
+                             kubeconfig=as_operator, check=False)
+    assert "forbidden" in denied.stderr.lower(), denied.stderr
 
 
 def test_forbidden_verbs_are_refused_for_real(cluster: Any, as_operator: Path) -> None:

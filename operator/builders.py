@@ -12,8 +12,10 @@ Deployment (strategic merge patch, the vLLM container matched by name):
     reservation change never rolls pods;
   - pod ``nodeSelector`` (merged) and ``tolerations`` (the user's kept, the pool's added);
   - ``spec.replicas`` unless an HPA or KEDA ScaledObject targets the Deployment;
-  - annotations ``kvplan.io/owner``, ``kvplan.io/plan``, ``kvplan.io/layout``, ``kvplan.io/reservations``,
-    ``kvplan.io/owned-fields`` on the Deployment (not the pod template: they never trigger a rollout).
+  - annotations ``kvplan.io/owner``, ``kvplan.io/generation`` (KVPlan generation applied), ``kvplan.io/layout``,
+    ``kvplan.io/reservations``, ``kvplan.io/owned-fields`` on the Deployment (not the pod template: they never
+    trigger a rollout). Only values that concern this Deployment, so a re-plan that changes nothing for it
+    writes nothing to it.
 
 ``--max-num-seqs`` mapping: a replica holds at most ``M(z)`` KV tokens; the mean request routed to the group
 reserves ``L_in - delta*L_pre + r`` tokens (lambda-weighted over classes), so the replica fits
@@ -37,6 +39,7 @@ ANN_PLAN = "kvplan.io/plan"
 ANN_LAYOUT = "kvplan.io/layout"
 ANN_RESERVATIONS = "kvplan.io/reservations"
 ANN_OWNED = "kvplan.io/owned-fields"
+ANN_GENERATION = "kvplan.io/generation"
 GPU_RESOURCE = "nvidia.com/gpu"
 TP_FLAG = "--tensor-parallel-size"
 PP_FLAG = "--pipeline-parallel-size"
@@ -163,7 +166,7 @@ def build_deployment_patch(
     classes: Sequence[RequestClass],
     reservations: Mapping[str, int],
     owner: str,
-    plan_id: str,
+    generation: int | None,
     state_configmap: str,
     manage_replicas: bool,
     stale_env: Iterable[str] = (),
@@ -210,7 +213,7 @@ def build_deployment_patch(
         owned.append("replicas")
     annotations = {
         ANN_OWNER: owner,
-        ANN_PLAN: plan_id,
+        ANN_GENERATION: str(generation),
         ANN_LAYOUT: f"tp={target.tp},pp={target.pp},replicas={target.replicas}",
         ANN_RESERVATIONS: json.dumps(dict(sorted(reservations.items())), separators=(",", ":")),
         ANN_OWNED: ",".join(owned),
@@ -263,6 +266,26 @@ def build_router_configmap_patch(document: Mapping[str, Any], *, key: str) -> di
                                      ANN_OWNED: f"data[{key}]"}},
         "data": {key: json.dumps(document, sort_keys=True, indent=1)},
     }
+
+
+def hold_small_moves(new: Mapping[str, ClassTarget], previous: Mapping[str, Mapping[str, Any]],
+                     min_change: float) -> dict[str, ClassTarget]:
+    """Routing hysteresis: keep a class's previous weights and prefix fractions when admission is unchanged and no
+    value moved by ``min_change`` or more (re-plans on fresh data wobble by far less than that)."""
+    out = dict(new)
+    for name, t in new.items():
+        prev = previous.get(name)
+        if not prev or bool(prev.get("admitted")) != (t.admitted > 0):
+            continue
+        pr, pf = prev.get("routing") or {}, prev.get("prefixCacheFraction") or {}
+        if set(pr) != set(t.routing):
+            continue
+        moved = [abs(float(pr.get(g) or 0) - w) for g, w in t.routing.items()]
+        moved += [abs(float(pf.get(g) or 0) - f) for g, f in t.prefix_fraction.items()]
+        if max(moved, default=0.0) < min_change:
+            out[name] = ClassTarget(t.name, t.reserve_tokens, t.admitted, {g: float(pr[g]) for g in pr},
+                                    {g: float(pf.get(g) or 0) for g in t.prefix_fraction})
+    return out
 
 
 def integer_weights(shares: Mapping[str, float], total: int = WEIGHT_SCALE) -> dict[str, int]:

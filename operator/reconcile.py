@@ -28,9 +28,10 @@ from kvcore.planmodel import Plan
 
 from . import conditions as C
 from .apply import Desired, apply_desired
-from .builders import (ANN_LAYOUT, PP_FLAG, SEQS_FLAG, TP_FLAG, GroupTarget, build_deployment_patch,
-                       build_httproute_patch, build_router_configmap_patch, build_router_document,
-                       build_state_configmap, find_container, plan_id, read_flag, state_configmap_name)
+from .builders import (ANN_GENERATION, ANN_LAYOUT, PP_FLAG, SEQS_FLAG, TP_FLAG, GroupTarget,
+                       build_deployment_patch, build_httproute_patch, build_router_configmap_patch,
+                       build_router_document, build_state_configmap, find_container, hold_small_moves, plan_id,
+                       read_flag, state_configmap_name)
 from .policy import OK_STATUSES, decide, layout_moves, recent_changes
 from .snapshot import PromApi, PrometheusUnavailable, Snapshot, take_snapshot
 from .spec import InvalidSpec, KVPlanSpec, parse_spec
@@ -253,10 +254,14 @@ def _plan_and_apply(run: _Run, spec: KVPlanSpec, snap: Snapshot) -> Outcome:
     # 4. build --------------------------------------------------------------------------------------------------
     rates = {c: o.arrival_rate for c, o in snap.classes.items()}
     gt, ct = targets(spec, plan, rates, current)
+    ct = hold_small_moves(ct, (run.old.get("plan") or {}).get("classes") or {}, spec.router.min_weight_change)
     for g in spec.groups:  # --max-num-seqs rides along with a rollout, never triggers one on its own
         t = gt[g.name]
+        dbody = snap.deployments[g.name].body or {}
+        applied_gen = (dbody.get("metadata", {}).get("annotations") or {}).get(ANN_GENERATION)
+        same_spec = applied_gen is not None and applied_gen == str(run.gen)
         same_layout = current.get(g.name) == (t.tp, t.pp)
-        if same_layout and adopted.get(g.name) and not spec_changed and cur_seqs.get(g.name) is not None:
+        if same_layout and adopted.get(g.name) and same_spec and cur_seqs.get(g.name) is not None:
             gt[g.name] = GroupTarget(t.name, t.tp, t.pp, t.replicas, cur_seqs[g.name])
     pid = plan_id(gt, ct)
     reservations = {c: t.reserve_tokens for c, t in ct.items()}
@@ -283,7 +288,7 @@ def _plan_and_apply(run: _Run, spec: KVPlanSpec, snap: Snapshot) -> Outcome:
                        and n not in {c.env_name for c in spec.classes})
         dep_patches[g.deployment] = (dbody, build_deployment_patch(
             dbody, group=g, target=gt[g.name], classes=spec.classes, reservations=reservations, owner=run.owner,
-            plan_id=pid, state_configmap=cm_name, manage_replicas=autos[g.name] is None, stale_env=stale))
+            generation=run.gen, state_configmap=cm_name, manage_replicas=autos[g.name] is None, stale_env=stale))
     router_cm = None
     route_patch = None
     if spec.router.config_map is not None:
@@ -298,8 +303,8 @@ def _plan_and_apply(run: _Run, spec: KVPlanSpec, snap: Snapshot) -> Outcome:
             route_patch = (spec.router.http_route.name, p) if p else None
     run.cond(C.PLANNED, True, C.PLAN_SUCCEEDED, f"{plan.status.value}: {plan.reason}")
     # 5. apply --------------------------------------------------------------------------------------------------
-    run.st["plan"] = plan_body(plan, snapshot=snap, targets=gt, autoscalers=autos, decision=decision.reason,
-                               notes=notes)
+    run.st["plan"] = plan_body(plan, snapshot=snap, targets=gt, applied=ct, autoscalers=autos,
+                               decision=decision.reason, notes=notes)
     run.st["plan"]["id"] = pid
     run.st["objective"] = objective_body(plan)
     run.st["diff"] = diff_body(plan)

@@ -184,6 +184,8 @@ class HttpRouteRef(_Model):
 class Router(_Model):
     config_map: ConfigMapRef | None = None
     http_route: HttpRouteRef | None = None
+    min_weight_change: float = Field(0.01, ge=0, le=1, description="Routing hysteresis: weights move only when "
+                                     "one moves by this much; 0.01 ignores re-plan noise, not traffic shifts.")
 
 
 class Replan(_Model):

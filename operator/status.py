@@ -25,7 +25,7 @@ from typing import Any
 
 from kvcore.planmodel import Plan
 
-from .builders import GroupTarget
+from .builders import ClassTarget, GroupTarget
 from .snapshot import Snapshot
 
 
@@ -49,8 +49,9 @@ def _num(x: float, digits: int = 6) -> float | str | None:
 
 
 def plan_body(plan: Plan, *, snapshot: Snapshot | None, targets: Mapping[str, GroupTarget],
-              autoscalers: Mapping[str, str | None], decision: str, notes: Sequence[str]) -> dict[str, Any]:
-    """The ``status.plan`` subtree."""
+              applied: Mapping[str, ClassTarget], autoscalers: Mapping[str, str | None], decision: str,
+              notes: Sequence[str]) -> dict[str, Any]:
+    """The ``status.plan`` subtree. Routing and prefix fractions are the published ones (after hysteresis)."""
     groups = {}
     for g in plan.groups:
         t = targets.get(g.name)
@@ -69,8 +70,11 @@ def plan_body(plan: Plan, *, snapshot: Snapshot | None, targets: Mapping[str, Gr
             "admitted": bool(c.admitted),
             "radius": ({"eps": _num(c.radius.eps, 3), "rule": c.radius.rule, "reason": c.radius.reason}
                        if c.radius else None),
-            "routing": {k: _num(v, 4) for k, v in sorted(c.routing.items())},
-            "prefixCacheFraction": {k: _num(v, 4) for k, v in sorted(c.prefix_fraction.items())},
+            "routing": {k: _num(v, 6) for k, v in sorted((applied[c.name].routing if c.name in applied
+                                                          else c.routing).items())},
+            "prefixCacheFraction": {k: _num(v, 6) for k, v in sorted((applied[c.name].prefix_fraction
+                                                                      if c.name in applied
+                                                                      else c.prefix_fraction).items())},
             "samples": _num(obs.requests, 1) if obs else None,
             "windows": obs.windows if obs else None,
             "arrivalRate": _num(obs.arrival_rate, 6) if obs else None,

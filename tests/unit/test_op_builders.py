@@ -82,7 +82,7 @@ def test_deployment_patch_layout_gpus_selector_env(spec):
                      tolerations=[{"key": "user", "operator": "Exists"}])
     patch = build_deployment_patch(dep, group=spec.groups[0], target=GroupTarget("big", 4, 1, 4, 37),
                                    classes=spec.classes, reservations={"chat": 700, "code-gen": 300},
-                                   owner="ns/plan", plan_id="abc", state_configmap="plan-kvplan",
+                                   owner="ns/plan", generation=3, state_configmap="plan-kvplan",
                                    manage_replicas=True, stale_env=["KVPLAN_RESERVE_OLD"])
     pod = patch["spec"]["template"]["spec"]
     c = pod["containers"][0]
@@ -100,6 +100,7 @@ def test_deployment_patch_layout_gpus_selector_env(spec):
     assert patch["spec"]["replicas"] == 4
     ann = patch["metadata"]["annotations"]
     assert ann[ANN_OWNER] == "ns/plan" and ann[ANN_LAYOUT] == "tp=4,pp=1,replicas=4"
+    assert ann["kvplan.io/generation"] == "3" and "kvplan.io/plan" not in ann
     assert json.loads(ann["kvplan.io/reservations"]) == {"chat": 700, "code-gen": 300}
     assert "replicas" in ann[ANN_OWNED].split(",")
     assert dep["spec"]["template"]["spec"]["containers"][0]["args"][3] == "2"  # input untouched
@@ -109,7 +110,7 @@ def test_deployment_patch_pool_tolerations_added_and_autoscaler_leaves_replicas(
     dep = deployment(["--model", "m"])
     patch = build_deployment_patch(dep, group=spec.groups[1], target=GroupTarget("small", 2, 1, 4),
                                    classes=spec.classes, reservations={"chat": 1, "code-gen": 2}, owner="o",
-                                   plan_id="p", state_configmap="s", manage_replicas=False)
+                                   generation=1, state_configmap="s", manage_replicas=False)
     pod = patch["spec"]["template"]["spec"]
     assert "replicas" not in patch["spec"]
     assert "replicas" not in patch["metadata"]["annotations"][ANN_OWNED].split(",")
@@ -124,7 +125,7 @@ def test_deployment_patch_container_not_found(spec, containers, name):
     group = spec.groups[0].model_copy(update={"container": name})
     with pytest.raises(LookupError):
         build_deployment_patch(deployment([], containers=containers), group=group, target=GroupTarget("big", 1, 1, 1),
-                               classes=spec.classes, reservations={"chat": 1, "code-gen": 1}, owner="o", plan_id="p",
+                               classes=spec.classes, reservations={"chat": 1, "code-gen": 1}, owner="o", generation=1,
                                state_configmap="s", manage_replicas=True)
 
 
@@ -195,3 +196,23 @@ def test_httproute_patch_per_class_rule_and_fleet_rule(spec):
     assert route["spec"]["rules"][0]["backendRefs"][0]["weight"] == 1  # input untouched
     applied = {"spec": {"rules": patch["spec"]["rules"]}}
     assert build_httproute_patch(applied, ref=spec.router.http_route, spec=spec, classes=CLASS_T, rates=rates) is None
+
+
+@pytest.mark.parametrize(
+    ("prev", "kept"),
+    [
+        pytest.param({"admitted": True, "routing": {"big": 0.745, "small": 0.255}, "prefixCacheFraction": {"big": 1.0}},
+                     True, id="noise-held"),
+        pytest.param({"admitted": True, "routing": {"big": 0.70, "small": 0.30}, "prefixCacheFraction": {"big": 1.0}},
+                     False, id="real-move"),
+        pytest.param({"admitted": False, "routing": {"big": 0.75, "small": 0.25}}, False, id="admission-changed"),
+        pytest.param(None, False, id="no-previous"),
+    ],
+)
+def test_hold_small_moves(prev, kept):
+    from kvplan_operator.builders import hold_small_moves
+
+    out = hold_small_moves(CLASS_T, {"chat": prev} if prev else {}, 0.01)
+    expected = prev["routing"] if kept else CLASS_T["chat"].routing
+    assert dict(out["chat"].routing) == expected
+    assert out["code-gen"] == CLASS_T["code-gen"]

@@ -1,16 +1,25 @@
-"""`kvcore bench`: placeholder until its issue lands (replaced by the owning module)."""
+"""``kvcore bench``: benchmark subcommands, one module each.
+
+    kvcore bench scale --size CxZxN [--seed S] [--exact] [--json]
+
+Subcommands are registered from :data:`BENCH_SUBCOMMANDS` (name -> module exposing ``register(subparsers)``), so
+another benchmark (e.g. ``bench sim``) plugs in by adding one entry and one module.
+"""
 
 from __future__ import annotations
 
 import argparse
-import sys
+import importlib
+
+BENCH_SUBCOMMANDS: dict[str, str] = {
+    "scale": "kvcore.cli.bench_scale",
+}
+"""Registry: ``kvcore bench NAME`` -> the module that registers it."""
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    p = sub.add_parser("bench", help="(not built yet)")
-    p.set_defaults(func=_run)
-
-
-def _run(args: argparse.Namespace) -> int:
-    print("kvcore bench: not built yet", file=sys.stderr)
-    return 3
+    p = sub.add_parser("bench", help="benchmarks (scale: joint-planner scalability, Table III)",
+                       description=__doc__.split("\n\n")[0] if __doc__ else None)
+    inner = p.add_subparsers(dest="bench_command", required=True, metavar="{" + ",".join(BENCH_SUBCOMMANDS) + "}")
+    for module in BENCH_SUBCOMMANDS.values():
+        importlib.import_module(module).register(inner)

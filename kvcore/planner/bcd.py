@@ -1,7 +1,7 @@
 """Block coordinate descent over the joint problem.
 
 Write ``J(z, a, x) = kappa sum_k phi_k(z_k) + c_rej sum_i (1 - a_i) lambda_i + V(z, a, x)`` where ``V`` is the
-optimal value of the convex (y, delta) block (:mod:`.continuous`, solved to a certified 1e-9 relative gap). BCD
+optimal value of the convex (y, delta) block (:mod:`.continuous`, solved to a certified 1e-8 relative gap). BCD
 alternates, until a sweep improves J by less than ``tol`` (relative):
 
 1. **z block** — per group, every allowed layout is tried with the other blocks fixed (routing kept, and also

@@ -9,7 +9,8 @@ DRO_i is convex piecewise linear; F_k (= Lambda_k T_k) is convex in s for fixed 
 constraints are linear. We solve it by **Kelley's cutting-plane method** on HiGHS: epigraph variables theta_i >=
 DRO_i and t_k >= F_k, outer-approximated by supporting lines. Each LP value is a *lower bound*; the true objective
 at each LP solution (feasible: the constraints are exact) is an *upper bound*; we stop when they are within
-``tol`` (relative), so every answer carries a certificate.
+``tol`` (relative, default 1e-8; HiGHS runs with 1e-9 feasibility tolerances, which bound how tight a
+certificate can be), so every answer carries a certificate.
 
 Two representations of DRO_i:
 * ``dro="cuts"`` (BCD): cuts from :class:`~kvcore.planner.dro.DroCurve`'s exact evaluator; the per-class cut pool
@@ -62,6 +63,8 @@ def silent_highs() -> highspy.Highs:
         os.close(devnull)
         os.close(saved)
     h.setOptionValue("output_flag", False)
+    h.setOptionValue("primal_feasibility_tolerance", 1e-9)
+    h.setOptionValue("dual_feasibility_tolerance", 1e-9)
     return h
 
 
@@ -99,7 +102,7 @@ class _Lp:
 
 
 def solve_continuous(prob: Problem, z: tuple[int, ...], a: npt.NDArray[np.bool_], x: FloatArray, *,
-                     dro: str = "cuts", tol: float = 1e-9, max_iter: int = 400) -> ContinuousResult:
+                     dro: str = "cuts", tol: float = 1e-8, max_iter: int = 400) -> ContinuousResult:
     """Solve the (y, delta) block to relative gap ``tol``; ``ok`` False when the block is infeasible."""
     C, K = prob.n_classes, prob.n_groups
     A = np.where(a, prob.lam, 0.0)
@@ -185,10 +188,12 @@ def solve_continuous(prob: Problem, z: tuple[int, ...], a: npt.NDArray[np.bool_]
         if best_val - lower <= tol * max(1.0, abs(best_val)):
             break
         # Cuts where the epigraph variable is below the function.
+        added = 0
         for i in adm if dro == "cuts" else ():
             v, g = dvals[i]
             if v > sol[theta[i]] + 1e-12 * max(1.0, v):
                 prob.curves[i].cuts.append((float(y[i]), v, g))
+                added += 1
                 lp.add_row(v - g * float(y[i]), INF, [theta[i], ycol + i], [1.0, -g])
         for k in groups:
             if prob.c_slo <= 0:
@@ -211,6 +216,9 @@ def solve_continuous(prob: Problem, z: tuple[int, ...], a: npt.NDArray[np.bool_]
                     idx.append(dindex[(i, k)])
                     val.append(float(gs[i] * prob.lpre[i]))
             lp.add_row(rhs, INF, idx, val)
+            added += 1
+        if not added:  # every function is met at the LP point: the gap left is the LP's own tolerance
+            break
     return ContinuousResult(True, best_y, best_d, best_val, lower, it, status)
 
 

@@ -2,16 +2,18 @@
 
     DRO(y) = min_{gamma >= 0} gamma eps + sum_n w_n max(Q(y, xi_n), cp (L - y) - gamma (L - xi_n), cw y - gamma xi_n)
 
-By Wasserstein-1 duality this equals the primal ``sup { E_P[Q(y, xi)] : W1(P, P_hat) <= eps, supp P in [0, L] }``.
-Because Q(y, .) is convex in xi, moving mass from a sample to the interior never beats moving it to an end of the
-support, so the primal is a **fractional knapsack**: sample n may move (part of) its weight w_n to L (gain
-``cp (L - y) - Q(y, xi_n)``, transport ``L - xi_n``) or to 0 (gain ``cw y - Q(y, xi_n)``, transport ``xi_n``);
-fill the budget eps greedily by gain per unit of transport. The value is ``E_P_hat[Q] + knapsack``; the
-marginal ratio is the optimal gamma. This is exact, O(N log N) per evaluation, and is checked against the HiGHS LP
-(eq. 6 with y fixed) in ``tests/unit/test_planner_dro.py``.
+For fixed y the objective is a convex piecewise-linear function of gamma: per sample, the upper envelope of
+``Q_n`` (flat), ``cp (L - y) - gamma (L - xi_n)`` and ``cw y - gamma xi_n``. Each envelope has at most two
+breakpoints, where the sample's active transport distance drops (from the steeper line to the other, or to 0), so
+the gamma-slope ``eps - sum_n w_n D_n(gamma)`` is a nondecreasing step function with at most 2N steps; gamma* is
+the step where it crosses 0, found by one sort, and DRO(y) is the objective there: **exact**, O(N log N) per
+evaluation. (Primal view: sup of E_P[Q] over the Wasserstein ball, mass moved to 0 or L — a multiple-choice
+fractional knapsack.) Checked against the HiGHS LP (eq. 6 with y fixed) in
+``tests/unit/test_planner_dro_queueing.py``.
 
-The slope returned is Danskin's derivative with a sample equal to y counted below it: the right derivative, a
-subgradient, except where two samples tie in gain ratio exactly at y (a set of measure zero).
+The slope returned is a true subgradient of DRO at y (Danskin for a partial minimum): at gamma*, the y-slopes of
+the active lines just left and right of gamma* are combined with the weights that make the gamma-slope zero; a
+sample equal to y counts as below it.
 
 :class:`DroCurve` caches evaluations and keeps a pool of supporting lines (cuts) that the planner's LPs reuse
 across iterations and configurations: DRO_i does not depend on z, routing or admission.
@@ -32,41 +34,58 @@ FloatArray = npt.NDArray[np.float64]
 
 def dro_eval(y: float, xi: FloatArray, w: FloatArray, *, cp: float, cw: float, lmax: float, eps: float
              ) -> tuple[float, float, float]:
-    """(DRO(y), right slope dDRO/dy at y, gamma*) by the fractional knapsack of the module docstring.
-
-    The slope is Danskin's: the knapsack's fractions held fixed, each gain differentiated, with a sample equal to
-    y counted as below it (the right derivative of Q)."""
+    """(DRO(y), a subgradient dDRO/dy at y, gamma*) by the exact minimisation over gamma described above."""
     above = xi > y
     q = np.where(above, cp * (xi - y), cw * (y - xi))
     dq = np.where(above, -cp, cw)
-    base = float(np.dot(w, q))
-    dbase = float(np.dot(w, dq))
     if eps <= 0.0:
-        return base, dbase, 0.0
-    d_l = lmax - xi
-    d_0 = xi
+        return float(np.dot(w, q)), float(np.dot(w, dq)), 0.0
+    d_l, d_0 = lmax - xi, xi
+    g_l, g_0 = cp * (lmax - y) - q, cw * y - q
     with np.errstate(divide="ignore", invalid="ignore"):
-        r_l = np.where(d_l > 0, (cp * (lmax - y) - q) / d_l, -np.inf)
-        r_0 = np.where(d_0 > 0, (cw * y - q) / d_0, -np.inf)
-    use_l = r_l >= r_0
-    r = np.where(use_l, r_l, r_0)
-    pos = r > 0
-    if not pos.any():
-        return base, dbase, 0.0
-    d = np.where(use_l, d_l, d_0)[pos]
-    dg = np.where(use_l, -cp - dq, cw - dq)[pos]
-    r, wp = r[pos], w[pos]
-    order = np.argsort(-r, kind="stable")
-    r, d, dg, wp = r[order], d[order], dg[order], wp[order]
-    cost = wp * d
-    cum = np.cumsum(cost)
-    if cum[-1] <= eps:
-        return base + float(np.dot(r, cost)), dbase + float(np.dot(wp, dg)), 0.0
-    j = int(np.searchsorted(cum, eps, side="left"))
-    before = float(cum[j - 1]) if j > 0 else 0.0
-    value = base + float(np.dot(r[:j], cost[:j])) + (eps - before) * float(r[j])
-    slope = dbase + float(np.dot(wp[:j], dg[:j])) + (eps - before) / float(d[j]) * float(dg[j])
-    return value, slope, float(r[j])
+        r_l = np.where(d_l > 0, g_l / d_l, -np.inf)
+        r_0 = np.where(d_0 > 0, g_0 / d_0, -np.inf)
+    # Option 1 is the steeper line (larger transport), option 2 the other.
+    first_l = (d_l > d_0) | ((d_l == d_0) & (g_l >= g_0))
+    d1, g1, r1, y1 = (np.where(first_l, d_l, d_0), np.where(first_l, g_l, g_0), np.where(first_l, r_l, r_0),
+                      np.where(first_l, -cp, cw))
+    d2, g2, r2, y2 = (np.where(first_l, d_0, d_l), np.where(first_l, g_0, g_l), np.where(first_l, r_0, r_l),
+                      np.where(first_l, cw, -cp))
+    one = (r1 >= r2) & (r1 > 0)                    # option 1 on (0, r1), then none
+    two = (r2 > r1) & (r2 > 0)                     # option 2 on (gc, r2), option 1 on (0, gc) when gc > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gc = np.where(two & (d1 > d2), (g1 - g2) / (d1 - d2), 0.0)
+    gc = np.where(two, np.minimum(gc, r2), 0.0)
+    cross = two & (gc > 0)
+    # Transport and y-slope of the active line just above gamma = 0.
+    d_start = np.where(one | cross, d1, np.where(two, d2, 0.0))
+    y_start = np.where(one | cross, y1, np.where(two, y2, dq))
+    # Events as gamma grows: (gamma, drop in transport, change in y-slope), weighted.
+    ev_g = np.concatenate([r1[one], gc[cross], r2[two]])
+    ev_d = np.concatenate([(w * d1)[one], (w * (d1 - d2))[cross], (w * d2)[two]])
+    ev_y = np.concatenate([(w * (dq - y1))[one], (w * (y2 - y1))[cross], (w * (dq - y2))[two]])
+    s0 = float(np.dot(w, d_start))
+    gy0 = float(np.dot(w, y_start))
+    if eps >= s0 or ev_g.size == 0:
+        gamma, slope = 0.0, gy0
+    else:
+        order = np.argsort(ev_g, kind="stable")
+        ev_g, ev_d, ev_y = ev_g[order], ev_d[order], ev_y[order]
+        cum_d = np.cumsum(ev_d)
+        j = int(np.searchsorted(cum_d, s0 - eps, side="left"))  # first event after which eps - S >= 0
+        j = min(j, ev_g.size - 1)
+        gamma = float(ev_g[j])
+        lo = int(np.searchsorted(ev_g, gamma, side="left"))
+        hi = int(np.searchsorted(ev_g, gamma, side="right"))
+        cum_y = np.cumsum(ev_y)
+        s_left = eps - (s0 - (float(cum_d[lo - 1]) if lo > 0 else 0.0))
+        s_right = eps - (s0 - float(cum_d[hi - 1]))
+        gy_left = gy0 + (float(cum_y[lo - 1]) if lo > 0 else 0.0)
+        gy_right = gy0 + float(cum_y[hi - 1])
+        lam = s_right / (s_right - s_left) if s_right - s_left > 0 else 0.0
+        slope = lam * gy_left + (1.0 - lam) * gy_right
+    value = gamma * eps + float(np.dot(w, np.maximum(q, np.maximum(g_l + q - gamma * d_l, g_0 + q - gamma * d_0))))
+    return value, slope, gamma
 
 
 @dataclass

@@ -1,0 +1,133 @@
+"""Read a planning instance from YAML (format: ``docs/instance-format.md``; example: ``examples/instance-70b.yaml``).
+
+The YAML mirrors :class:`kvcore.instance.Instance` except for the output-length samples, which a file names in one
+of three ways under each class's ``samples`` key (or a list of them under ``windows``, oldest first):
+
+* ``{trace: PATH, column: output_tokens, limit: N}`` — a trace CSV or a one-number-per-line file (``limit``: the
+  first N values; PATH is relative to the YAML file);
+* ``{values: [...], weights: [...]}`` — inline lengths (weights optional);
+* ``{buckets: {le: [...], count: [...]}}`` — cumulative histogram buckets (Prometheus ``le``; ``+Inf`` allowed,
+  capped at the class's ``lmax``).
+
+Every error is an :class:`~kvcore.errors.InputError` naming the field (``classes[1].samples.trace``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kvcore.errors import InputError
+from kvcore.instance import Instance, load_instance
+from kvcore.samples import History, Samples
+from kvcore.traces import histogram_to_samples, load_lengths
+
+
+def _prefixed(field: str, exc: InputError) -> InputError:
+    return InputError(f"{field}.{exc.field}", exc.message, hint=exc.hint)
+
+
+def samples_from_spec(spec: Any, *, field: str, base: Path, lmax: float) -> Samples:
+    """One :class:`Samples` from a ``samples`` mapping (see the module docstring)."""
+    if not isinstance(spec, dict):
+        raise InputError(field, "must be a mapping with one of: trace, values, buckets")
+    keys = [k for k in ("trace", "values", "buckets") if k in spec]
+    if len(keys) != 1:
+        raise InputError(field, "give exactly one of: trace, values, buckets")
+    extra = set(spec) - {"trace", "column", "limit", "values", "weights", "buckets"}
+    if extra:
+        raise InputError(f"{field}.{sorted(extra)[0]}", "unknown key")
+    try:
+        if keys[0] == "trace":
+            path = Path(str(spec["trace"]))
+            path = path if path.is_absolute() else base / path
+            if not path.is_file():
+                raise InputError(f"{field}.trace", f"no such file: {path}")
+            values = load_lengths(path, str(spec.get("column", "output_tokens")))
+            limit = spec.get("limit")
+            if limit is not None:
+                if not isinstance(limit, int) or limit < 1:
+                    raise InputError(f"{field}.limit", f"must be a positive integer, got {limit!r}")
+                values = values[:limit]
+            return Samples.from_arrays(values, field=f"{field}.trace")
+        if keys[0] == "values":
+            return Samples.from_arrays(spec["values"], spec.get("weights"), field=f"{field}.values")
+        buckets = spec["buckets"]
+        if not isinstance(buckets, dict) or "le" not in buckets or "count" not in buckets:
+            raise InputError(f"{field}.buckets", "must be a mapping with lists 'le' and 'count'")
+        return histogram_to_samples(buckets["le"], buckets["count"], max_model_len=lmax)
+    except InputError as exc:
+        if exc.field.startswith(field):
+            raise
+        raise _prefixed(f"{field}.{keys[0]}", exc) from None
+
+
+def instance_from_mapping(data: Any, *, base: Path) -> Instance:
+    """Validate parsed YAML into an :class:`Instance`; relative paths are resolved against ``base``."""
+    if not isinstance(data, dict):
+        raise InputError("instance", "the file must hold a mapping with classes and groups")
+    classes_in = data.get("classes")
+    if not isinstance(classes_in, list):
+        raise InputError("classes", "must be a list of classes" if classes_in is not None else "no classes")
+    classes = []
+    for i, raw in enumerate(classes_in):
+        field = f"classes[{i}]"
+        if not isinstance(raw, dict):
+            raise InputError(field, "must be a mapping")
+        c = dict(raw)
+        lmax = c.get("lmax")
+        if not isinstance(lmax, (int, float)) or lmax <= 0:
+            raise InputError(f"{field}.lmax", f"must be a number > 0, got {lmax!r}")
+        if ("samples" in c) == ("windows" in c):
+            raise InputError(f"{field}.samples", "give exactly one of samples or windows")
+        if "samples" in c:
+            windows = [samples_from_spec(c.pop("samples"), field=f"{field}.samples", base=base, lmax=float(lmax))]
+        else:
+            specs = c.pop("windows")
+            if not isinstance(specs, list) or not specs:
+                raise InputError(f"{field}.windows", "must be a non-empty list of samples mappings")
+            windows = [samples_from_spec(s, field=f"{field}.windows[{j}]", base=base, lmax=float(lmax))
+                       for j, s in enumerate(specs)]
+        c["history"] = History.of(windows)
+        classes.append(c)
+    groups = data.get("groups")
+    if isinstance(groups, list):
+        groups = [_layouts(g, k) for k, g in enumerate(groups)]
+    out = dict(data)
+    out["classes"] = classes
+    if groups is not None:
+        out["groups"] = groups
+    return load_instance(out)
+
+
+def _layouts(group: Any, k: int) -> Any:
+    """Accept layouts as ``[tp, pp]`` pairs or ``{tp, pp}`` mappings."""
+    if not isinstance(group, dict) or not isinstance(group.get("layouts"), list):
+        return group
+    g = dict(group)
+    lays = []
+    for j, lay in enumerate(g["layouts"]):
+        if isinstance(lay, (list, tuple)):
+            if len(lay) != 2:
+                raise InputError(f"groups[{k}].layouts[{j}]", "a layout pair is [tp, pp]")
+            lays.append({"tp": lay[0], "pp": lay[1]})
+        else:
+            lays.append(lay)
+    g["layouts"] = lays
+    return g
+
+
+def load_instance_file(path: str | Path) -> Instance:
+    """Read and validate an instance YAML file."""
+    import yaml  # the CLI's dependency only
+
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(2, "no such file", str(p))
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{p.name} line {mark.line + 1}" if mark is not None else p.name
+        raise InputError(where, f"not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    return instance_from_mapping(data, base=p.parent)

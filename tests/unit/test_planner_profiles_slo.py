@@ -1,0 +1,104 @@
+"""Roofline profiles (kvcore.profiles) and the SLO -> cost-ratio map (kvcore.slo): feasibility, positivity,
+monotonicity in TP, overrides, and eq. 8's monotonicity and domain."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kvcore.errors import InputError
+from kvcore.profiles import MODELS, ProfileOverride, check_override, resolve, roofline
+from kvcore.slo import SloSpec, cost_ratio, rho_from_slo
+
+
+def test_70b_at_tp1_is_infeasible() -> None:
+    p = roofline("A100-80GB", "llama-70b", 1, 1)
+    assert not p.feasible
+    assert "weights" in p.reason
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+@pytest.mark.parametrize("tp,pp", [(2, 1), (4, 1), (8, 1), (2, 2), (4, 2)])
+def test_feasible_layouts_have_positive_figures(model: str, tp: int, pp: int) -> None:
+    p = roofline("A100-80GB", model, tp, pp)
+    assert p.feasible
+    assert p.kv_capacity_tokens > 0 and p.throughput_tokens_s > 0
+    assert p.step_t0_s > 0 and p.step_t1_s > 0
+    assert p.gpus_per_replica == tp * pp
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+@pytest.mark.parametrize("pp", [1, 2])
+def test_capacity_and_throughput_grow_with_tp(model: str, pp: int) -> None:
+    profiles = [roofline("A100-80GB", model, tp, pp) for tp in (1, 2, 4, 8)]
+    feas = [p for p in profiles if p.feasible]
+    assert len(feas) >= 3
+    for a, b in zip(feas, feas[1:]):
+        assert b.kv_capacity_tokens > a.kv_capacity_tokens
+        assert b.throughput_tokens_s > a.throughput_tokens_s
+
+
+def test_kv_bytes_per_token_matches_llama_shapes() -> None:
+    assert MODELS["llama-70b"].kv_bytes_per_token == 2 * 80 * 8 * 128 * 2  # 320 KiB
+    assert MODELS["llama-8b"].kv_bytes_per_token == 2 * 32 * 8 * 128 * 2  # 128 KiB
+
+
+def test_override_replaces_only_given_fields() -> None:
+    ov = ProfileOverride(gpu_type="A100-80GB", model="llama-70b", tp=4, pp=1, kv_capacity_tokens=1000.0)
+    p = resolve("A100-80GB", "llama-70b", 4, 1, (ov,))
+    base = roofline("A100-80GB", "llama-70b", 4, 1)
+    assert p.kv_capacity_tokens == 1000.0
+    assert p.throughput_tokens_s == base.throughput_tokens_s
+    assert resolve("A100-80GB", "llama-70b", 8, 1, (ov,)) == roofline("A100-80GB", "llama-70b", 8, 1)
+
+
+@pytest.mark.parametrize(
+    "fields,bad",
+    [
+        ({"kv_capacity_tokens": 0.0}, "profiles[0].kv_capacity_tokens"),
+        ({"kv_capacity_tokens": -5.0}, "profiles[0].kv_capacity_tokens"),
+        ({"throughput_tokens_s": 0.0}, "profiles[0].throughput_tokens_s"),
+        ({"gpu_type": "H100"}, "profiles[0].gpu_type"),
+        ({"model": "gpt-5"}, "profiles[0].model"),
+    ],
+    ids=["zero-capacity", "negative-capacity", "zero-throughput", "unknown-gpu", "unknown-model"],
+)
+def test_bad_override_names_the_field(fields: dict[str, object], bad: str) -> None:
+    data: dict[str, object] = {"gpu_type": "A100-80GB", "model": "llama-70b", "tp": 4, "pp": 1}
+    data.update(fields)
+    with pytest.raises(InputError) as err:
+        check_override(ProfileOverride.model_validate(data), field="profiles[0]")
+    assert err.value.field == bad
+
+
+def test_slo_formula_value() -> None:
+    assert rho_from_slo(3.0, 0.5, 100.0) == pytest.approx(math.exp(3.0 / (0.5 * math.sqrt(2 * math.log(100.0)))))
+
+
+@pytest.mark.parametrize(
+    "lo,hi",
+    [((1.0, 1.0, 10.0), (2.0, 1.0, 10.0)), ((1.0, 2.0, 10.0), (1.0, 1.0, 10.0)), ((1.0, 1.0, 1000.0), (1.0, 1.0, 10.0))],
+    ids=["grows-with-mu", "falls-with-sigma", "falls-with-lambda"],
+)
+def test_slo_monotone(lo: tuple[float, float, float], hi: tuple[float, float, float]) -> None:
+    assert rho_from_slo(*lo) < rho_from_slo(*hi)
+    assert rho_from_slo(*lo) > 1.0
+
+
+@pytest.mark.parametrize(
+    "args,field",
+    [((0.0, 1.0, 10.0), "slo.mu"), ((1.0, 0.0, 10.0), "slo.sigma"), ((1.0, 1.0, 1.0), "slo.lam"),
+     ((1.0, 1.0, 0.5), "slo.lam"), ((math.nan, 1.0, 10.0), "slo.mu"), ((100.0, 0.1, 1.5), "slo")],
+    ids=["mu-zero", "sigma-zero", "lambda-one", "lambda-below-one", "mu-nan", "overflow"],
+)
+def test_slo_domain_errors(args: tuple[float, float, float], field: str) -> None:
+    with pytest.raises(InputError) as err:
+        rho_from_slo(*args)
+    assert err.value.field == field
+
+
+def test_slospec_refuses_lambda_at_most_one() -> None:
+    with pytest.raises(ValueError):
+        SloSpec(mu=1.0, sigma=1.0, lam=1.0)
+    assert cost_ratio(SloSpec(mu=1.0, sigma=1.0, lam=10.0)) == pytest.approx(rho_from_slo(1.0, 1.0, 10.0))

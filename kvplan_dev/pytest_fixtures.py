@@ -1,0 +1,117 @@
+"""pytest fixtures over the real local control plane, shared by ``tests/integration`` and ``tests/e2e``.
+
+Import them into a conftest (``from kvplan_dev.pytest_fixtures import *``). They never skip: a binary that cannot be
+installed or built, or a server that does not become ready, fails the test with the error and the log tail.
+
+- ``control_plane_tools`` (session): every binary, built on first use (see :mod:`kvplan_dev.tools`).
+- ``cluster`` (session): one etcd + kube-apiserver for the whole session.
+- ``kube_api`` (session): a ``kubernetes.client.ApiClient`` from the cluster's admin kubeconfig.
+- ``namespace`` (function): a fresh namespace per test. There is no namespace controller (no
+  kube-controller-manager), so deleting it leaves it ``Terminating``; names are unique, so that is harmless.
+- ``prometheus`` (function): an empty Prometheus per test; call ``prometheus.backfill(series, window)``.
+
+``check_no_leftover_processes`` is for ``pytest_sessionfinish``: it fails the run if a process started through
+these fixtures (or any child of pytest) is still alive.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Any, Iterator
+
+import pytest
+
+from kvplan_dev.cluster import LocalCluster
+from kvplan_dev.gobuild import BuildError
+from kvplan_dev.process import ProcessRecord, live_children
+from kvplan_dev.prom import LocalPrometheus
+from kvplan_dev.tools import Tools, ensure_apt, ensure_tools
+
+STARTED: list[ProcessRecord] = []
+"""Every process the fixtures started in this session (checked at session end)."""
+
+
+def _progress(message: str) -> None:
+    print(message, flush=True)
+
+
+@pytest.fixture(scope="session")
+def control_plane_tools() -> Tools:
+    """Every binary; builds what is missing (the first time this takes tens of minutes)."""
+    try:
+        return ensure_tools(progress=_progress)
+    except BuildError as exc:
+        pytest.fail(f"control-plane tools could not be installed or built:\n{exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def cluster(control_plane_tools: Tools) -> Iterator[LocalCluster]:
+    """A running etcd + kube-apiserver on loopback, shared by the session; stopped and cleaned at the end."""
+    local = LocalCluster(control_plane_tools)
+    try:
+        local.start()
+    except (RuntimeError, BuildError) as exc:
+        STARTED.extend(local.history)
+        pytest.fail(f"local control plane did not start:\n{exc}", pytrace=False)
+    try:
+        yield local
+    finally:
+        local.stop()
+        STARTED.extend(local.history)
+
+
+@pytest.fixture(scope="session")
+def kube_api(cluster: LocalCluster) -> Iterator[Any]:
+    """``kubernetes.client.ApiClient`` authenticated as the cluster admin."""
+    from kubernetes import config
+
+    client = config.new_client_from_config(config_file=str(cluster.kubeconfig))  # type: ignore[no-untyped-call]
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, kube_api: Any) -> Iterator[str]:
+    """A new namespace named after the test; deleted (left Terminating) afterwards."""
+    from kubernetes import client
+
+    slug = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{slug}-{secrets.token_hex(3)}"
+    core = client.CoreV1Api(kube_api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
+
+
+@pytest.fixture
+def prometheus() -> Iterator[LocalPrometheus]:
+    """An empty Prometheus on loopback for one test (100y retention); stopped and removed afterwards. Needs only
+    Debian's prometheus package (installed with apt when missing), not the Go builds."""
+    try:
+        ensure_apt(["prometheus", "promtool"], _progress)
+        server = LocalPrometheus()
+        server.start()
+    except (RuntimeError, BuildError) as exc:
+        pytest.fail(f"local Prometheus did not start:\n{exc}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+        STARTED.extend(server.history)
+
+
+def check_no_leftover_processes(session: pytest.Session) -> None:
+    """Fail the session if any fixture-started process, or any child of pytest, is still running."""
+    alive = [f"{r.name} (pid {r.pid})" for r in STARTED if r.alive()]
+    children = [f"{name} (pid {pid})" for pid, name in live_children()]
+    if alive or children:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = f"processes left running after the tests: {sorted(set(alive + children))}"
+        if reporter is not None:
+            reporter.write_line(f"ERROR: {message}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -1,6 +1,6 @@
 """The data-driven radius (``kind="drift"``, the default): its pieces and the behaviour issue 5 pins.
 
-Covers the exact 1-Wasserstein distance against scipy, the sampling spread S, the floor's 1/sqrt(N) scaling, that a
+Covers the exact 1-Wasserstein distance against scipy, the sampling spread S, the floor's 1/N scaling and its effect on high-rho reserves, that a
 stationary history stays at the floor, that a step change raises eps, that eps never exceeds the saturation radius
 (past which the DRO reserve cannot move), and that the choice explains itself.
 """
@@ -48,11 +48,24 @@ def test_spread(values: list[float], expected: float) -> None:
     assert spread(Samples.from_arrays(values)) == pytest.approx(expected)
 
 
-def test_floor_shrinks_like_one_over_sqrt_n() -> None:
+def test_floor_shrinks_like_one_over_n() -> None:
     rng = np.random.default_rng(1)
     small = drift_radius(_windows(rng, [100.0], n=400), 5000.0)
     big = drift_radius(_windows(rng, [100.0], n=6400), 5000.0)
-    assert big.floor == pytest.approx(small.floor / 4.0, rel=0.15)
+    assert big.floor == pytest.approx(small.floor / 16.0, rel=0.15)
+    assert small.floor == pytest.approx(3.0 * small.spread / 400)
+
+
+@pytest.mark.parametrize(
+    ("n", "flips"),
+    [pytest.param(30, True, id="thin-history-goes-robust"), pytest.param(3000, False, id="thick-history-stays-saa")],
+)
+def test_floor_decides_high_rho_reserve_by_history_size(n: int, flips: bool) -> None:
+    rng = np.random.default_rng(5)
+    hist = _windows(rng, [100.0] * 4, n=n // 4)
+    saa = reserve(hist, cp=100.0, cw=1.0, lmax=2000.0, method="saa").reserve_tokens
+    dro = reserve(hist, cp=100.0, cw=1.0, lmax=2000.0).reserve_tokens
+    assert (dro > saa + 1.0) == flips
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3], ids=lambda s: f"seed{s}")

@@ -145,6 +145,66 @@ def _cost_tables(evs: list[Evaluation]) -> str:
     return "\n".join(out)
 
 
+def _per_rho_gm(evs: list[Evaluation]) -> dict[str, dict[float, float]]:
+    """In-distribution (split, shift 1.0): policy -> rho -> gm over traces of cost / best of all policies."""
+    logs: dict[tuple[str, float], list[float]] = {}
+    for ev in evs:
+        if ev.protocol != "split":
+            continue
+        for rho in sorted({r.rho for r in ev.rows}):
+            rows = [r for r in ev.rows if r.rho == rho and r.shift == 1.0]
+            best = min(r.cost for r in rows)
+            for r in rows:
+                logs.setdefault((r.method, rho), []).append(math.log(r.cost / best))
+    out: dict[str, dict[float, float]] = {}
+    for (m, rho), v in logs.items():
+        out.setdefault(m, {})[rho] = math.exp(sum(v) / len(v))
+    return out
+
+
+def _disagreements(evs: list[Evaluation]) -> str:
+    """Sentences, computed from this run, on where the in-distribution data agrees or disagrees with the paper."""
+    g = _per_rho_gm(evs)
+    worst = {m: max(v.items(), key=lambda kv: kv[1]) for m, v in g.items()}
+    uniform = min(worst, key=lambda m: worst[m][1])
+    paper_hi = [f"{r:g} ({v:.2f})" for r, v in sorted(g["dro-paper"].items()) if v > 1.2]
+    default_vs_saa = [r for r in sorted(g["default"]) if g["default"][r] > g["saa"][r] * 1.05]
+    conv = next((ev for ev in evs if ev.protocol == "split" and ev.trace.startswith("azure2023_conv")), None)
+    eps_conv = next((r.eps_mean for r in conv.rows if r.method == "default" and r.shift == 1.0), None) if conv else None
+    lines = [
+        f"- **No policy is best at every rho here**, while the paper reports its DRO best or tied at every rho. The "
+        f"most uniform policy is `{uniform}` (worst per-rho gm {worst[uniform][1]:.2f}, at rho = "
+        f"{worst[uniform][0]:g}); fixed quantiles and mean/max are each right at one end only (P90 worst "
+        f"{worst['p90'][1]:.2f} at rho = {worst['p90'][0]:g}, P99 {worst['p99'][1]:.2f} at rho = "
+        f"{worst['p99'][0]:g}, mean {worst['mean'][1]:.2f}, max {worst['max'][1]:.2f}), which agrees with the "
+        "paper's argument for the critical fractile.",
+        f"- **The paper's eps = 0.15 E[xi] over-reserves in distribution at high rho**: per-rho gm above 1.2 at rho "
+        f"= {', '.join(paper_hi) or 'none'}. Its radius crosses the "
+        "threshold (falling like 1/rho) where 1-Wasserstein DRO on [0, L_max] jumps from SAA's fractile to a "
+        "reserve near L_max. The paper's Table IV shows its DRO at rho = 100 equal to Max (4,807); ours is too "
+        "close to Max there as well, but on our traces that is costly, not best.",
+    ]
+    if default_vs_saa:
+        parts = []
+        for ev in evs:
+            if ev.protocol != "split":
+                continue
+            d = {r.rho: r for r in ev.rows if r.method == "default" and r.shift == 1.0}
+            a = {r.rho: r.cost for r in ev.rows if r.method == "saa" and r.shift == 1.0}
+            worse = [f"{rho:g} ({d[rho].cost / a[rho]:.2f}x)" for rho in sorted(d) if d[rho].cost > 1.05 * a[rho]]
+            if worse:
+                parts.append(f"{Path(ev.trace).stem} at rho = {', '.join(worse)}, mean eps = "
+                             f"{d[min(d)].eps_mean or 0.0:.1f} tokens over {ev.requests // 2} training requests")
+        lines.append(
+            f"- **Our default pays for robustness in distribution under the split protocol** at rho = "
+            f"{', '.join(f'{r:g}' for r in default_vs_saa)} (per-rho gm more than 5% above SAA's). The traces "
+            "responsible, against SAA: " + "; ".join(parts) + ". A large eps is the drift term firing (the "
+            "newest training window differs from the older ones), a small one on a short history is the sampling "
+            "floor. Under the rolling protocol, where plans are re-made, the default is the cheapest listed policy "
+            "at every shift level (section 1).")
+    return "\n".join(lines)
+
+
 def _regret_table(evs: list[Evaluation]) -> str:
     """In-distribution (split, shift 1.0): gm over traces of cost / best-of-all-policies, per rho."""
     rhos = sorted({r.rho for ev in evs for r in ev.rows})
@@ -301,10 +361,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=DEFAULT_RADIUS.model_dump(), ts_names=ts_names, nts_names=nts_names,
         gm_ts=gm_markdown(cells_ts, GM_TABLE, GM_LABELS), gm_nts=gm_markdown(cells_nts, GM_TABLE, GM_LABELS),
         gm_ts5=gm_markdown(cells_ts5, GM_TABLE, GM_LABELS), gm_nts5=gm_markdown(cells_nts5, GM_TABLE, GM_LABELS),
-        targets=_targets(cells_ts, cells_nts, shifts),
+        targets="Best over the six listed policies (strict: the default's wins count as 1):\n\n"
+        + _targets(cells_ts, cells_nts, shifts) + "\n\nBest over the issue's five policies:\n\n"
+        + _targets(cells_ts5, cells_nts5, shifts),
         issue5=ISSUE5_REPORTED, regret=_regret_table(evs), cost_tables=_cost_tables(evs), paper_iv=PAPER_TABLE_IV,
         sim=sim_md, fleet=fleet.model_dump(), ablation=ablation_md, ablation_notes=ABLATION_NOTES,
-        imgs="\n".join(f"![{p.stem}](img/{p.name})" for p in imgs), oracle=oracle,
+        imgs="\n".join(f"![{p.stem}](img/{p.name})" for p in imgs), oracle=oracle, disagree=_disagreements(evs),
     )
     (args.out / "results.md").write_text(md, encoding="utf-8")
     print(f"wrote {args.out / 'results.md'} and {len(imgs)} images in {elapsed:.0f} s", file=sys.stderr)
@@ -374,13 +436,9 @@ The paper's Table IV (its units, Azure 2024 / its simulator), for direction only
 
 {paper_iv}
 
-Where our data agrees with the paper: fixed quantiles are each right at one rho and wrong elsewhere (P90 and the
-mean blow up at rho = 100, P99 and max over-reserve at rho = 2), and the critical-fractile structure (SAA, and
-DRO with a small radius) tracks the best policy across rho.
-Where it disagrees: on these traces the paper's eps = 0.15 E[xi] is *not* the best in distribution. At high rho
-its radius crosses the threshold where W1-DRO jumps to a reserve near L_max, and it over-reserves (see the
-dro-paper row above); SAA, or DRO with a small data-driven radius, is cheaper at every rho without shift. The
-paper's "DRO is best at every rho" holds here only for the small radius.
+Where our data agrees and disagrees with the paper (sentences computed from the tables above):
+
+{disagree}
 
 {imgs}
 
@@ -395,6 +453,9 @@ Direction against the paper's Table IV: over-reservation (max, P99, mean+2sigma)
 violations; under-reservation (mean) preempts. At rho = 10 the differences between the critical-fractile
 policies are small, as in the paper (its DRO, P90 and LP+1sigma are within 0.2 s of each other). Absolute P99s
 depend on the arrival-clock scaling stated in `kvcore/evaluate/simulate.py` and are not comparable to the paper's.
+Where every policy shows nearly the same SLO violation (Azure code: its long prompts make TTFT exceed 2 s whatever
+the reserve; BurstGPT: its bursts, compressed onto the fleet's clock, queue everyone), the simulator says little
+about reservations for that trace.
 
 ## 4. Table V style ablation of the joint planner (2.5x shift)
 

@@ -64,6 +64,13 @@ def default_runtime(config: Config = CONFIG) -> Runtime:
     return Runtime(deps)
 
 
+@kopf.on.login()
+def login(**kwargs: Any) -> Any:
+    """In-cluster service account, else ``$KUBECONFIG`` read at login time (kopf's client-library login uses the
+    path the kubernetes package cached at import)."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Events are written by the reconcile on condition transitions only; kopf's own log lines are not events.

@@ -32,13 +32,16 @@ class Kube:
     @classmethod
     def from_environment(cls) -> Kube:
         """In-cluster config when running in a pod, else the kubeconfig (``$KUBECONFIG``)."""
+        import os
+
         from kubernetes import client, config
 
         try:
             config.load_incluster_config()
+            return cls(client.ApiClient())
         except config.ConfigException:
-            config.load_kube_config()
-        return cls(client.ApiClient())
+            # $KUBECONFIG is read now, not at import time (the kubernetes package caches it on import).
+            return cls(config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or None))
 
     def _json(self, obj: Any) -> dict[str, Any]:
         return dict(self.api_client.sanitize_for_serialization(obj))

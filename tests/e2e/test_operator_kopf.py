@@ -3,7 +3,8 @@
 - in-process with ``kopf.testing.KopfRunner``: a KVPlan becomes Ready and the Deployments carry the plan; more
   backfilled traffic -> the next **timer** re-plan changes the router weights; stopping and restarting the
   operator (resume) converges without rewriting the Deployments;
-- two ``kvplan-operator`` processes with kopf peering (distinct priorities): only one acts, the other pauses.
+- two ``kvplan-operator`` processes with kopf peering (distinct priorities): only one acts, the other stays
+  paused; when the active one stops, the standby takes over.
 """
 
 from __future__ import annotations
@@ -72,8 +73,12 @@ def ready(kube, ns):
     return conds.get("Ready", {}).get("status") == "True" and body
 
 
-def test_kopf_runner_plans_replans_and_resumes(operator_env, kube_api, namespace, prometheus, traces_dir):
+def test_kopf_runner_plans_replans_and_resumes(operator_env, kube_api, namespace, prometheus, traces_dir, caplog):
+    import logging
+
     from kopf.testing import KopfRunner
+
+    caplog.set_level(logging.INFO)
 
     from kvplan_operator.kube import Kube
 
@@ -95,19 +100,20 @@ def test_kopf_runner_plans_replans_and_resumes(operator_env, kube_api, namespace
         assert w1 != w0
     assert runner.exception is None, runner.stdout
     assert runner.exit_code == 0, runner.stdout
-    assert "reconcile (timer)" in runner.stdout
+    assert "reconcile (create)" in caplog.text and "reconcile (timer)" in caplog.text
     before = versions(kube, namespace)
     first_plan_time = kube.get_kvplan(namespace, "fleet")["status"]["lastPlanTime"]
     with KopfRunner(args, timeout=120) as runner2:
         wait_for(lambda: kube.get_kvplan(namespace, "fleet")["status"]["lastPlanTime"] != first_plan_time, 60,
                  "a re-plan after restart")
     assert runner2.exception is None, runner2.stdout
-    assert "reconcile (resume)" in runner2.stdout
+    assert "reconcile (resume)" in caplog.text
     after = versions(kube, namespace)
     assert after["vllm-a"] == before["vllm-a"] and after["vllm-b"] == before["vllm-b"]
 
 
 def test_two_replicas_only_one_acts(operator_env, kube_api, namespace, prometheus, traces_dir, tmp_path):
+    """Priority 100 acts, priority 50 stays paused; when 100 stops, 50 takes over (a spec change reaches it)."""
     from kvplan_operator.kube import Kube
 
     kube = Kube(kube_api)
@@ -115,31 +121,37 @@ def test_two_replicas_only_one_acts(operator_env, kube_api, namespace, prometheu
     setup(kube_api, namespace, kvplan_spec(prometheus.url))
     env = dict(os.environ, PYTHONSAFEPATH="1")
     exe = str(Path(sys.executable).parent / "kvplan-operator")
-    procs = {}
+    procs: dict[int, tuple[subprocess.Popen, object]] = {}
+    logs = {prio: tmp_path / f"op{prio}.log" for prio in (100, 50)}
+
+    def stop(prio: int) -> None:
+        proc, log = procs.pop(prio)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
     try:
         for prio in (100, 50):
-            log = (tmp_path / f"op{prio}.log").open("w")
+            log = logs[prio].open("w")
             procs[prio] = (subprocess.Popen([exe, "--namespace", namespace, "--priority", str(prio),
                                              "--metrics-port", "0", "--verbose"],
                                             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path), log)
             time.sleep(3 if prio == 100 else 0)
         wait_for(lambda: ready(kube, namespace), 90, "KVPlan Ready under two replicas")
-        time.sleep(8)  # a few timer ticks for the paused one to misbehave, if it would
+        time.sleep(8)  # timer ticks and events for the paused replica to misbehave, if it would
+        high, low = logs[100].read_text(), logs[50].read_text()
+        assert "KopfPeering" in high and "reconcile (create)" in high, high[-3000:]
+        assert "reconcile (" not in low, low[-3000:]
+        assert "Resuming operations" not in low, low[-3000:]
+        stop(100)
+        kube.custom.patch_namespaced_custom_object("kvplan.io", "v1alpha1", namespace, "kvplans", "fleet",
+                                                   {"spec": {"replan": {"interval": "45s"}}})
+        wait_for(lambda: "reconcile (update)" in logs[50].read_text(), 90, "the standby replica to take over")
     finally:
-        for proc, log in procs.values():
-            proc.send_signal(signal.SIGTERM)
-        for proc, log in procs.values():
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            log.close()
-    high = (tmp_path / "op100.log").read_text()
-    low = (tmp_path / "op50.log").read_text()
-    assert "KopfPeering" in high and "reconcile (" in high, high[-3000:]
-    assert "Pausing operations in favour of" in low, low[-3000:]
-    assert "reconcile (" not in low, low[-3000:]
-    peering = kube.custom.get_namespaced_custom_object("kopf.dev", "v1", namespace, "kopfpeerings", "kvplan")
-    assert peering["metadata"]["name"] == "kvplan"
-    json.dumps(peering)
+        for prio in list(procs):
+            stop(prio)
+    assert "Resuming operations" in logs[50].read_text()

@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvcore.errors import InputError
-from kvcore.radius_drift import DEFAULT_DRIFT_Z, DEFAULT_FLOOR_COUNT, drift_radius
+from kvcore.radius_drift import DEFAULT_DRIFT_Z, DEFAULT_FLOOR_SCALE, drift_radius
 from kvcore.samples import History, Samples, as_history
 
 
@@ -52,12 +52,12 @@ class RadiusPolicy(BaseModel):
             "Default 0.15, the paper's recommended value."
         ),
     )
-    floor_count: float = Field(
-        default=DEFAULT_FLOOR_COUNT,
+    floor_scale: float = Field(
+        default=DEFAULT_FLOOR_SCALE,
         ge=0.0,
         description=(
             "kind='drift': how many of the N observed requests the ball may relocate across the spread S, so the "
-            "sampling floor is floor_count * S / N_eff tokens (dimensionless). Default 3, the rule of three "
+            "sampling floor is floor_scale * S / N_eff tokens (dimensionless). Default 3, the rule of three "
             "(see kvcore.radius_drift)."
         ),
     )
@@ -99,7 +99,7 @@ def _fraction(policy: RadiusPolicy, history: History, lmax: float) -> RadiusChoi
 
 
 def _drift(policy: RadiusPolicy, history: History, lmax: float) -> RadiusChoice:
-    d = drift_radius(history, lmax, floor_count=policy.floor_count, drift_z=policy.drift_z)
+    d = drift_radius(history, lmax, floor_scale=policy.floor_scale, drift_z=policy.drift_z)
     return RadiusChoice(eps=d.eps, rule="drift", reason=d.reason)
 
 

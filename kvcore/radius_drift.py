@@ -4,14 +4,14 @@ The radius eps of a type-1 Wasserstein ball is a distance between distributions 
 This rule sets it from the history alone, as the sum of two distances it can measure, capped where a larger
 ball could no longer change the reservation:
 
-``eps = min(eps_sat, floor_count * S / N_eff + max(0, W1(newest, older) - drift_z * S * sqrt(1/n_new + 1/n_old)))``
+``eps = min(eps_sat, floor_scale * S / N_eff + max(0, W1(newest, older) - drift_z * S * sqrt(1/n_new + 1/n_old)))``
 
 with ``S = integral over x of sqrt(F(x) (1 - F(x))) dx`` (F the pooled empirical CDF), the spread that sets the
 scale of sampling error in W1 (two N-samples of one distribution are about ``0.8 S sqrt(2 / N)`` apart).
 
-- **Sampling floor, ``floor_count * S / N_eff``.** What the history cannot rule out: that a few more requests
+- **Sampling floor, ``floor_scale * S / N_eff``.** What the history cannot rule out: that a few more requests
   than it shows sit somewhere else, e.g. beyond its largest value. By the "rule of three", when an event has not
-  been seen in N trials its rate can still be up to 3 / N (95% upper bound), so the ball lets ``floor_count`` = 3
+  been seen in N trials its rate can still be up to 3 / N (95% upper bound), so the ball lets ``floor_scale`` = 3
   of the N observed requests be relocated across the spread S. It is ``O(1/N)``: a window of a few dozen
   requests (BurstGPT's API log) gets a radius that flips high-rho reserves to robust, a window of thousands keeps
   SAA's critical fractile at every rho. ``N_eff = 1 / sum(w^2)`` (Kish): N for raw samples, conservative (smaller)
@@ -46,7 +46,7 @@ import numpy as np
 
 from kvcore.samples import FloatArray, History, Samples
 
-DEFAULT_FLOOR_COUNT = 3.0
+DEFAULT_FLOOR_SCALE = 3.0
 """How many of the N observed requests the ball may relocate across the spread S (floor = count x S / N_eff).
 Dimensionless. 3: the rule of three (95% upper bound on the rate of an event not seen in N trials is 3 / N). On the
 shared traces under the rolling protocol 2, 3 and 4 give gm within 0.01 of each other; 3 is the statistical value,
@@ -67,7 +67,7 @@ class DriftRadius:
 
     Attributes:
         eps: the chosen radius, ``min(cap, floor + drift)``.
-        floor: ``floor_count * S / n_eff``, the sampling term.
+        floor: ``floor_scale * S / n_eff``, the sampling term.
         drift: the drift term (0 when there is one window or no significant change).
         distance: raw W1 between the newest window and the older ones (0 with one window).
         noise: ``S * sqrt(1/n_new + 1/n_old)``, the chance scale of ``distance``.
@@ -128,14 +128,14 @@ def drift_radius(
     history: History,
     lmax: float,
     *,
-    floor_count: float = DEFAULT_FLOOR_COUNT,
+    floor_scale: float = DEFAULT_FLOOR_SCALE,
     drift_z: float = DEFAULT_DRIFT_Z,
 ) -> DriftRadius:
     """Apply the drift rule (module docstring) to ``history``; ``lmax`` in tokens bounds the support."""
     pooled = history.pooled()
     n_eff = effective_size(pooled)
     s = spread(pooled)
-    floor = floor_count * s / n_eff
+    floor = floor_scale * s / n_eff
     cap = saturation_radius(pooled, lmax)
     distance = noise = drift = 0.0
     windows = [w for w in history.windows if len(w) > 0]
@@ -156,11 +156,11 @@ def drift_radius(
         )
     elif len(windows) >= 2:
         why = (
-            f"sampling floor {floor_count:g} x spread {s:.1f} / {n_eff:.0f} samples; no significant drift "
+            f"sampling floor {floor_scale:g} x spread {s:.1f} / {n_eff:.0f} samples; no significant drift "
             f"(newest window {distance:.1f} tokens from the rest, within {drift_z:g} x {noise:.1f} noise)"
         )
     else:
-        why = f"sampling floor {floor_count:g} x spread {s:.1f} / {n_eff:.0f} samples; one window, drift not measured"
+        why = f"sampling floor {floor_scale:g} x spread {s:.1f} / {n_eff:.0f} samples; one window, drift not measured"
     reason = f"eps = {eps:.2f} tokens ({eps / mean if mean > 0 else 0.0:.3f} x mean {mean:.1f}): {why}"
     return DriftRadius(
         eps=float(eps), floor=float(floor), drift=float(drift), distance=float(distance), noise=float(noise),

@@ -10,8 +10,9 @@ Phases (each one prints a line to stderr; ``--json`` puts the one result object 
 2. **control plane**: etcd + kube-apiserver on loopback (:class:`kvplan_dev.cluster.LocalCluster`).
 3. **install**: the chart's CRDs, then the chart's ServiceAccount and RBAC rendered with ``helm template``
    (watching namespace ``demo`` only), exactly as ``helm install`` would create them.
-4. **operator**: ``kvplan-operator --standalone --namespace demo`` as a subprocess whose kubeconfig carries a
-   TokenRequest token of the chart's ServiceAccount, so every call it makes is authorised by the chart's RBAC.
+4. **operator**: ``kvplan-operator --namespace demo --peering kvplan-operator`` (the chart's default args) as a
+   subprocess whose kubeconfig carries a TokenRequest token of the chart's ServiceAccount, so every call it makes
+   is authorised by the chart's RBAC.
 5. **apply**: ``examples/vllm-deployments.yaml``, then ``examples/kvplan-70b.yaml`` with ``spec.prometheus.url``
    pointed at the local Prometheus (the only change made to the example).
 6. **wait** until the KVPlan is ``Ready=True`` (or a terminal reason, or the timeout).
@@ -58,8 +59,10 @@ HISTORY_HOURS = 6.0
 """Hours of backfilled history; matches the example's ``spec.prometheus.lookback: 6h``."""
 MAX_MODEL_LEN = 8192
 """Largest finite histogram bucket (vLLM's 1-2-5 buckets up to max_model_len); the example uses 8192."""
-RBAC_KINDS = frozenset({"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})
-"""What the demo takes from the rendered chart (the operator itself runs as a subprocess, not a pod)."""
+RBAC_KINDS = frozenset({"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+                        "KopfPeering", "ClusterKopfPeering"})
+"""What the demo takes from the rendered chart: identity, RBAC and the kopf peering object (the operator itself
+runs as a subprocess, not a pod)."""
 TERMINAL_REASONS = frozenset({
     "InvalidSpec", "Infeasible", "PlannerError", "LayoutExceedsNode", "ContainerNotFound",
 })
@@ -210,7 +213,7 @@ def text_diff(before: str | None, after: str | None, name: str) -> list[str]:
 
 
 def rbac_documents(rendered: str) -> list[dict[str, Any]]:
-    """The ServiceAccount and RBAC objects of a ``helm template`` output."""
+    """The ServiceAccount, RBAC and peering objects of a ``helm template`` output."""
     return [doc for doc in yaml.safe_load_all(rendered) if isinstance(doc, dict) and doc.get("kind") in RBAC_KINDS]
 
 
@@ -330,7 +333,7 @@ def _start_operator(kubeconfig: Path, workdir: Path) -> Any:
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONSAFEPATH": "1",
            "KVPLAN_TIMER_TICK_S": "10", "KVPLAN_BACKOFF_BASE_S": "10", "MPLCONFIGDIR": str(workdir / "mpl")}
     env.pop("KUBERNETES_SERVICE_HOST", None)  # never mistake this for an in-cluster pod
-    argv = [str(binary), "--standalone", f"--namespace={NAMESPACE}",
+    argv = [str(binary), f"--namespace={NAMESPACE}", f"--peering={RELEASE}",
             f"--liveness=http://127.0.0.1:{free_port()}/healthz", f"--metrics-port={free_port()}"]
     return ManagedProcess("kvplan-operator", argv, workdir / "operator.log", env=env)
 

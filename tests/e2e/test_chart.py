@@ -88,17 +88,18 @@ def test_make_lint_chart(tools: Any) -> None:
 @pytest.mark.parametrize(
     ("sets", "kinds"),
     [
-        pytest.param((), {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service"},
-                     id="defaults-all-namespaces"),
+        pytest.param((), {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
+                          "ClusterKopfPeering"}, id="defaults-all-namespaces"),
         pytest.param((f"watchNamespaces={{{WATCHED},{UNWATCHED}}}",),
                      {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment",
-                      "Service"}, id="watched-namespaces"),
-        pytest.param(("serviceMonitor.enabled=true", "peering.enabled=true", "replicaCount=2",
-                      "httpRoute.enabled=true", "prometheus.authSecrets={prom-token}"),
+                      "Service", "KopfPeering"}, id="watched-namespaces"),
+        pytest.param(("serviceMonitor.enabled=true", "replicaCount=2", "httpRoute.enabled=true",
+                      "prometheus.authSecrets={prom-token}"),
                      {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-                      "ServiceMonitor"}, id="every-option"),
-        pytest.param(("metrics.enabled=false",), {"ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                                                  "Deployment"}, id="no-metrics"),
+                      "ServiceMonitor", "ClusterKopfPeering"}, id="every-option"),
+        pytest.param(("metrics.enabled=false", "peering.enabled=false"),
+                     {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"},
+                     id="no-metrics-standalone"),
     ],
 )
 def test_template_renders(tools: Any, sets: tuple[str, ...], kinds: set[str]) -> None:
@@ -134,13 +135,16 @@ def test_template_renders(tools: Any, sets: tuple[str, ...], kinds: set[str]) ->
                           ("ClusterRole:", "apiextensions.k8s.io", "customresourcedefinitions"):
                               {"get", "list", "watch"}},
                      {("ClusterRole:", "", "secrets"), ("ClusterRole:", "gateway.networking.k8s.io", "httproutes"),
-                      ("ClusterRole:", "kopf.dev", "clusterkopfpeerings")}, id="defaults"),
+                      ("ClusterRole:", "kopf.dev", "kopfpeerings")}, id="defaults"),
         pytest.param((f"watchNamespaces={{{WATCHED}}}",),
                      {(f"Role:{WATCHED}", "apps", "deployments"): {"get", "patch"},
                       ("ClusterRole:", "", "namespaces"): {"get", "list", "watch"}},
                      {("ClusterRole:", "apps", "deployments"), ("ClusterRole:", "", "configmaps")},
                      id="namespaced-no-cluster-wide-writes"),
-        pytest.param(("httpRoute.enabled=true", "peering.enabled=true"),
+        pytest.param(("peering.enabled=false",), {("ClusterRole:", "apps", "deployments"): {"get", "patch"}},
+                     {("ClusterRole:", "kopf.dev", "clusterkopfpeerings"), ("ClusterRole:", "kopf.dev", "kopfpeerings")},
+                     id="standalone-no-peering-rules"),
+        pytest.param(("httpRoute.enabled=true",),
                      {("ClusterRole:", "gateway.networking.k8s.io", "httproutes"): {"get", "patch"},
                       ("ClusterRole:", "kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"}},
                      set(), id="httproutes-and-peering"),
@@ -168,7 +172,8 @@ def test_secret_access_is_by_name_only(tools: Any) -> None:
 
 
 def test_two_replicas_without_peering_is_refused(tools: Any) -> None:
-    done = helm(tools, "template", RELEASE, str(CHART), "--set", "replicaCount=2", check=False)
+    done = helm(tools, "template", RELEASE, str(CHART), "--set", "replicaCount=2", "--set", "peering.enabled=false",
+                check=False)
     assert done.returncode != 0
     assert "peering.enabled" in done.stderr
 
@@ -206,10 +211,13 @@ def installed(tools: Any, cluster: Any, tmp_path_factory: pytest.TempPathFactory
 def test_rendered_objects_exist_on_the_apiserver(cluster: Any, installed: Path) -> None:
     names = {
         ("deployment", RELEASE_NS), ("serviceaccount", RELEASE_NS), ("service", RELEASE_NS),
-        ("role", WATCHED), ("rolebinding", WATCHED),
+        ("role", WATCHED), ("rolebinding", WATCHED), ("kopfpeering.kopf.dev", WATCHED),
     }
     for kind, namespace in names:
         cluster.kubectl("-n", namespace, "get", kind, RELEASE + ("-metrics" if kind == "service" else ""))
+    deployment = json.loads(cluster.kubectl("-n", RELEASE_NS, "get", "deployment", RELEASE, "-o", "json").stdout)
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--namespace={WATCHED}" in args and f"--peering={RELEASE}" in args and "--standalone" not in args
     cluster.kubectl("get", "clusterrole", RELEASE)
     cluster.kubectl("get", "crd", "kvplans.kvplan.io", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev")
 
@@ -238,6 +246,8 @@ def as_operator(cluster: Any, installed: Path, tmp_path_factory: pytest.TempPath
         pytest.param("create", "events", WATCHED, True, id="create-events"),
         pytest.param("list", "horizontalpodautoscalers.autoscaling", WATCHED, True, id="list-hpas"),
         pytest.param("get", "kvplans.kvplan.io", WATCHED, True, id="get-kvplans"),
+        pytest.param("patch", "kopfpeerings.kopf.dev", WATCHED, True, id="patch-kopfpeering"),
+        pytest.param("create", "kopfpeerings.kopf.dev", WATCHED, False, id="no-create-kopfpeering"),
         pytest.param("watch", "deployments.apps", WATCHED, False, id="no-watch-deployments"),
         pytest.param("list", "customresourcedefinitions.apiextensions.k8s.io", "", True, id="list-crds"),
         pytest.param("delete", "deployments.apps", WATCHED, False, id="no-delete-deployments"),

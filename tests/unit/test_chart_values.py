@@ -74,6 +74,7 @@ def test_every_key_has_a_comment() -> None:
         pytest.param("securityContext.capabilities.drop", ["ALL"], id="drop-all-capabilities"),
         pytest.param("securityContext.seccompProfile.type", "RuntimeDefault", id="container-seccomp"),
         pytest.param("replicaCount", 1, id="one-replica"),
+        pytest.param("peering.enabled", True, id="peering-on"),
         pytest.param("httpRoute.enabled", False, id="httproutes-off"),
         pytest.param("prometheus.authSecrets", [], id="no-secret-access"),
         pytest.param("serviceMonitor.enabled", False, id="servicemonitor-off"),

@@ -100,7 +100,8 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
   verbs: ["get"]
 {{- end }}
 {{- if and .Values.peering.enabled .Values.watchNamespaces }}
-# kopf peering in namespaced mode: a KopfPeering per watched namespace (kopf.dev and the legacy zalando.org group).
+# kopf peering in namespaced mode: the KopfPeering in each watched namespace (created by this chart), read and
+# patched with keep-alives (kopf.dev and the legacy zalando.org group, both of which kopf probes).
 - apiGroups: ["kopf.dev", "zalando.org"]
   resources: ["kopfpeerings"]
   verbs: ["get", "list", "watch", "patch"]

@@ -80,13 +80,13 @@ def cluster_up(args: argparse.Namespace) -> int:
     tools = _tools()
     started = time.monotonic()
     base = run_dir() / f"up-{int(time.time())}"
-    local = cluster_mod.LocalCluster(tools, workdir=base / "cluster")
+    local = cluster_mod.LocalCluster(tools, workdir=base / "cluster", die_with_parent=False)
     state: dict[str, Any] = {}
     local.start()
     try:
         state["cluster"] = {**local.detach(), "remove_workdir": True}
         if args.prometheus or args.backfill:
-            prometheus = prom_mod.LocalPrometheus(tools, workdir=base / "prometheus")
+            prometheus = prom_mod.LocalPrometheus(tools, workdir=base / "prometheus", die_with_parent=False)
             if args.backfill:
                 window = Window(end_unix_s=time.time() - 60.0, duration_s=args.hours * 3600.0)
                 series = [prom_mod.series_from_trace(Path(args.backfill), labels={"model_name": args.model_name},
@@ -180,8 +180,13 @@ def parser() -> argparse.ArgumentParser:
         tool = sub.add_parser(name, help=f"run the project's {name}: kvplan-dev {name} -- ARGS")
         tool.add_argument("args", nargs=argparse.REMAINDER)
         tool.set_defaults(func=lambda a, n=name: _exec_tool(Path(getattr(_tools(), n)), a.args))
-    demo = sub.add_parser("demo", help="the end-to-end demo")
-    demo.set_defaults(func=_demo)
+    demo_parser = sub.add_parser("demo", help="the end-to-end demo")
+    from kvplan_dev import demo
+
+    add_arguments = getattr(demo, "add_arguments", None)  # the demo owns its options
+    if callable(add_arguments):
+        add_arguments(demo_parser)
+    demo_parser.set_defaults(func=_demo)
     return top
 
 

@@ -65,15 +65,17 @@ class LocalCluster:
     """etcd + kube-apiserver on loopback; use as a context manager or call ``start()``/``stop()``."""
 
     def __init__(self, tools: Tools | None = None, workdir: Path | None = None, ready_timeout_s: float = 180.0,
-                 extra_apiserver_args: tuple[str, ...] = ()) -> None:
+                 extra_apiserver_args: tuple[str, ...] = (), die_with_parent: bool = True) -> None:
         """``workdir``: where certs, etcd data, logs and the kubeconfig go (default: a new temp dir, removed on
         stop). ``ready_timeout_s``: seconds to wait for etcd health and apiserver ``/readyz`` (cold start on two
-        busy cores takes 10-40 s)."""
+        busy cores takes 5-40 s). ``die_with_parent``: the servers get SIGTERM if this Python process dies without
+        stopping them; turn it off to :meth:`detach` them (``kvplan-dev cluster up``)."""
         self.tools = tools or locate_tools()
         self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="kvplan-cluster-"))
         self.ready_timeout_s = ready_timeout_s
         self.extra_apiserver_args = extra_apiserver_args
+        self.die_with_parent = die_with_parent
         self.token = secrets.token_hex(16)
         self.kubeconfig = self.workdir / "kubeconfig"
         self.server = ""
@@ -121,7 +123,7 @@ class LocalCluster:
                 "--log-level", "warn"]
         if not self.etcd_version.lstrip("v").startswith("3.4"):
             argv.append("--unsafe-no-fsync")  # 3.5+: tests need no durability, and fsync is slow on shared disks
-        proc = ManagedProcess("etcd", argv, self.workdir / "etcd.log")
+        proc = ManagedProcess("etcd", argv, self.workdir / "etcd.log", die_with_parent=self.die_with_parent)
         self._procs.append(proc)
         self.history.append(proc.record)
 
@@ -145,7 +147,8 @@ class LocalCluster:
                 f"--service-account-key-file={wd / 'sa.pub'}", f"--service-account-signing-key-file={wd / 'sa.key'}",
                 "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
                 "--endpoint-reconciler-type=none", "--v=1", *self.extra_apiserver_args]
-        proc = ManagedProcess("kube-apiserver", argv, wd / "kube-apiserver.log")
+        proc = ManagedProcess("kube-apiserver", argv, wd / "kube-apiserver.log",
+                              die_with_parent=self.die_with_parent)
         self._procs.append(proc)
         self.history.append(proc.record)
         context = ssl.create_default_context(cafile=str(wd / "serving.crt"))

@@ -8,6 +8,7 @@ SIGKILL after a grace period.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -64,17 +65,30 @@ class ProcessRecord:
         return cls(str(data["name"]), int(data["pid"]), int(data["start_ticks"]), tuple(data["argv"]), str(data["log"]))
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM when the parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
 class ManagedProcess:
     """A child process with its log file; ``stop()`` ends exactly this PID."""
 
-    def __init__(self, name: str, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None,
+                 die_with_parent: bool = True) -> None:
+        """``die_with_parent``: the kernel sends the child SIGTERM when the thread that started it ends, e.g. when a
+        killed pytest never ran its teardown (so start long-lived servers from the main thread);
+        ``kvplan-dev cluster up`` turns it off so the servers outlive the command."""
         self.name = name
         self.log_path = log_path
         log = log_path.open("ab")
         try:
             self.popen: subprocess.Popen[bytes] | None = subprocess.Popen(
                 list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, env=env,
+                start_new_session=True, env=env, preexec_fn=_die_with_parent if die_with_parent else None,
             )
         finally:
             log.close()

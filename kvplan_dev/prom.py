@@ -32,9 +32,10 @@ class LocalPrometheus:
     """A Prometheus server on 127.0.0.1; use as a context manager or call ``start()``/``stop()``."""
 
     def __init__(self, tools: Tools | None = None, workdir: Path | None = None, ready_timeout_s: float = 60.0,
-                 retention: str = "100y") -> None:
+                 retention: str = "100y", die_with_parent: bool = True) -> None:
         """``workdir``: data dir, config and log (default: a new temp dir, removed on stop). ``retention``:
-        ``--storage.tsdb.retention.time``; 100y keeps backfilled blocks of any age."""
+        ``--storage.tsdb.retention.time``; 100y keeps backfilled blocks of any age. ``die_with_parent``: see
+        :class:`kvplan_dev.process.ManagedProcess` (off for ``kvplan-dev cluster up``)."""
         self.prometheus_bin = tools.prometheus if tools else PROMETHEUS
         self.promtool_bin = tools.promtool if tools else PROMTOOL
         for path in (self.prometheus_bin, self.promtool_bin):
@@ -44,6 +45,7 @@ class LocalPrometheus:
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="kvplan-prom-"))
         self.ready_timeout_s = ready_timeout_s
         self.retention = retention
+        self.die_with_parent = die_with_parent
         self.port = 0
         self.url = ""
         self.version = ""
@@ -83,7 +85,8 @@ class LocalPrometheus:
         argv = [str(self.prometheus_bin), f"--config.file={config}", f"--storage.tsdb.path={self.data_dir}",
                 f"--storage.tsdb.retention.time={self.retention}", f"--web.listen-address=127.0.0.1:{self.port}",
                 "--web.enable-remote-write-receiver", "--log.level=warn"]
-        self._proc = ManagedProcess("prometheus", argv, self.workdir / "prometheus.log")
+        self._proc = ManagedProcess("prometheus", argv, self.workdir / "prometheus.log",
+                                    die_with_parent=self.die_with_parent)
         self.history.append(self._proc.record)
 
         def ready() -> bool:

@@ -113,5 +113,5 @@ def check_no_leftover_processes(session: pytest.Session) -> None:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         message = f"processes left running after the tests: {sorted(set(alive + children))}"
         if reporter is not None:
-            reporter.write_line(f"ERROR: {message}", red=True)
+            reporter.write_line(f"\nERROR: {message}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

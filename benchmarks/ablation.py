@@ -172,8 +172,10 @@ def run_ablation(traces: Path, *, seeds: int = 3) -> str:
              + " (eps = 0 plan: " + ", ".join(f"{c.name} {c.reserve_tokens:.0f}" for c in saa.classes) + ").", "",
              "| variant | reservation cost / request | P99 e2e (s) | goodput (req/s) | SLO viol. (%) "
              "| preemptions |", "|---|---|---|---|---|---|"]
+    means: dict[str, dict[str, float]] = {}
     for label, i, p, kw in variants:
         runs = [_simulate(i, p, tests, scale, seed, **kw) for seed in range(seeds)]
+        means[label] = {k: statistics.fmean(r[k] for r in runs) for k in runs[0]}
 
         def ms(key: str, fmt: str, runs: list[dict[str, float]] = runs) -> str:
             vals = [r[key] for r in runs]
@@ -191,4 +193,38 @@ The paper's Table V (its instance, rho = 20, alpha = 0.6, 2.5x shift), for direc
 | - routing (uniform pi) | 93,878 +- 5,152 | 177.62 +- 11.90 | 0.63 +- 0.06 | 93.8 +- 0.6 |
 | - DRO (SAA, eps = 0) | 24,864 +- 1,534 | 11.02 +- 1.55 | 3.68 +- 0.35 | 45.8 +- 5.2 |
 | - prefix caching | 13,476 +- 208 | 9.95 +- 1.29 | 4.39 +- 0.37 | 35.4 +- 5.4 |"""
-    return "\n".join(lines) + "\n" + paper
+    return "\n".join(lines) + "\n" + paper + "\n\n" + _compare(means, [v[0] for v in variants])
+
+
+PAPER_RATIOS = {  # the paper's Table V, variant / full: (cost, P99, SLO violation in points)
+    "- routing (uniform pi)": (93878 / 13476, 177.62 / 8.12, 93.8 - 26.4),
+    "- DRO (SAA, eps = 0)": (24864 / 13476, 11.02 / 8.12, 45.8 - 26.4),
+    "- prefix caching (delta = 0)": (1.0, 9.95 / 8.12, 35.4 - 26.4),
+}
+
+
+def _compare(means: dict[str, dict[str, float]], labels: list[str]) -> str:
+    """One computed line per ablation: our ratios to the full plan next to the paper's, and whether they agree."""
+    full = means[labels[0]]
+    out = ["Ours against the paper, each variant relative to the full plan (computed from the table above):", ""]
+    for label in labels[1:]:
+        m = means[label]
+        pc, pp, ps = PAPER_RATIOS[label]
+        c, q, v = m["cost"] / full["cost"], m["p99"] / full["p99"], m["slo"] - full["slo"]
+        same = [(c > 1.05) == (pc > 1.05), (q > 1.05) == (pp > 1.05), (v > 2.0) == (ps > 2.0)]
+        verdict = "agrees" if all(same) else "disagrees on " + ", ".join(
+            n for n, ok in zip(("reservation cost", "P99", "SLO violation"), same) if not ok)
+        out.append(f"- without {label.removeprefix('- ')}: reservation cost x{c:.2f} (paper x{pc:.2f}), P99 x{q:.2f} (paper x{pp:.2f}), "
+                   f"SLO violation {v:+.1f} points (paper {ps:+.1f}): **{verdict}**.")
+    out.append("")
+    saa = means.get("- DRO (SAA, eps = 0)")
+    if saa is not None and saa["p99"] <= 1.05 * full["p99"]:
+        out.append(
+            f"Without DRO our reservation cost rises as in the paper, but P99 and SLO violation do not (preemptions "
+            f"{saa['preempt']:.0f} vs {full['preempt']:.0f} for the full plan): in the simulator a request that "
+            "outgrows its reservation takes free slots and is preempted only when none are free, and at this load "
+            "enough are free. The paper's latency gain from DRO does not reproduce on this instance.")
+    out.append("Our cost column is the reservation term only (what the simulator measures per request), which "
+               "routing and prefix caching do not change; the paper's cost is its whole objective, so a "
+               "\"disagrees on reservation cost\" for those two rows is a difference of metric, not of direction.")
+    return "\n".join(out)

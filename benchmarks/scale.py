@@ -61,7 +61,7 @@ def main() -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--repeats", type=int, default=3, help="BCD runs per seed (median reported)")
     p.add_argument("--timeout", type=float, default=300.0, help="exact reference limit per instance, seconds")
-    p.add_argument("--no-exact-above", default="10x8x1000",
+    p.add_argument("--no-exact-above", default="15x12x2000",
                    help="skip the exact reference for this size and larger (it cannot finish in the limit)")
     p.add_argument("--json", action="store_true", help="print the JSON rows only")
     args = p.parse_args()

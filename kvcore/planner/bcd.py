@@ -8,14 +8,16 @@ alternates, until a sweep improves J by less than ``tol`` (relative):
    re-spread in proportion to service rates); the best is kept.
 2. **r/delta block** — solved exactly inside every evaluation of J.
 3. **pi block** — pairwise transfers (:mod:`.routing`) with (y, delta) fixed, then the r/delta block again.
-4. **admission block** — single flips and (rejected, admitted) swaps. A flip is skipped when a bound proves it
-   cannot help: rejecting i saves at most ``lambda_i DRO_i(y_i) + (the whole queueing term)`` and costs
-   ``c_rej lambda_i``; admitting i costs at least ``lambda_i min DRO_i``. A flip that makes the current layouts
-   infeasible is retried with the z block re-run.
+4. **admission block** — single flips and (refused, admitted) swaps. A move is skipped when a bound proves it
+   cannot help: refusing j saves at most ``lambda_j DRO_j(y_j)`` plus every other admitted class's excess over
+   its DRO minimum plus the whole queueing term, and costs ``c_rej lambda_j``; admitting i costs at least
+   ``lambda_i min DRO_i``. A flip that makes the current layouts infeasible is retried with the z block re-run
+   (swaps keep the layouts).
 
 Start: every class admitted, each group at its highest-throughput layout, routing proportional to service rates.
-If that is infeasible, the z block looks for a feasible layout, then classes are rejected greedily (the one whose
-rejection gives the cheapest feasible point, else the one with the most irreducible work) until feasible.
+If that is infeasible, the z block looks for a feasible layout, then classes are refused greedily (the one whose
+refusal gives the cheapest feasible point at the current layouts, then with the layouts re-chosen, else the one
+with the most irreducible work) until feasible.
 
 Work is reused: profiles are resolved once, DRO curves and their cut pools persist, and every J(z, a, x)
 evaluation is memoised on (z, a, x).
@@ -112,15 +114,26 @@ class _Bcd:
         x = improve_routing(self.prob, cur.z, cur.x, cur.cont.y, cur.cont.delta)
         return self.best(cur, self.point(cur.z, cur.a, x))
 
-    def flip(self, cur: _Point, a: BoolArray) -> _Point:
+    def flip(self, cur: _Point, a: BoolArray, *, relayout: bool = True) -> _Point:
         x = cur.x.copy()
         prop = self.proportional(cur.z, a)
         for i in np.flatnonzero(a != cur.a):
             x[i] = prop[i]
         cand = self.point(cur.z, a, x)
-        if not cand.cont.ok:
+        if not cand.cont.ok and relayout:
             cand = self.z_block_from(cur.z, a)
         return cand
+
+    def saving_bound(self, cur: _Point, j: int) -> float:
+        """An upper bound on how much the (y, delta) value can fall if class j is refused: its own term, every
+        other class's excess over its DRO minimum, and the whole queueing term."""
+        prob = self.prob
+        y = cur.cont.y
+        lam = np.where(cur.a, prob.lam, 0.0)
+        dro = np.array([prob.curves[i].value(float(y[i])) if lam[i] > 0 else 0.0 for i in range(prob.n_classes)])
+        mins = np.array([c.min_value for c in prob.curves])
+        queue = cur.cont.value - float(np.dot(lam, dro))
+        return float(lam[j] * dro[j] + np.dot(lam, dro - mins) - lam[j] * (dro[j] - mins[j]) + max(queue, 0.0))
 
     def admission_block(self, cur: _Point) -> _Point:
         prob = self.prob
@@ -128,31 +141,29 @@ class _Bcd:
         if not best.cont.ok:
             return best
         for i in range(prob.n_classes):
-            queue_total = best.cont.value  # DRO + queueing now: a bound on what any rejection can save
             lam = float(prob.lam[i])
             if lam <= 0:
                 continue
             a = best.a.copy()
             a[i] = not a[i]
             if best.a[i]:
-                saving = lam * prob.curves[i].value(float(best.cont.y[i])) + queue_total
-                if prob.c_rej * lam >= saving:
+                if prob.c_rej * lam >= self.saving_bound(best, i) * (1 + 1e-9):
                     continue
             elif lam * prob.curves[i].min_value >= prob.c_rej * lam:
                 continue
             best = self.best(best, self.flip(best, a))
-        # swaps: admit a rejected class while rejecting an admitted one
+        # swaps: admit a refused class while refusing an admitted one (layouts kept)
         for ii in np.flatnonzero(~best.a):
             for jj in np.flatnonzero(best.a):
                 i, j = int(ii), int(jj)
                 if best.a[i] or not best.a[j]:
                     continue
                 li, lj = float(prob.lam[i]), float(prob.lam[j])
-                if li * prob.curves[i].min_value >= prob.c_rej * li - prob.c_rej * lj + best.cont.value:
+                if li * prob.curves[i].min_value - prob.c_rej * li + prob.c_rej * lj >= self.saving_bound(best, j):
                     continue
                 a = best.a.copy()
                 a[i], a[j] = True, False
-                best = self.best(best, self.flip(best, a))
+                best = self.best(best, self.flip(best, a, relayout=False))
         return best
 
     def restore(self, start: _Point) -> tuple[_Point, list[str]]:
@@ -164,8 +175,11 @@ class _Bcd:
             for ii in np.flatnonzero(cur.a):
                 a = cur.a.copy()
                 a[ii] = False
-                trials.append((int(ii), self.z_block_from(cur.z, a)))
+                trials.append((int(ii), self.point(cur.z, a, self.proportional(cur.z, a))))
             ok = [(i, p) for i, p in trials if p.cont.ok]
+            if not ok:  # the current layouts cannot be saved by one refusal: let the layouts move too
+                trials = [(i, self.z_block_from(cur.z, p.a)) for i, p in trials]
+                ok = [(i, p) for i, p in trials if p.cont.ok]
             if ok:
                 i, cur = min(ok, key=lambda t: t[1].total(self.prob))
             else:

@@ -122,9 +122,17 @@ def solve_continuous(prob: Problem, z: tuple[int, ...], a: npt.NDArray[np.bool_]
         lo = np.array([prob.curves[i].min_value for i in adm])
         first = lp.add_cols(A[adm], lo, np.full(len(adm), INF))
         theta = {i: first + j for j, i in enumerate(adm)}
+        lower_b: list[float] = []
+        starts: list[int] = []
+        idx_b: list[int] = []
+        val_b: list[float] = []
         for i in adm:
-            for (yc, v, g) in prob.curves[i].cuts:
-                lp.add_row(v - g * yc, INF, [theta[i], ycol + i], [1.0, -g])
+            for (yc, v, g) in prob.curves[i].pool():
+                starts.append(len(idx_b))
+                lower_b.append(v - g * yc)
+                idx_b += [theta[i], ycol + i]
+                val_b += [1.0, -g]
+        lp.add_rows(np.asarray(lower_b), np.full(len(lower_b), INF), starts, idx_b, val_b)
     else:
         for i in adm:
             _add_dro_lp(lp, prob, i, ycol + i, float(A[i]))

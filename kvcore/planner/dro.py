@@ -102,6 +102,8 @@ class DroCurve:
     min_value: float = 0.0
     cuts: list[tuple[float, float, float]] = field(default_factory=list)
     _cache: dict[float, tuple[float, float]] = field(default_factory=dict)
+    _pool: list[tuple[float, float, float]] = field(default_factory=list)
+    _pooled_at: int = -1
 
     @classmethod
     def build(cls, samples: Samples, *, cp: float, cw: float, lmax: float, eps: float, seed_cuts: int = 12
@@ -131,6 +133,17 @@ class DroCurve:
         v, slope, _ = dro_eval(y, self.xi, self.w, cp=self.cp, cw=self.cw, lmax=self.lmax, eps=self.eps)
         self._cache[y] = (v, slope)
         return v, slope
+
+    def pool(self) -> list[tuple[float, float, float]]:
+        """The cut pool without near-duplicates (cuts closer than 1e-6 L in y are kept once)."""
+        if len(self.cuts) > self._pooled_at:
+            seen: dict[int, tuple[float, float, float]] = {}
+            scale = 1e-6 * max(1.0, self.lmax)
+            for c in self.cuts:
+                seen.setdefault(int(round(c[0] / scale)), c)
+            self._pool = sorted(seen.values())
+            self._pooled_at = len(self.cuts)
+        return self._pool
 
     def cut(self, y: float) -> tuple[float, float, float]:
         """Add (and return) the supporting line at y to the pool."""

@@ -1,6 +1,6 @@
 """``make demo``'s body, end to end: the operator reconciles the example KVPlan under the chart's ServiceAccount.
 
-Runs ``kvplan-dev demo --json`` as a subprocess (the same code ``make demo`` runs, minus the tool check) and
+Runs ``kvplan-dev demo --json`` as a subprocess (what ``make demo`` runs, after its tool check) and
 checks: it exits 0 within minutes; the KVPlan became Ready with a plan for both groups and all three classes;
 both Deployments changed the way the plan says (TP/PP args, GPU limits, the pool's node selector, reservation env);
 the router ConfigMap got weights for every class; the operator, authenticated only by a TokenRequest token of the
@@ -39,7 +39,8 @@ def report() -> dict[str, object]:
     except Exception as exc:  # loud, never a skip
         pytest.fail(f"project tools not built ({exc}); run `make tools`")
     env = {**os.environ, "PYTHONSAFEPATH": "1"}
-    done = subprocess.run([sys.executable, "-m", "kvplan_dev.demo", "--json"], cwd=REPO, env=env,
+    kvplan_dev = Path(sys.executable).parent / "kvplan-dev"
+    done = subprocess.run([str(kvplan_dev), "demo", "--json"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
     try:
         data: dict[str, object] = json.loads(done.stdout)

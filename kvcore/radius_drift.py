@@ -57,7 +57,7 @@ DEFAULT_DRIFT_Z = 6.0
 the rest counts as drift. Dimensionless. Two independent samples of one distribution sit about 0.8 scales apart;
 a 2x step over a few hundred requests sits about 15 scales apart (a 1.5x step about 6). Measured on the shared
 traces under the rolling protocol (gm against the five baselines at shifts 1.0 / 1.5 / 2.5): z = 4 gave
-1.036 / 1.023 / 1.035, z = 6 1.024 / 1.015 / 1.028, z = 8 1.022 / 1.015 / 1.028; the split protocol did not
+1.034 / 1.023 / 1.032, z = 6 1.024 / 1.015 / 1.028, z = 8 1.022 / 1.015 / 1.028; the split protocol did not
 move. 6 keeps a 1.5x step in windows of a few hundred requests at the edge of detection rather than past it."""
 
 

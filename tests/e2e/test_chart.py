@@ -3,7 +3,8 @@
 Covers: ``helm lint --strict`` is clean and ``make lint-chart`` works; ``helm template`` renders for the default
 values and for every optional feature, with the restricted securityContext and the least-privilege RBAC the
 values promise (table-driven); the rendered manifests, CRDs included, are accepted by the real apiserver (first a
-server-side dry-run, then for real); the examples validate against the installed CRD; and, authenticated as the
+server-side dry-run, then for real); a real ``helm install`` / ``helm uninstall`` with its NOTES; the examples
+validate against the installed CRD; and, authenticated as the
 chart's ServiceAccount with a TokenRequest token, what the operator needs is allowed and what it must not do
 (delete a Deployment, read a Secret, touch an unwatched namespace, create Deployments) is really refused by the
 apiserver. The operator reconciling a KVPlan under that same token is ``tests/e2e/test_demo.py``.
@@ -297,3 +298,23 @@ def test_forbidden_verbs_are_refused_for_real(cluster: Any, as_operator: Path) -
                     kubeconfig=as_operator)
     body = json.loads(cluster.kubectl("-n", WATCHED, "get", "deployment", "vllm-llama70b-batch", "-o", "json").stdout)
     assert body["metadata"]["annotations"]["kvplan.io/test"] == "ok"
+
+
+def test_helm_install_and_uninstall_for_real(tools: Any, cluster: Any, installed: Path) -> None:
+    """A real ``helm install`` against the local apiserver (CRDs already present, as on an upgrade path), its NOTES,
+    and a clean ``helm uninstall``."""
+    namespace = "helm-watched"
+    cluster.kubectl("create", "namespace", namespace)
+    env = ["--kubeconfig", str(cluster.kubeconfig)]
+    release = "kvp2"
+    done = helm(tools, "install", release, str(CHART), "--namespace", RELEASE_NS, "--wait=false",
+                "--set", f"watchNamespaces={{{namespace}}}", *env)
+    assert "STATUS: deployed" in done.stdout
+    assert f"namespaces: {namespace}" in done.stdout and "kubectl get kvp -w" in done.stdout  # NOTES.txt
+    name = f"{release}-kvplan-operator"
+    cluster.kubectl("-n", RELEASE_NS, "get", "deployment", name)
+    cluster.kubectl("-n", namespace, "get", "rolebinding", name)
+    cluster.kubectl("-n", namespace, "get", "kopfpeering.kopf.dev", "kvplan-operator")
+    helm(tools, "uninstall", release, "--namespace", RELEASE_NS, *env)
+    gone = cluster.kubectl("-n", RELEASE_NS, "get", "deployment", name, check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr

@@ -82,7 +82,8 @@ def _run(args: argparse.Namespace) -> int:
             obj["files"] = [str(p) for p in written]
         print_json(obj, sys.stdout)
         return 0
-    print(f"{ev.trace}: {ev.protocol} protocol, {ev.requests} requests, L_max {ev.lmax:g} tokens, {ev.plans} plan(s), {ev.scored_plans} of them serving requests"
+    print(f"{ev.trace}: {ev.protocol} protocol, {ev.requests} requests, L_max {ev.lmax:g} tokens, "
+          f"{ev.plans} plan(s), {ev.scored_plans} of them serving requests"
           + (f", {ev.reused_windows} empty window(s) kept the previous plan" if ev.reused_windows else ""))
     headers = ["shift", "rho", "method", "cost", "reserve", "eps", "under"]
     if args.simulate:

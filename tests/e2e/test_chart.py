@@ -1,6 +1,7 @@
 """The Helm chart against the project's real helm and a real local kube-apiserver + etcd.
 
-Covers: ``helm lint --strict`` is clean and ``make lint-chart`` works; ``helm template`` renders for the default
+Covers: ``helm lint --strict`` is clean and ``make lint-chart`` works; ``values.schema.json`` refuses typos and
+out-of-range values; ``helm template`` renders for the default
 values and for every optional feature, with the restricted securityContext and the least-privilege RBAC the
 values promise (table-driven); the rendered manifests, CRDs included, are accepted by the real apiserver (first a
 server-side dry-run, then for real); a real ``helm install`` / ``helm uninstall`` with its NOTES; the examples
@@ -170,6 +171,20 @@ def test_secret_access_is_by_name_only(tools: Any) -> None:
     secret_rules = [r for r in role["rules"] if "secrets" in r["resources"]]
     assert secret_rules == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["prom-token"],
                              "verbs": ["get"]}]
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        pytest.param("imag.tag=1", "additional properties 'imag' not allowed", id="typo-in-key"),
+        pytest.param("logLevel=warning", "/logLevel", id="log-level-enum"),
+        pytest.param("metrics.port=0", "/metrics/port", id="port-range"),
+        pytest.param("watchNamespaces={Not_A_Namespace}", "/watchNamespaces/0", id="namespace-name"),
+    ],
+)
+def test_values_schema_refuses(tools: Any, setting: str, message: str) -> None:
+    done = helm(tools, "template", RELEASE, str(CHART), "--set", setting, check=False)
+    assert done.returncode != 0 and message in done.stderr, done.stderr
 
 
 def test_two_replicas_without_peering_is_refused(tools: Any) -> None:

@@ -10,6 +10,7 @@ installed or built, or a server that does not become ready, fails the test with 
   kube-controller-manager), so deleting it leaves it ``Terminating``; names are unique, so that is harmless.
 - ``prometheus`` (function): an empty Prometheus per test; call ``prometheus.backfill(series, window)``.
 
+``prebuild_tools`` is for ``pytest_collection_finish`` (builds before the first test, outside the per-test timeout);
 ``check_no_leftover_processes`` is for ``pytest_sessionfinish``: it fails the run if a process started through
 these fixtures (or any child of pytest) is still alive.
 """
@@ -36,9 +37,32 @@ def _progress(message: str) -> None:
     print(message, flush=True)
 
 
+_PREBUILD_ERROR: list[str] = []
+
+
+def prebuild_tools(session: pytest.Session) -> None:
+    """For ``pytest_collection_finish``: if any selected test is ``integration`` or ``e2e``, install/build the
+    binaries now, before the first test, so a cold build (tens of minutes) is not cut by the per-test timeout.
+    A failure is remembered and reported by the ``control_plane_tools`` fixture (tests fail, never skip)."""
+    if not any(item.get_closest_marker("integration") or item.get_closest_marker("e2e") for item in session.items):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+
+    def progress(message: str) -> None:
+        if reporter is not None:
+            reporter.write_line(message)
+
+    try:
+        ensure_tools(progress=progress)
+    except BuildError as exc:
+        _PREBUILD_ERROR.append(str(exc))
+
+
 @pytest.fixture(scope="session")
 def control_plane_tools() -> Tools:
     """Every binary; builds what is missing (the first time this takes tens of minutes)."""
+    if _PREBUILD_ERROR:
+        pytest.fail(f"control-plane tools could not be installed or built:\n{_PREBUILD_ERROR[0]}", pytrace=False)
     try:
         return ensure_tools(progress=_progress)
     except BuildError as exc:

@@ -12,8 +12,14 @@ from kvplan_dev.pytest_fixtures import (  # noqa: F401 - imported fixtures are r
     control_plane_tools,
     kube_api,
     namespace,
+    prebuild_tools,
     prometheus,
 )
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build missing binaries once, before the first integration/e2e test runs (not under the per-test timeout)."""
+    prebuild_tools(session)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

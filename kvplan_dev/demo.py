@@ -248,6 +248,8 @@ class Settings:
     """Seconds to wait for Ready after the KVPlan is applied (a plan takes seconds; the first reconcile waits for
     kopf's start-up and the first Prometheus queries)."""
     keep_logs: Path | None = None
+    standalone: bool = False
+    """Run as the chart does with ``peering.enabled=false``: ``--standalone``, no peering object or its RBAC."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -257,13 +259,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds to wait for the KVPlan to become Ready (default %(default)s)")
     parser.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
                         help="copy the operator/apiserver/Prometheus logs here before cleaning up")
+    parser.add_argument("--standalone", action="store_true",
+                        help="the chart with peering.enabled=false: kvplan-operator --standalone")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     keep = getattr(args, "keep_logs", None)
     return Settings(json=bool(getattr(args, "json", False)),
                     timeout_s=float(getattr(args, "timeout", None) or Settings.timeout_s),
-                    keep_logs=Path(keep) if keep else None)
+                    keep_logs=Path(keep) if keep else None, standalone=bool(getattr(args, "standalone", False)))
 
 
 def _kubectl_json(cluster: Any, *args: str) -> dict[str, Any]:
@@ -304,14 +308,14 @@ def _backfill(prometheus: Any, report: dict[str, Any]) -> None:
     }
 
 
-def _install(cluster: Any, tools: Any, workdir: Path) -> None:
+def _install(cluster: Any, tools: Any, workdir: Path, *, standalone: bool = False) -> None:
     for namespace in (NAMESPACE, OPERATOR_NAMESPACE):
         cluster.kubectl("create", "namespace", namespace)
     cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds"))
     cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/kvplans.kvplan.io")
     done = subprocess.run(
         [str(tools.helm), "template", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
-         "--set", f"watchNamespaces={{{NAMESPACE}}}"],
+         "--set", f"watchNamespaces={{{NAMESPACE}}}", "--set", f"peering.enabled={str(not standalone).lower()}"],
         capture_output=True, text=True, timeout=120,
     )
     if done.returncode != 0:
@@ -323,7 +327,7 @@ def _install(cluster: Any, tools: Any, workdir: Path) -> None:
     log("chart RBAC applied: " + ", ".join(f"{d['kind']}/{d['metadata']['name']}" for d in rbac))
 
 
-def _start_operator(kubeconfig: Path, workdir: Path) -> Any:
+def _start_operator(kubeconfig: Path, workdir: Path, *, standalone: bool = False) -> Any:
     from kvplan_dev.process import ManagedProcess, free_port
 
     binary = Path(sys.executable).parent / "kvplan-operator"
@@ -333,7 +337,7 @@ def _start_operator(kubeconfig: Path, workdir: Path) -> Any:
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONSAFEPATH": "1",
            "KVPLAN_TIMER_TICK_S": "10", "KVPLAN_BACKOFF_BASE_S": "10", "MPLCONFIGDIR": str(workdir / "mpl")}
     env.pop("KUBERNETES_SERVICE_HOST", None)  # never mistake this for an in-cluster pod
-    argv = [str(binary), f"--namespace={NAMESPACE}", f"--peering={RELEASE}",
+    argv = [str(binary), f"--namespace={NAMESPACE}", "--standalone" if standalone else f"--peering={RELEASE}",
             f"--liveness=http://127.0.0.1:{free_port()}/healthz", f"--metrics-port={free_port()}"]
     return ManagedProcess("kvplan-operator", argv, workdir / "operator.log", env=env)
 
@@ -464,12 +468,12 @@ def _demo(settings: Settings, report: dict[str, Any]) -> None:
                                        "prometheus_version": prometheus.version}
             log(f"    kube-apiserver {cluster.apiserver_version} at {cluster.server}")
             log("3/8 install: CRDs and the chart's RBAC (helm template) ...")
-            _install(cluster, tools, workdir)
+            _install(cluster, tools, workdir, standalone=settings.standalone)
             log("4/8 operator: kvplan-operator under the chart's ServiceAccount token ...")
             log_dirs[2].mkdir(parents=True, exist_ok=True)
             sa_kubeconfig = cluster.service_account_kubeconfig(OPERATOR_NAMESPACE, RELEASE,
                                                                path=log_dirs[2] / "kubeconfig")
-            operator = _start_operator(sa_kubeconfig, log_dirs[2])
+            operator = _start_operator(sa_kubeconfig, log_dirs[2], standalone=settings.standalone)
             stack.enter_context(_stopping(report, "kvplan-operator", operator))
             log("5/8 apply: examples/vllm-deployments.yaml and examples/kvplan-70b.yaml ...")
             cluster.kubectl("-n", NAMESPACE, "apply", "-f", str(EXAMPLE_DEPLOYMENTS))

@@ -119,7 +119,8 @@ def parse_args(args: Sequence[str]) -> list[tuple[str, str | None]]:
 
 
 def _container(deployment: Mapping[str, Any], name: str | None) -> Mapping[str, Any]:
-    containers = deployment.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or [{}]
+    containers: list[Mapping[str, Any]] = (
+        deployment.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or [{}])
     for container in containers:
         if container.get("name") == name:
             return container

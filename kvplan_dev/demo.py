@@ -325,7 +325,7 @@ def _install(cluster: Any, tools: Any, workdir: Path, *, standalone: bool = Fals
     path = workdir / "chart-rbac.yaml"
     path.write_text(yaml.safe_dump_all(rbac, sort_keys=False))
     cluster.kubectl("apply", "-f", str(path))
-    log("chart RBAC applied: " + ", ".join(f"{d['kind']}/{d['metadata']['name']}" for d in rbac))
+    log("chart objects applied: " + ", ".join(f"{d['kind']}/{d['metadata']['name']}" for d in rbac))
 
 
 def _start_operator(kubeconfig: Path, workdir: Path, *, standalone: bool = False) -> Any:

@@ -313,7 +313,8 @@ def _install(cluster: Any, tools: Any, workdir: Path, *, standalone: bool = Fals
     for namespace in (NAMESPACE, OPERATOR_NAMESPACE):
         cluster.kubectl("create", "namespace", namespace)
     cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds"))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/kvplans.kvplan.io")
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/kvplans.kvplan.io",
+                    "crd/kopfpeerings.kopf.dev", "crd/clusterkopfpeerings.kopf.dev")
     done = subprocess.run(
         [str(tools.helm), "template", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
          "--set", f"watchNamespaces={{{NAMESPACE}}}", "--set", f"peering.enabled={str(not standalone).lower()}"],

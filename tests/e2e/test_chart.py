@@ -218,7 +218,8 @@ def installed(tools: Any, cluster: Any, tmp_path_factory: pytest.TempPathFactory
     rest.write_text(yaml.safe_dump_all([d for d in docs if d["kind"] != "CustomResourceDefinition"]))
     cluster.kubectl("apply", "--server-side", "--dry-run=server", "-f", str(crds))
     cluster.kubectl("apply", "--server-side", "-f", str(crds))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/kvplans.kvplan.io")
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/kvplans.kvplan.io",
+                    "crd/kopfpeerings.kopf.dev", "crd/clusterkopfpeerings.kopf.dev")
     cluster.kubectl("apply", "--server-side", "--dry-run=server", "-f", str(rest))
     cluster.kubectl("apply", "--server-side", "-f", str(rest))
     return folder

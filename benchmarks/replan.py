@@ -51,18 +51,20 @@ def deployment(name: str) -> dict:
                          {"name": "vllm", "image": "vllm/vllm-openai", "args": ["--model", "m"]}]}}}}
 
 
-def backfill(prom, *, scale_last_hour: int = 0) -> None:
+def backfill(prom, *, end: float, burst: str = "") -> None:
+    """6 h of history per class ending at ``end``; ``burst``: only add, as new series labelled ``engine=<burst>``,
+    a copy of every third class's trace squeezed into the last hour (a traffic shift)."""
     from kvplan_dev.openmetrics import Window
     from kvplan_dev.prom import series_from_trace
 
-    end = time.time() - 90
     window = Window(end_unix_s=end, duration_s=6 * 3600, step_s=60)
     series = []
     for i in range(N_CLASSES):
         trace = TRACES / TRACE_FILES[i % len(TRACE_FILES)]
-        series.append(series_from_trace(trace, labels={"model_name": f"c{i}"}, window=window, max_model_len=LMAX))
-        if scale_last_hour and i % 3 == 0:
-            series.append(series_from_trace(trace, labels={"model_name": f"c{i}", "engine": "burst"}, window=window,
+        if not burst:
+            series.append(series_from_trace(trace, labels={"model_name": f"c{i}"}, window=window, max_model_len=LMAX))
+        elif i % 3 == 0:
+            series.append(series_from_trace(trace, labels={"model_name": f"c{i}", "engine": burst}, window=window,
                                             max_model_len=LMAX, offset_s=5 * 3600))
     prom.backfill(series, window)
 
@@ -96,7 +98,8 @@ def main() -> int:
         client.CustomObjectsApi(api).create_namespaced_custom_object(
             "kvplan.io", "v1alpha1", ns, "kvplans",
             {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan", "metadata": {"name": "fleet"}, "spec": spec(prom.url)})
-        backfill(prom)
+        end = time.time() - 90
+        backfill(prom, end=end)
         kube = Kube(api)
         timings: dict[str, list[dict]] = {"cold": [], "warm": [], "shifted": []}
 
@@ -130,7 +133,7 @@ def main() -> int:
         for _ in range(args.cycles):
             cycle("warm")
         for k in range(args.cycles):
-            backfill(prom, scale_last_hour=k % 2 + 1)
+            backfill(prom, end=end, burst=f"burst{k}")
             cycle("shifted")
         client.CoreV1Api(api).delete_namespace(ns)
         api.close()

@@ -88,10 +88,26 @@ def deployment(name: str) -> dict:
     }
 
 
+def apply_crds(cluster, path: Path) -> None:
+    """kubectl apply, then poll until every KVPlan/peering CRD is Established (``kubectl wait`` errors out when
+    the CRD has no conditions yet)."""
+    cluster.kubectl("apply", "-f", str(path))
+    names = ["kvplans.kvplan.io"] + (["kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"] if path.is_dir() else [])
+    deadline = time.monotonic() + 60
+    for name in names:
+        while True:
+            out = cluster.kubectl("get", "crd", name, "-o",
+                                  'jsonpath={.status.conditions[?(@.type=="Established")].status}', check=False)
+            if out.stdout.strip() == "True":
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"CRD {name} not Established after 60 s: {out.stdout} {out.stderr}")
+            time.sleep(0.2)
+
+
 @pytest.fixture(scope="module")
 def crd(cluster):
-    cluster.kubectl("apply", "-f", str(REPO / "crds" / "kvplans.kvplan.io.yaml"))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/kvplans.kvplan.io")
+    apply_crds(cluster, REPO / "crds" / "kvplans.kvplan.io.yaml")
     return True
 
 
@@ -100,16 +116,23 @@ def kube(kube_api) -> Kube:
     return Kube(kube_api)
 
 
-def backfill(prometheus, traces_dir, *, burst: float = 0.0) -> float:
-    """6 h of chat (Azure conv) and code (Azure code) history; ``burst``: extra chat copies in the last hour."""
-    end = time.time() - 90
+def backfill(prometheus, traces_dir, *, burst: int = 0, base: bool = True, end: float | None = None) -> float:
+    """6 h of chat (Azure conv) and code (Azure code) history ending at ``end`` (default now - 90 s).
+
+    ``burst``: that many extra copies of the chat trace squeezed into the window's last hour, as new series
+    (label ``engine=burst<i>``); ``base=False`` adds only those (re-writing a series with shifted timestamps would
+    interleave two counters and look like resets).
+    """
+    end = time.time() - 90 if end is None else end
     window = Window(end_unix_s=end, duration_s=6 * HOUR, step_s=30)
-    series = [
-        series_from_trace(traces_dir / "azure2023_conv.csv", labels={"model_name": "chat", "engine": "0"},
-                          window=window, max_model_len=LMAX),
-        series_from_trace(traces_dir / "azure2023_code.csv", labels={"model_name": "code", "engine": "0"},
-                          window=window, max_model_len=LMAX),
-    ]
+    series = []
+    if base:
+        series += [
+            series_from_trace(traces_dir / "azure2023_conv.csv", labels={"model_name": "chat", "engine": "0"},
+                              window=window, max_model_len=LMAX),
+            series_from_trace(traces_dir / "azure2023_code.csv", labels={"model_name": "code", "engine": "0"},
+                              window=window, max_model_len=LMAX),
+        ]
     for i in range(int(burst)):
         series.append(series_from_trace(traces_dir / "azure2023_conv.csv",
                                         labels={"model_name": "chat", "engine": f"burst{i}"}, window=window,
@@ -209,12 +232,12 @@ def test_apply_plan_to_two_pools(crd, kube_api, kube, namespace, prometheus, tra
 
 
 def test_more_traffic_changes_weights(crd, kube_api, kube, namespace, prometheus, traces_dir):
-    backfill(prometheus, traces_dir)
+    end = backfill(prometheus, traces_dir)
     setup(kube_api, namespace, kvplan_spec(prometheus.url))
     assert run(kube, namespace).ok
     w0 = router_weights(kube, namespace)
     rate0 = fetch(kube, namespace)["status"]["plan"]["classes"]["chat"]["arrivalRate"]
-    backfill(prometheus, traces_dir, burst=1)  # a second copy of the chat trace squeezed into the last hour
+    backfill(prometheus, traces_dir, burst=1, base=False, end=end)  # + the chat trace again, in the last hour
     out = run(kube, namespace)
     assert out.ok, out
     body = fetch(kube, namespace)

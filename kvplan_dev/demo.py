@@ -309,12 +309,26 @@ def _backfill(prometheus: Any, report: dict[str, Any]) -> None:
     }
 
 
+def wait_established(cluster: Any, crds: Sequence[str], timeout_s: float = 60.0) -> None:
+    """Poll until every CRD reports ``Established=True``. (``kubectl wait`` right after an apply can fail with
+    "accessor error" while the CRD has no status.conditions yet, so it is not used.)"""
+    deadline = time.monotonic() + timeout_s
+    pending = list(crds)
+    while pending:
+        body = _kubectl_json(cluster, "get", "crd", pending[0])
+        if condition(body, "Established").get("status") == "True":
+            pending.pop(0)
+            continue
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"CRD {pending[0]} not Established after {timeout_s:.0f} s: {body.get('status')}")
+        time.sleep(0.2)
+
+
 def _install(cluster: Any, tools: Any, workdir: Path, *, standalone: bool = False) -> None:
     for namespace in (NAMESPACE, OPERATOR_NAMESPACE):
         cluster.kubectl("create", "namespace", namespace)
     cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds"))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/kvplans.kvplan.io",
-                    "crd/kopfpeerings.kopf.dev", "crd/clusterkopfpeerings.kopf.dev")
+    wait_established(cluster, ("kvplans.kvplan.io", "kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"))
     done = subprocess.run(
         [str(tools.helm), "template", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
          "--set", f"watchNamespaces={{{NAMESPACE}}}", "--set", f"peering.enabled={str(not standalone).lower()}"],

@@ -218,8 +218,9 @@ def installed(tools: Any, cluster: Any, tmp_path_factory: pytest.TempPathFactory
     rest.write_text(yaml.safe_dump_all([d for d in docs if d["kind"] != "CustomResourceDefinition"]))
     cluster.kubectl("apply", "--server-side", "--dry-run=server", "-f", str(crds))
     cluster.kubectl("apply", "--server-side", "-f", str(crds))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/kvplans.kvplan.io",
-                    "crd/kopfpeerings.kopf.dev", "crd/clusterkopfpeerings.kopf.dev")
+    from kvplan_dev.demo import wait_established
+
+    wait_established(cluster, ("kvplans.kvplan.io", "kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"))
     cluster.kubectl("apply", "--server-side", "--dry-run=server", "-f", str(rest))
     cluster.kubectl("apply", "--server-side", "-f", str(rest))
     return folder

@@ -103,7 +103,7 @@ def test_standalone_mode_reconciles() -> None:
     """The chart with ``peering.enabled=false`` runs ``kvplan-operator --standalone``; it must reconcile too."""
     env = {**os.environ, "PYTHONSAFEPATH": "1"}
     kvplan_dev = Path(sys.executable).parent / "kvplan-dev"
-    done = subprocess.run([str(kvplan_dev), "demo", "--json", "--standalone", "--timeout", "45"], cwd=REPO, env=env,
+    done = subprocess.run([str(kvplan_dev), "demo", "--json", "--standalone", "--timeout", "30"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
     data = json.loads(done.stdout)
     assert [p for p in data["started_pids"] if _alive(int(p))] == []

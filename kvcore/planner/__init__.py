@@ -44,6 +44,13 @@ def plan(instance: Instance, *, previous: Plan | None = None) -> Plan:
     refused = int((~run.state.a).sum())
     if refused:
         reason += f"; {refused} class(es) refused"
-    return build_plan(prob, run.state, status=PlanStatus.FEASIBLE, reason=reason,
-                      raw_status=f"bcd sweeps={run.sweeps} subproblems={run.solves}", method="bcd",
+    status = PlanStatus.FEASIBLE
+    if run.solver_errors:
+        reason += f"; HiGHS failed on {len(run.solver_errors)} subproblem(s) ({run.solver_errors[0]}), so the plan " \
+                  "may be worse than BCD would find"
+        if run.solves == len(run.solver_errors):
+            status = PlanStatus.ERROR
+    return build_plan(prob, run.state, status=status, reason=reason,
+                      raw_status=f"bcd sweeps={run.sweeps} subproblems={run.solves} "
+                                 f"solver_errors={len(run.solver_errors)}", method="bcd",
                       iterations=run.sweeps, seconds=time.perf_counter() - t0, previous=previous)

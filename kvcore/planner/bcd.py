@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from kvcore.planner.continuous import ContinuousResult, solve_continuous
+from kvcore.planner.continuous import INFEASIBLE_STATUSES, ContinuousResult, solve_continuous
 from kvcore.planner.problem import Problem
 from kvcore.planner.routing import improve_routing
 from kvcore.planner.state import State, config_of
@@ -64,6 +64,7 @@ class BcdRun:
     feasible: bool
     reason: str
     log: list[str] = field(default_factory=list)
+    solver_errors: list[str] = field(default_factory=list)
 
 
 class _Bcd:
@@ -71,6 +72,7 @@ class _Bcd:
         self.prob = prob
         self.memo: dict[bytes, _Point] = {}
         self.solves = 0
+        self.solver_errors: list[str] = []
 
     def proportional(self, z: tuple[int, ...], a: BoolArray) -> FloatArray:
         prob = self.prob
@@ -86,6 +88,8 @@ class _Bcd:
         if hit is None:
             self.solves += 1
             hit = _Point(z, a.copy(), x.copy(), solve_continuous(self.prob, z, a, x))
+            if not hit.cont.ok and hit.cont.raw_status not in INFEASIBLE_STATUSES:
+                self.solver_errors.append(hit.cont.raw_status)
             self.memo[key] = hit
         return hit
 
@@ -210,4 +214,4 @@ def run_bcd(prob: Problem, *, tol: float = 1e-10, max_sweeps: int = 50) -> BcdRu
                 break
     st = State(cur.z, cur.a.copy(), cur.x.copy(), cur.cont.y.copy(), cur.cont.delta.copy())
     reason = "BCD converged" if cur.cont.ok else "no admission set is feasible (even with every class refused)"
-    return BcdRun(st, cur.total(prob), sweeps, bcd.solves, cur.cont.ok, reason, log)
+    return BcdRun(st, cur.total(prob), sweeps, bcd.solves, cur.cont.ok, reason, log, bcd.solver_errors)

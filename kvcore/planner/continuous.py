@@ -36,6 +36,9 @@ from kvcore.planner.state import config_of
 
 FloatArray = npt.NDArray[np.float64]
 INF = highspy.kHighsInf
+INFEASIBLE_STATUSES = frozenset({"Infeasible", "Primal infeasible or unbounded", "routed to a group without a layout"})
+"""HiGHS model-status strings (and ours) that mean the (y, delta) block has no feasible point. Any other
+non-optimal status is a solver failure, which BCD counts and reports instead of treating it as infeasibility."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import numpy as np
 
 from kvcore.instance import Instance, load_instance
 from kvcore.planmodel import Plan, PlanStatus
-from kvcore.planner.continuous import ContinuousResult, solve_continuous
+from kvcore.planner.continuous import INFEASIBLE_STATUSES, ContinuousResult, solve_continuous
 from kvcore.planner.problem import Problem, compile_problem
 from kvcore.planner.result import build_plan, infeasible_plan
 from kvcore.planner.state import State
@@ -70,6 +70,7 @@ def solve_exact(instance: Instance, *, time_limit: float | None = None) -> Plan:
     global_lb = math.inf
     solved = 0
     timed_out = False
+    errors: list[str] = []
     for lb, j, a in pairs:
         if lb >= best_val * (1 - 1e-12):
             global_lb = min(global_lb, lb)
@@ -82,6 +83,9 @@ def solve_exact(instance: Instance, *, time_limit: float | None = None) -> Plan:
         res = solve_continuous(prob, (j,), a, x, dro="lp", tol=SUB_TOL)
         solved += 1
         if not res.ok:
+            if res.raw_status not in INFEASIBLE_STATUSES:
+                errors.append(res.raw_status)
+                global_lb = min(global_lb, lb)  # unsolved: only its bound is known
             continue
         fixed = prob.kappa * group.configs[j].phi + prob.c_rej * float(lam[~a].sum())
         total = fixed + res.value
@@ -95,9 +99,11 @@ def solve_exact(instance: Instance, *, time_limit: float | None = None) -> Plan:
     st = State((j,), a, np.where(a, lam, 0.0)[:, None].copy(), res.y.copy(), res.delta.copy())
     global_lb = min(global_lb, best_val)
     gap = (best_val - global_lb) / max(1.0, abs(best_val))
-    status = PlanStatus.FEASIBLE if timed_out else PlanStatus.OPTIMAL
+    status = PlanStatus.FEASIBLE if timed_out or errors else PlanStatus.OPTIMAL
     reason = (f"timed out after {solved} subproblems; best found" if timed_out else
               f"enumerated {len(pairs)} (layout, admission) pairs, solved {solved}; certified gap {gap:.2e}")
+    if errors:
+        reason += f"; HiGHS failed on {len(errors)} subproblem(s) ({errors[0]}): not certified"
     return build_plan(prob, st, status=status, reason=reason,
                       raw_status=f"exact objective={best_val!r} lower_bound={global_lb!r}", method="exact",
                       iterations=solved, seconds=seconds, previous=None)

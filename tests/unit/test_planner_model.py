@@ -1,6 +1,7 @@
 """The joint planner's behaviour as a model: bad input names the field, infeasibility is a result, a larger rho
 never lowers a reservation, removing a layout never improves the objective, an overwhelming class is refused when
-refusing is cheaper, plans re-check feasibility, diffs, and routing over two groups against a fine grid."""
+refusing is cheaper, plans re-check feasibility, diffs, routing over two groups against a fine grid, and a HiGHS
+failure reported as an error rather than as infeasibility."""
 
 from __future__ import annotations
 
@@ -170,3 +171,18 @@ def test_two_group_routing_matches_a_fine_grid() -> None:
             best = min(best, r.value)
     fixed = p.objective.configuration
     assert p.objective.total - fixed <= best * (1 + 1e-6)
+
+
+def test_solver_failure_is_an_error_not_infeasibility(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A HiGHS failure (not 'Infeasible') must not be read as infeasibility: every subproblem failing -> error."""
+    import kvcore.planner.bcd as bcd
+    from kvcore.planner.continuous import ContinuousResult
+
+    def broken(prob: Any, z: Any, a: Any, x: Any, **kw: Any) -> ContinuousResult:
+        return ContinuousResult(False, np.zeros(prob.n_classes), np.zeros((prob.n_classes, prob.n_groups)),
+                                np.inf, np.inf, 0, "Time limit reached")
+
+    monkeypatch.setattr(bcd, "solve_continuous", broken)
+    p = plan(_instance())
+    assert p.status is PlanStatus.ERROR
+    assert "HiGHS failed" in p.reason

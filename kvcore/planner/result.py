@@ -42,8 +42,10 @@ def build_plan(prob: Problem, st: State, *, status: PlanStatus, reason: str, raw
         lam = float(prob.lam[i])
         adm = bool(st.a[i])
         routing = {g.name: (float(st.x[i, k]) / lam if adm and lam > 0 else 0.0) for k, g in enumerate(prob.groups)}
-        if adm and lam <= 0:  # no traffic: route as the service rates would
-            routing = {g.name: 0.0 for g in prob.groups}
+        if adm and lam <= 0:  # no traffic yet: route as the service rates would, so the weights still sum to 1
+            mus = [cfg.mu if (cfg := config_of(prob, st.z, k)) is not None else 0.0 for k in range(prob.n_groups)]
+            total_mu = sum(mus)
+            routing = {g.name: (mu / total_mu if total_mu > 0 else 0.0) for g, mu in zip(prob.groups, mus)}
         classes.append(ClassPlan(
             name=name, reserve_tokens=float(st.y[i]), radius=prob.radii[i], admitted=adm, routing=routing,
             prefix_fraction={g.name: float(st.delta[i, k]) for k, g in enumerate(prob.groups)},

@@ -186,3 +186,9 @@ def test_solver_failure_is_an_error_not_infeasibility(monkeypatch: pytest.Monkey
     p = plan(_instance())
     assert p.status is PlanStatus.ERROR
     assert "HiGHS failed" in p.reason
+
+
+def test_idle_class_is_admitted_with_weights_that_sum_to_one() -> None:
+    p = plan(_instance(classes=[_class(), _class("idle", arrival_rate=0.0)]))
+    idle = {c.name: c for c in p.classes}["idle"]
+    assert idle.admitted and sum(idle.routing.values()) == pytest.approx(1.0)

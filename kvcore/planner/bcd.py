@@ -82,12 +82,13 @@ class _Bcd:
             x = np.outer(np.where(a, prob.lam, 0.0), mu / mu.sum())
         return x
 
-    def point(self, z: tuple[int, ...], a: BoolArray, x: FloatArray) -> _Point:
+    def point(self, z: tuple[int, ...], a: BoolArray, x: FloatArray, hint: _Point | None = None) -> _Point:
         key = np.asarray(z, np.int64).tobytes() + a.tobytes() + np.round(x, 12).tobytes()
         hit = self.memo.get(key)
         if hit is None:
             self.solves += 1
-            hit = _Point(z, a.copy(), x.copy(), solve_continuous(self.prob, z, a, x))
+            seed = (hint.cont.y, hint.cont.delta) if hint is not None and hint.cont.ok else None
+            hit = _Point(z, a.copy(), x.copy(), solve_continuous(self.prob, z, a, x, hint=seed))
             if not hit.cont.ok and hit.cont.raw_status not in INFEASIBLE_STATUSES:
                 self.solver_errors.append(hit.cont.raw_status)
             self.memo[key] = hit
@@ -104,8 +105,8 @@ class _Bcd:
                 if j == best.z[k]:
                     continue
                 z = best.z[:k] + (j,) + best.z[k + 1:]
-                cands = [self.point(z, best.a, best.x)] if prob.n_groups == 1 else [
-                    self.point(z, best.a, best.x), self.point(z, best.a, self.proportional(z, best.a))]
+                cands = [self.point(z, best.a, best.x, best)] if prob.n_groups == 1 else [
+                    self.point(z, best.a, best.x, best), self.point(z, best.a, self.proportional(z, best.a), best)]
                 best = self.best(best, *cands)
         return best
 
@@ -116,14 +117,14 @@ class _Bcd:
         if self.prob.n_groups < 2 or not cur.cont.ok:
             return cur
         x = improve_routing(self.prob, cur.z, cur.x, cur.cont.y, cur.cont.delta)
-        return self.best(cur, self.point(cur.z, cur.a, x))
+        return self.best(cur, self.point(cur.z, cur.a, x, cur))
 
     def flip(self, cur: _Point, a: BoolArray, *, relayout: bool = True) -> _Point:
         x = cur.x.copy()
         prop = self.proportional(cur.z, a)
         for i in np.flatnonzero(a != cur.a):
             x[i] = prop[i]
-        cand = self.point(cur.z, a, x)
+        cand = self.point(cur.z, a, x, cur)
         if not cand.cont.ok and relayout:
             cand = self.z_block_from(cur.z, a)
         return cand

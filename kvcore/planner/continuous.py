@@ -105,8 +105,12 @@ class _Lp:
 
 
 def solve_continuous(prob: Problem, z: tuple[int, ...], a: npt.NDArray[np.bool_], x: FloatArray, *,
-                     dro: str = "cuts", tol: float = 1e-8, max_iter: int = 400) -> ContinuousResult:
-    """Solve the (y, delta) block to relative gap ``tol``; ``ok`` False when the block is infeasible."""
+                     dro: str = "cuts", tol: float = 1e-8, max_iter: int = 400,
+                     hint: tuple[FloatArray, FloatArray] | None = None) -> ContinuousResult:
+    """Solve the (y, delta) block to relative gap ``tol``; ``ok`` False when the block is infeasible.
+
+    ``hint`` (y, delta), e.g. a neighbouring solution, seeds one tangent of each queueing term before the first
+    LP; any point gives a valid tangent (F_k is convex in s), so it only saves iterations."""
     C, K = prob.n_classes, prob.n_groups
     A = np.where(a, prob.lam, 0.0)
     adm = [i for i in range(C) if A[i] > 0]
@@ -167,6 +171,15 @@ def solve_continuous(prob: Problem, z: tuple[int, ...], a: npt.NDArray[np.bool_]
                 mval.append(float(prob.lpre[i] * (cfg.replicas - xk[i] * tau[i])))
         lp.add_row(-INF, prob.umax * cfg.mu - float(np.dot(xk, prob.lin)), idx, val)
         lp.add_row(-INF, cfg.memory - float(np.dot(xk * tau, prob.lin)), midx, mval)
+    if hint is not None and prob.c_slo > 0:
+        hy = np.clip(hint[0], y_lo, y_hi)
+        hs = (prob.lin + hy)[:, None] - hint[1] * prob.lpre[:, None]
+        for k in groups:
+            cfg = config_of(prob, z, k)
+            assert cfg is not None
+            f = lam_t(x[:, k], hs[:, k], cfg.mu)
+            if math.isfinite(f):
+                lp.add_row(*_f_cut(prob, z, x, k, hs, f, tindex[k], ycol, dindex))
     best_val = math.inf
     best_y: FloatArray = np.empty(0)
     best_d: FloatArray = np.empty((0, 0))
@@ -212,25 +225,31 @@ def solve_continuous(prob: Problem, z: tuple[int, ...], a: npt.NDArray[np.bool_]
             f = fvals[k]
             if not math.isfinite(f) or f <= sol[tindex[k]] + 1e-12 * max(1.0, f):
                 continue
-            cfg = config_of(prob, z, k)
-            assert cfg is not None
-            gs = lam_t_grad_s(x[:, k], s[:, k], cfg.mu)
-            idx = [tindex[k]]
-            val = [1.0]
-            rhs = f - float(np.dot(gs, s[:, k] - prob.lin))
-            for i in range(C):
-                if x[i, k] <= 0:
-                    continue
-                idx.append(ycol + i)
-                val.append(-float(gs[i]))
-                if (i, k) in dindex:
-                    idx.append(dindex[(i, k)])
-                    val.append(float(gs[i] * prob.lpre[i]))
-            lp.add_row(rhs, INF, idx, val)
+            lp.add_row(*_f_cut(prob, z, x, k, s, f, tindex[k], ycol, dindex))
             added += 1
         if not added:  # every function is met at the LP point: the gap left is the LP's own tolerance
             break
     return ContinuousResult(True, best_y, best_d, best_val, lower, it, status)
+
+
+def _f_cut(prob: Problem, z: tuple[int, ...], x: FloatArray, k: int, s: FloatArray, f: float, tcol: int,
+           ycol: int, dindex: dict[tuple[int, int], int]) -> tuple[float, float, list[int], list[float]]:
+    """The tangent t_k >= F_k(s_hat) + grad . (s - s_hat) as an LP row in (t_k, y, delta)."""
+    cfg = config_of(prob, z, k)
+    assert cfg is not None
+    gs = lam_t_grad_s(x[:, k], s[:, k], cfg.mu)
+    idx = [tcol]
+    val = [1.0]
+    rhs = f - float(np.dot(gs, s[:, k] - prob.lin))
+    for i in range(prob.n_classes):
+        if x[i, k] <= 0:
+            continue
+        idx.append(ycol + i)
+        val.append(-float(gs[i]))
+        if (i, k) in dindex:
+            idx.append(dindex[(i, k)])
+            val.append(float(gs[i] * prob.lpre[i]))
+    return rhs, INF, idx, val
 
 
 def _add_dro_lp(lp: _Lp, prob: Problem, i: int, ycol: int, weight: float) -> None:

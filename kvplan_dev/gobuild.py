@@ -88,14 +88,20 @@ def _run_logged(argv: list[str], cwd: Path, log: Path, label: str, progress: Pro
 class _Lock:
     """An exclusive ``flock`` on ``path`` for the duration of a ``with`` block."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, progress: Progress | None = None) -> None:
         self.path = path
+        self.progress = progress
         self.handle: int | None = None
 
     def __enter__(self) -> "_Lock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.handle = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
-        fcntl.flock(self.handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if self.progress is not None:
+                self.progress(f"waiting for a concurrent build to finish (lock {self.path}) ...")
+            fcntl.flock(self.handle, fcntl.LOCK_EX)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -131,7 +137,7 @@ def apiserver_gomod(version: str, go: Path) -> str:
 
 def build_apiserver(version: str, dest: Path, logs: Path, progress: Progress) -> Path:
     """Build kube-apiserver ``version`` (e.g. ``v1.37.2``) to ``dest`` unless it is already there."""
-    with _Lock(dest.with_suffix(".lock")):
+    with _Lock(dest.with_suffix(".lock"), progress):
         if dest.exists():
             return dest
         go = find_go()
@@ -168,7 +174,7 @@ def build_apiserver(version: str, dest: Path, logs: Path, progress: Progress) ->
 
 def build_go_main(label: str, module_path: str, version: str, dest: Path, logs: Path, progress: Progress) -> Path:
     """``go install module_path@version`` into ``dest.parent``; for mains without replace directives (helm)."""
-    with _Lock(dest.with_suffix(".lock")):
+    with _Lock(dest.with_suffix(".lock"), progress):
         if dest.exists():
             return dest
         go = find_go()
@@ -190,7 +196,7 @@ def build_go_main(label: str, module_path: str, version: str, dest: Path, logs: 
 
 def build_etcd(version: str, dest: Path, logs: Path, progress: Progress) -> Path:
     """Build etcd ``version`` (3.5.x) from the wrapper in ``gobuild/etcd`` (it calls ``etcdmain.Main``)."""
-    with _Lock(dest.with_suffix(".lock")):
+    with _Lock(dest.with_suffix(".lock"), progress):
         if dest.exists():
             return dest
         go = find_go()

@@ -129,4 +129,6 @@ def on_delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         uid = body["metadata"]["uid"]
         rt.last_attempt.pop(uid, None)
         rt.retry_at.pop(uid, None)
+        with rt.guard:
+            rt.locks.pop(uid, None)
 

@@ -144,11 +144,15 @@ def test_two_replicas_only_one_acts(operator_env, kube_api, namespace, prometheu
             proc.wait()
         log.close()
 
+    from kvplan_dev.process import free_port
+
+    metrics_port = free_port()
     try:
         for prio in (100, 50):
             log = logs[prio].open("w")
+            port = metrics_port if prio == 100 else 0
             procs[prio] = (subprocess.Popen([exe, "--namespace", namespace, "--priority", str(prio),
-                                             "--metrics-port", "0", "--verbose"],
+                                             "--metrics-port", str(port), "--verbose"],
                                             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path), log)
             time.sleep(3 if prio == 100 else 0)
         wait_for(lambda: ready(kube, namespace), 90, "KVPlan Ready under two replicas")
@@ -157,6 +161,12 @@ def test_two_replicas_only_one_acts(operator_env, kube_api, namespace, prometheu
         assert "KopfPeering" in high and "reconcile (create)" in high, high[-3000:]
         assert "reconcile (" not in low, low[-3000:]
         assert "Resuming operations" not in low, low[-3000:]
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as rsp:
+            metrics = rsp.read().decode()
+        assert f'kvplan_replans_total{{kvplan="{namespace}/fleet"}}' in metrics
+        assert "kvplan_solve_seconds_bucket" in metrics and "kvplan_objective" in metrics
         stop(100)
         kube.custom.patch_namespaced_custom_object("kvplan.io", "v1alpha1", namespace, "kvplans", "fleet",
                                                    {"spec": {"replan": {"interval": "45s"}}})

@@ -226,9 +226,13 @@ def test_apply_plan_to_two_pools(crd, kube_api, kube, namespace, prometheus, tra
     for c in ("chat", "code"):
         assert weights[c] == pytest.approx(st["plan"]["classes"][c]["routing"], abs=1e-3)
     assert st["plan"]["classes"]["chat"]["samples"] > 1000 and st["objective"]["total"] > 0
+    events = kube.core.list_namespaced_event(namespace).items
+    reasons = sorted(e.reason for e in events if e.involved_object.kind == "KVPlan")
+    assert reasons == ["ApplySucceeded", "Healthy", "PlanSucceeded", "Reconciled"], reasons
     before = versions(kube, namespace)
     again = run(kube, namespace)
     assert again.ok and again.changed == [] and versions(kube, namespace) == before
+    assert len(kube.core.list_namespaced_event(namespace).items) == len(events)  # no transition, no event
 
 
 def test_more_traffic_changes_weights(crd, kube_api, kube, namespace, prometheus, traces_dir):

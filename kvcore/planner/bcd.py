@@ -19,8 +19,9 @@ If that is infeasible, the z block looks for a feasible layout, then classes are
 refusal gives the cheapest feasible point at the current layouts, then with the layouts re-chosen, else the one
 with the most irreducible work) until feasible.
 
-Work is reused: profiles are resolved once, DRO curves and their cut pools persist, and every J(z, a, x)
-evaluation is memoised on (z, a, x).
+Work is reused: profiles are resolved once, DRO curves and their cut pools persist, every J(z, a, x)
+evaluation is memoised on (z, a, x), and each new evaluation is seeded with queueing tangents at the solution of
+the point it was reached from.
 """
 
 from __future__ import annotations

@@ -188,7 +188,7 @@ def router_weights(kube: Kube, namespace: str) -> dict:
     return {c: v["weights"] for c, v in doc["classes"].items()} | {"_admit": {c: v["admit"] for c, v in doc["classes"].items()}}
 
 
-def test_apply_plan_to_two_pools(crd, kube_api, kube, namespace, prometheus, traces_dir):
+def test_apply_plan_to_two_pools(crd, cluster, kube_api, kube, namespace, prometheus, traces_dir):
     backfill(prometheus, traces_dir)
     setup(kube_api, namespace, kvplan_spec(prometheus.url))
     out = run(kube, namespace)
@@ -226,6 +226,9 @@ def test_apply_plan_to_two_pools(crd, kube_api, kube, namespace, prometheus, tra
     for c in ("chat", "code"):
         assert weights[c] == pytest.approx(st["plan"]["classes"][c]["routing"], abs=1e-3)
     assert st["plan"]["classes"]["chat"]["samples"] > 1000 and st["objective"]["total"] > 0
+    table = cluster.kubectl("get", "kvp", "-n", namespace).stdout.split("\n")
+    assert table[0].split()[:6] == ["NAME", "READY", "REASON", "OBJECTIVE", "GROUPS", "LAST"], table
+    assert table[1].split()[:3] == ["fleet", "True", "Reconciled"] and table[1].split()[4] == "2", table
     events = kube.core.list_namespaced_event(namespace).items
     reasons = sorted(e.reason for e in events if e.involved_object.kind == "KVPlan")
     assert reasons == ["ApplySucceeded", "Healthy", "PlanSucceeded", "Reconciled"], reasons

@@ -283,3 +283,47 @@ def test_current_layout_and_is_due():
     assert is_due(body, now=1700000000 + 301, interval_s=300, last_attempt=1700000000, retry_at=None)
     assert is_due(body | {"metadata": {"generation": 3}}, now=0, interval_s=300, last_attempt=None, retry_at=None)
     assert is_due(body, now=1700000000 + 11, interval_s=300, last_attempt=1700000000, retry_at=1700000010)
+
+
+def _fixed_plan(tp_big: int, total: float) -> Plan:
+    from kvcore.planmodel import ClassPlan, GroupPlan
+
+    groups = [GroupPlan(name="big", tp=tp_big, pp=1, replicas=16 // tp_big, gpus_per_replica=tp_big,
+                        kv_capacity_tokens=400_000.0, throughput_tokens_s=2000.0, utilisation=0.3),
+              GroupPlan(name="small", tp=1, pp=1, replicas=8, gpus_per_replica=1, kv_capacity_tokens=400_000.0,
+                        throughput_tokens_s=4000.0, utilisation=0.3)]
+    classes = [ClassPlan(name="chat", reserve_tokens=500, admitted=True, routing={"big": 0.5, "small": 0.5}),
+               ClassPlan(name="code-gen", reserve_tokens=100, admitted=True, routing={"big": 0.2, "small": 0.8})]
+    return Plan(status=PlanStatus.FEASIBLE, reason="fixed", groups=groups, classes=classes,
+                objective=ObjectiveTerms(reservation=total, configuration=0, queueing=0, rejection=0, total=total))
+
+
+@pytest.mark.parametrize(
+    ("free_total", "max_per_hour", "tp_after", "decision"),
+    [
+        pytest.param(97.0, 2, 4, "held: objective gain 3.0% < minImprovement 5.0%", id="small-gain-held"),
+        pytest.param(50.0, 2, 8, "re-layout of big: objective gain 50.0%", id="big-gain-relayout"),
+        pytest.param(50.0, 0, 4, "layout changes in the last hour (maxLayoutChangesPerHour 0)", id="budget-zero"),
+    ],
+)
+def test_reconcile_disruption_control(kube, free_total, max_per_hour, tp_after, decision):
+    """First plan adopts tp=4; a later free plan proposes tp=8; hold (pinned) keeps tp=4 at objective 100."""
+    calls = []
+
+    def planner(instance, *, previous=None):
+        pinned = len(instance.groups[0].layouts) == 1
+        calls.append("hold" if pinned else "free")
+        if not calls[:-1]:  # the first reconcile: adopt tp=4
+            return _fixed_plan(4, 100.0)
+        return _fixed_plan(4, 100.0) if pinned else _fixed_plan(8, free_total)
+
+    spec = copy.deepcopy(SPEC)
+    spec["replan"] = {"maxLayoutChangesPerHour": max_per_hour}
+    assert reconcile(kvplan(spec, kube), deps(kube, planner=planner)).ok
+    assert kube.status["plan"]["groups"]["big"]["tp"] == 4
+    out = reconcile(kvplan(spec, kube), deps(kube, planner=planner))
+    assert out.ok and calls[1:] == ["free", "hold"]
+    assert decision in kube.status["plan"]["decision"]
+    c = kube.deployments["vllm-big"]["spec"]["template"]["spec"]["containers"][0]
+    assert c["args"][c["args"].index("--tensor-parallel-size") + 1] == str(tp_after)
+    assert len(kube.status["layoutChanges"]) == (1 if tp_after == 8 else 0)

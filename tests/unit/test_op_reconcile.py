@@ -327,3 +327,42 @@ def test_reconcile_disruption_control(kube, free_total, max_per_hour, tp_after, 
     c = kube.deployments["vllm-big"]["spec"]["template"]["spec"]["containers"][0]
     assert c["args"][c["args"].index("--tensor-parallel-size") + 1] == str(tp_after)
     assert len(kube.status["layoutChanges"]) == (1 if tp_after == 8 else 0)
+
+
+def test_handlers_translate_outcomes_to_kopf(kube):
+    """on_change raises kopf.TemporaryError(delay=backoff) on a temporary failure; the timer reconciles only when
+    due (interval elapsed, new generation, or the retry time reached)."""
+    import logging
+    import types
+
+    import kopf
+
+    from kvplan_operator.handlers import Runtime, on_change, on_timer
+
+    clock = {"now": NOW}
+    prom = RecordedProm(matrix=busy_matrix(), fail=True)
+    spec = copy.deepcopy(SPEC) | {"replan": {"interval": "5m"}}
+    body = kvplan(spec, kube)
+    kube.get_kvplan = lambda ns, name: kvplan(spec, kube)  # fresh read, with the stored status
+    rt = Runtime(Deps(kube=kube, prom_factory=lambda *a: prom, planner=real_plan, clock=lambda: clock["now"]))
+    memo = types.SimpleNamespace(runtime=rt)
+    log = logging.getLogger("test")
+    with pytest.raises(kopf.TemporaryError) as info:
+        on_change(body=body, memo=memo, logger=log, reason="create")
+    assert info.value.delay == 10.0 and C.PROMETHEUS_UNAVAILABLE in str(info.value)
+    writes = len(kube.writes)
+    clock["now"] += 5
+    on_timer(body=body, memo=memo, logger=log)  # retry not due yet
+    assert len(kube.writes) == writes
+    prom.fail = False
+    clock["now"] += 6
+    on_timer(body=body, memo=memo, logger=log)  # retry due: recovers
+    assert cond(kube, C.READY)["status"] == "True" and cond(kube, C.DEGRADED)["status"] == "False"
+    writes = len(kube.writes)
+    clock["now"] += 60
+    on_timer(body=body, memo=memo, logger=log)  # interval (5 m) not elapsed
+    assert len(kube.writes) == writes
+    clock["now"] += 300
+    calls_before = len(prom.calls)
+    on_timer(body=body, memo=memo, logger=log)  # rolling horizon: re-plan
+    assert len(prom.calls) > calls_before

@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     asyncio.run(kopf.operator(
         standalone=args.standalone,
         priority=priority,
-        peering_name=args.peering,
+        # With a peering name kopf treats peering as mandatory and pauses every watch until a peer object is
+        # seen; --standalone means no peering at all.
+        peering_name=None if args.standalone else args.peering,
         liveness_endpoint=args.liveness,
         clusterwide=clusterwide,
         namespaces=[] if clusterwide else args.namespace,

@@ -2,6 +2,10 @@
 
 Tiers: ``tests/unit`` (pure, fast), ``tests/integration`` (real kube-apiserver + etcd and real Prometheus on
 loopback, marked ``integration``), ``tests/e2e`` (operator under KopfRunner and helm, marked ``e2e``).
+
+The control-plane fixtures (``cluster``, ``namespace``, ``prometheus``, ``kube_api``) come from
+:mod:`kvplan_dev.pytest_fixtures` and are registered here once, for every tier. Nothing in them skips: a binary that
+cannot be built fails the tests that need it, with the error.
 """
 
 from __future__ import annotations
@@ -9,6 +13,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from kvplan_dev.pytest_fixtures import (  # noqa: F401 - imported fixtures are registered by name
+    check_no_leftover_processes,
+    cluster,
+    control_plane_tools,
+    kube_api,
+    namespace,
+    prebuild_tools,
+    prometheus,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -21,3 +35,13 @@ def traces_dir() -> Path:
     if not TRACES.is_dir():
         pytest.fail(f"shared traces not found at {TRACES}: the checkout must sit next to shared/")
     return TRACES
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build missing binaries once, before the first integration/e2e test runs (not under the per-test timeout)."""
+    prebuild_tools(session)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Nothing may be left running after the tests, whichever tier ran (session fixtures are torn down first)."""
+    check_no_leftover_processes(session)

@@ -95,10 +95,6 @@ def test_nothing_left_running(report: dict[str, object]) -> None:
     assert [p for p in pids if _alive(int(p))] == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known operator bug: operator/main.py passes peering_name=args.peering to kopf.operator even with "
-    "--standalone, so kopf marks peering mandatory, finds no peering resource to watch and pauses every watch; "
-    "the fix is peering_name=None when --standalone. Remove this xfail when it lands."))
 def test_standalone_mode_reconciles() -> None:
     """The chart with ``peering.enabled=false`` runs ``kvplan-operator --standalone``; it must reconcile too."""
     env = {**os.environ, "PYTHONSAFEPATH": "1"}

@@ -19,13 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from kvplan_dev.pytest_fixtures import (  # noqa: F401 - fixtures registered by name
-    cluster,
-    kube_api,
-    namespace,
-    prometheus,
-)
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from test_operator_reconcile import (  # noqa: E402
     apply_crds,

@@ -324,15 +324,23 @@ def build_httproute_patch(route: Mapping[str, Any], *, ref: HttpRouteRef, spec: 
     """Merge patch replacing ``spec.rules`` with backendRef weights set; None when nothing would change.
 
     A rule whose match has header ``ref.class_header`` equal to a class name gets that class's routing; every other
-    rule gets the fleet mix. Only backendRefs naming a group's Service are re-weighted; others keep their weight.
+    rule gets the fleet mix. Only backendRefs naming a group's Service are re-weighted: core group, kind Service
+    (Gateway API's defaults) and the route's own namespace; others (an InferencePool or a Service elsewhere that
+    happens to share the name) keep their weight.
     """
     by_service = {g.service_name: g.name for g in spec.groups}
+    route_ns = route.get("metadata", {}).get("namespace")
+
+    def group_service(b: Mapping[str, Any]) -> bool:
+        return ((b.get("group") or "") == "" and (b.get("kind") or "Service") == "Service"
+                and b.get("namespace") in (None, route_ns) and b.get("name") in by_service)
+
     fleet = fleet_shares(spec, classes, rates)
     rules = json.loads(json.dumps(list(route.get("spec", {}).get("rules") or [])))
     for rule in rules:
         cls = _header_class(rule, ref.class_header)
         shares = dict(classes[cls].routing) if cls in classes else fleet
-        refs = [b for b in rule.get("backendRefs") or [] if b.get("name") in by_service]
+        refs = [b for b in rule.get("backendRefs") or [] if group_service(b)]
         weights = integer_weights({b["name"]: shares.get(by_service[b["name"]], 0.0) for b in refs})
         for b in refs:
             b["weight"] = weights[b["name"]]

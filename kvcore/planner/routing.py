@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 import numpy.typing as npt
+from scipy.optimize import minimize
 
 from kvcore.planner.problem import Problem
 from kvcore.planner.state import config_of, memory_used, work
@@ -61,7 +62,7 @@ def improve_routing(prob: Problem, z: tuple[int, ...], x: FloatArray, y: FloatAr
         if not improved or before - after <= SWEEP_RTOL * after:
             break
         before = after
-    return x
+    return polish_routing(prob, z, x, s, delta, live)
 
 
 def _headroom(prob: Problem, z: tuple[int, ...], x: FloatArray, s: FloatArray, delta: FloatArray, i: int, k: int
@@ -162,3 +163,75 @@ def _best_move(a: _Agg, b: _Agg, tmax: float) -> tuple[float, float, float]:
     values = [a.value(t) + b.value(t) for t in candidates]
     j = int(np.argmin(values))
     return candidates[j], values[j], values[0]
+
+
+def polish_routing(prob: Problem, z: tuple[int, ...], x: FloatArray, s: FloatArray, delta: FloatArray,
+                   live: list[int]) -> FloatArray:
+    """A local smooth polish of the pairwise result: SLSQP on sum_k F_k over all live x_ik at once.
+
+    Pairwise moves change one class and two groups at a time, so along a curved valley of the (smooth, non-convex)
+    objective they zig-zag with gains that shrink slowly; SLSQP moves every coordinate together, with the exact
+    gradient dF/dx_i = (q + n s_i^2) / (2 mu (mu - u)) + n q s_i / (2 mu (mu - u)^2). Constraints are the block's:
+    row sums fixed (sum_k x_ik = admitted rate), x >= 0, stability u_k <= umax mu_k, and the Little's-law memory
+    bound. The result is kept only if it is feasible (re-checked here) and strictly better; else ``x`` is returned.
+    """
+    C, L = prob.n_classes, len(live)
+    cfgs = [config_of(prob, z, k) for k in live]
+    assert all(c is not None for c in cfgs)
+    mus = np.array([c.mu for c in cfgs if c is not None])
+    sk = s[:, live]                                            # C x L tokens
+    tau = np.stack([prob.residence(c) for c in cfgs if c is not None], axis=1)  # C x L seconds
+    fixed_mem = np.array([c.replicas * float(np.dot(delta[:, k], prob.lpre)) for c, k in zip(cfgs, live)
+                          if c is not None])
+    mem_cap = np.array([c.memory for c in cfgs if c is not None]) - fixed_mem
+    load_cap = prob.umax * mus
+    rows = x[:, live].sum(axis=1)
+
+    def unpack(v: FloatArray) -> FloatArray:
+        return v.reshape(C, L)
+
+    def fun(v: FloatArray) -> float:
+        xv = unpack(v)
+        n, u, q = xv.sum(axis=0), (xv * sk).sum(axis=0), (xv * sk * sk).sum(axis=0)
+        gap = mus - u
+        if np.any(gap <= 0):
+            return math.inf
+        return float(np.sum(n * q / (2.0 * mus * gap)))
+
+    def jac(v: FloatArray) -> FloatArray:
+        xv = unpack(v)
+        n, u, q = xv.sum(axis=0), (xv * sk).sum(axis=0), (xv * sk * sk).sum(axis=0)
+        gap = np.maximum(mus - u, 1e-300)
+        g = (q + n * sk * sk) / (2.0 * mus * gap) + n * q * sk / (2.0 * mus * gap * gap)
+        return np.asarray(g.ravel(), dtype=np.float64)
+
+    a_eq = np.kron(np.eye(C), np.ones((1, L)))                # row sums
+    a_load = np.zeros((L, C * L))
+    a_mem = np.zeros((L, C * L))
+    for j in range(L):
+        a_load[j, j::L] = sk[:, j]
+        a_mem[j, j::L] = tau[:, j] * sk[:, j]
+    a_ub = np.vstack([a_load, a_mem])
+    b_ub = np.concatenate([load_cap * (1 - 1e-9), mem_cap])
+    v0 = x[:, live].ravel().astype(np.float64)
+    f0 = fun(v0)
+    if not math.isfinite(f0) or f0 <= 0:
+        return x
+    res = minimize(fun, v0, jac=jac, method="SLSQP", bounds=[(0.0, None)] * (C * L),
+                   constraints=[{"type": "eq", "fun": lambda v: a_eq @ v - rows, "jac": lambda v: a_eq},
+                                {"type": "ineq", "fun": lambda v: b_ub - a_ub @ v, "jac": lambda v: -a_ub}],
+                   options={"maxiter": 200, "ftol": 1e-14})
+    v = np.maximum(np.asarray(res.x, dtype=np.float64), 0.0)
+    xv = unpack(v)
+    # Re-check feasibility ourselves (SLSQP's own tolerance is loose); fix tiny row-sum drift proportionally.
+    sums = xv.sum(axis=1)
+    scale = np.divide(rows, sums, out=np.ones_like(rows), where=sums > 0)
+    xv = xv * scale[:, None]
+    v = xv.ravel()
+    slack_ok = bool(np.all(a_ub @ v <= b_ub * (1 + 1e-12) + 1e-9))
+    rows_ok = bool(np.allclose(xv.sum(axis=1), rows, rtol=1e-12, atol=1e-12))
+    if not (slack_ok and rows_ok) or not fun(v) < f0 * (1 - 1e-12):
+        return x
+    out = x.copy()
+    out[:, live] = xv
+    return out

@@ -50,6 +50,7 @@ class ContinuousResult:
     lower: float        # certified lower bound
     iterations: int
     raw_status: str
+    s_floor: FloatArray | None = None  # only with ``level``: a lower bound of s_ik over the level set
 
 
 def silent_highs() -> highspy.Highs:
@@ -106,11 +107,24 @@ class _Lp:
 
 def solve_continuous(prob: Problem, z: tuple[int, ...], a: npt.NDArray[np.bool_], x: FloatArray, *,
                      dro: str = "cuts", tol: float = 1e-8, max_iter: int = 400,
-                     hint: tuple[FloatArray, FloatArray] | None = None) -> ContinuousResult:
+                     hint: tuple[FloatArray, FloatArray] | None = None,
+                     unrouted: FloatArray | None = None, level: float | None = None) -> ContinuousResult:
     """Solve the (y, delta) block to relative gap ``tol``; ``ok`` False when the block is infeasible.
 
     ``hint`` (y, delta), e.g. a neighbouring solution, seeds one tangent of each queueing term before the first
-    LP; any point gives a valid tangent (F_k is convex in s), so it only saves iterations."""
+    LP; any point gives a valid tangent (F_k is convex in s), so it only saves iterations.
+
+    ``unrouted`` (per class, requests/s; only the multi-group exact reference passes it, BCD never does): ``x``
+    then holds *lower* flows that need not sum to the admitted rates, and ``unrouted[i]`` more of class i goes to
+    some group(s) unknown. Every group then gets its rows (and delta columns for every admitted class), and two
+    pooled rows keep the relaxation tight: total work ``sum_k x_.k . s_.k + sum_i unrouted_i m_i <= umax sum_k
+    mu_k`` and total KV memory likewise, with ``m_i <= s_ik`` and ``w_i <= tau_ik s_ik`` for every k (the
+    unrouted flow brings at least the least work and memory any group would see). The problem stays a relaxation
+    of every routing that puts ``x + (unrouted split among groups)``, so its value is a valid lower bound.
+
+    ``level`` (exact reference only): after the solve, ``s_floor[i, k]`` = the least s_ik over the final LP's
+    points whose objective is <= ``level``. The LP is an outer approximation, so every (y, delta) whose true
+    objective is <= ``level`` has s >= s_floor (a valid bound, used for the branch and bound's gradient term)."""
     C, K = prob.n_classes, prob.n_groups
     A = np.where(a, prob.lam, 0.0)
     adm = [i for i in range(C) if A[i] > 0]
@@ -121,7 +135,9 @@ def solve_continuous(prob: Problem, z: tuple[int, ...], a: npt.NDArray[np.bool_]
         if A[i] <= 0:
             y_lo[i] = y_hi[i] = prob.curves[i].y_star
     ycol = lp.add_cols(np.zeros(C), y_lo, y_hi)
-    pairs = [(i, k) for i in range(C) for k in range(K) if x[i, k] > 0 and prob.lpre[i] > 0]
+    pooled = unrouted is not None
+    pairs = [(i, k) for i in range(C) for k in range(K)
+             if (x[i, k] > 0 or (pooled and A[i] > 0)) and prob.lpre[i] > 0]
     dcol = lp.add_cols(np.zeros(len(pairs)), np.zeros(len(pairs)), np.ones(len(pairs)))
     dindex = {p: dcol + j for j, p in enumerate(pairs)}
     theta: dict[int, int] = {}
@@ -143,7 +159,7 @@ def solve_continuous(prob: Problem, z: tuple[int, ...], a: npt.NDArray[np.bool_]
     else:
         for i in adm:
             _add_dro_lp(lp, prob, i, ycol + i, float(A[i]))
-    groups = [k for k in range(K) if x[:, k].sum() > 0]
+    groups = [k for k in range(K) if x[:, k].sum() > 0 or (pooled and config_of(prob, z, k) is not None)]
     tcol = lp.add_cols(np.full(len(groups), prob.c_slo), np.zeros(len(groups)), np.full(len(groups), INF))
     tindex = {k: tcol + j for j, k in enumerate(groups)}
     # Linear constraints per group: stability and memory.
@@ -171,6 +187,8 @@ def solve_continuous(prob: Problem, z: tuple[int, ...], a: npt.NDArray[np.bool_]
                 mval.append(float(prob.lpre[i] * (cfg.replicas - xk[i] * tau[i])))
         lp.add_row(-INF, prob.umax * cfg.mu - float(np.dot(xk, prob.lin)), idx, val)
         lp.add_row(-INF, cfg.memory - float(np.dot(xk * tau, prob.lin)), midx, mval)
+    if unrouted is not None:
+        _add_pooled_rows(lp, prob, z, x, unrouted, groups, ycol, dindex)
     if hint is not None and prob.c_slo > 0:
         hy = np.clip(hint[0], y_lo, y_hi)
         hs = (prob.lin + hy)[:, None] - hint[1] * prob.lpre[:, None]
@@ -229,7 +247,36 @@ def solve_continuous(prob: Problem, z: tuple[int, ...], a: npt.NDArray[np.bool_]
             added += 1
         if not added:  # every function is met at the LP point: the gap left is the LP's own tolerance
             break
-    return ContinuousResult(True, best_y, best_d, best_val, lower, it, status)
+    floor = _s_floor(lp, prob, A, ycol, dindex, level) if level is not None else None
+    return ContinuousResult(True, best_y, best_d, best_val, lower, it, status, floor)
+
+
+def _s_floor(lp: _Lp, prob: Problem, A: FloatArray, ycol: int, dindex: dict[tuple[int, int], int], level: float
+             ) -> FloatArray:
+    """min s_ik = L_in + y_i - delta_ik L_pre over the LP's feasible set cut by objective <= level (see
+    :func:`solve_continuous`); L_in - L_pre where an LP fails (always valid)."""
+    C, K = prob.n_classes, prob.n_groups
+    floor = np.repeat(np.maximum(prob.lin - prob.lpre, 0.0)[:, None], K, axis=1)
+    h = lp.h
+    cost = np.asarray(h.getLp().col_cost_, dtype=np.float64)
+    nz = np.flatnonzero(cost)
+    lp.add_row(-INF, level, [int(j) for j in nz], [float(c) for c in cost[nz]])
+    allc = np.arange(lp.n, dtype=np.int32)
+    for i in range(C):
+        if A[i] <= 0:
+            continue
+        for k in range(K):
+            c = np.zeros(lp.n)
+            c[ycol + i] = 1.0
+            if (i, k) in dindex:
+                c[dindex[(i, k)]] = -float(prob.lpre[i])
+            h.changeColsCost(lp.n, allc, c)
+            status, _, obj = lp.solve()
+            if status == "Optimal":
+                floor[i, k] = max(floor[i, k], float(prob.lin[i]) + obj - 1e-7 * max(1.0, abs(obj)))
+            elif status in INFEASIBLE_STATUSES:  # nothing in the box reaches the level
+                floor[i, k] = math.inf
+    return floor
 
 
 def _f_cut(prob: Problem, z: tuple[int, ...], x: FloatArray, k: int, s: FloatArray, f: float, tcol: int,
@@ -250,6 +297,56 @@ def _f_cut(prob: Problem, z: tuple[int, ...], x: FloatArray, k: int, s: FloatArr
             idx.append(dindex[(i, k)])
             val.append(float(gs[i] * prob.lpre[i]))
     return rhs, INF, idx, val
+
+
+def _add_pooled_rows(lp: _Lp, prob: Problem, z: tuple[int, ...], x: FloatArray, unrouted: FloatArray,
+                     groups: list[int], ycol: int, dindex: dict[tuple[int, int], int]) -> None:
+    """The pooled work and memory rows of ``unrouted`` (see :func:`solve_continuous`)."""
+    C = prob.n_classes
+    cls = [i for i in range(C) if unrouted[i] > 0]
+    mcol = lp.add_cols(np.zeros(len(cls)), np.zeros(len(cls)), np.full(len(cls), INF))
+    wcol = lp.add_cols(np.zeros(len(cls)), np.zeros(len(cls)), np.full(len(cls), INF))
+    taus = {}
+    for k in groups:
+        cfg = config_of(prob, z, k)
+        assert cfg is not None
+        taus[k] = prob.residence(cfg)
+    for j, i in enumerate(cls):
+        for k in groups:  # m_i - y_i + delta_ik L_pre <= L_in;  w_i - tau (y_i - delta_ik L_pre) <= tau L_in
+            for col, scale in ((mcol + j, 1.0), (wcol + j, float(taus[k][i]))):
+                idx = [col, ycol + i]
+                val = [1.0, -scale]
+                if (i, k) in dindex:
+                    idx.append(dindex[(i, k)])
+                    val.append(scale * float(prob.lpre[i]))
+                lp.add_row(-INF, scale * float(prob.lin[i]), idx, val)
+    cap = 0.0
+    mem = 0.0
+    work: dict[int, float] = {}
+    memo: dict[int, float] = {}
+    rhs_w = 0.0
+    rhs_m = 0.0
+    for k in groups:
+        cfg = config_of(prob, z, k)
+        assert cfg is not None
+        cap += prob.umax * cfg.mu
+        mem += cfg.memory
+        xk = x[:, k]
+        rhs_w += float(np.dot(xk, prob.lin))
+        rhs_m += float(np.dot(xk * taus[k], prob.lin))
+        for i in range(C):
+            if xk[i] > 0:
+                work[ycol + i] = work.get(ycol + i, 0.0) + float(xk[i])
+                memo[ycol + i] = memo.get(ycol + i, 0.0) + float(xk[i] * taus[k][i])
+            if (i, k) in dindex:
+                col = dindex[(i, k)]
+                work[col] = work.get(col, 0.0) - float(xk[i] * prob.lpre[i])
+                memo[col] = memo.get(col, 0.0) + float(prob.lpre[i] * (cfg.replicas - xk[i] * taus[k][i]))
+    for j, i in enumerate(cls):
+        work[mcol + j] = float(unrouted[i])
+        memo[wcol + j] = float(unrouted[i])
+    lp.add_row(-INF, cap - rhs_w, list(work), list(work.values()))
+    lp.add_row(-INF, mem - rhs_m, list(memo), list(memo.values()))
 
 
 def _add_dro_lp(lp: _Lp, prob: Problem, i: int, ycol: int, weight: float) -> None:

@@ -1,8 +1,9 @@
 """Exact reference solver for small instances (it exists so the BCD gap is measured, not assumed).
 
-Scope: instances with **one group** (routing is then forced: pi_i1 = 1). For K >= 2 the routing block is a
-non-convex continuous problem (see :mod:`.queueing`) and no exact method is implemented; :func:`solve_exact`
-returns status ``error`` saying so.
+Scope: instances with **one group** (routing is then forced: pi_i1 = 1), solved here; with **K >= 2 groups**
+:func:`solve_exact` hands over to :mod:`.exact_multi`, a spatial branch and bound over the routing box with a
+certified relative gap (status ``error`` with a reason beyond its size limit). :func:`exact_bounds` reads the
+lower bound, upper bound and certified gap of either.
 
 Method: enumerate every layout z of the group and every admission vector a in {0,1}^C (branch and bound: a pair is
 skipped when its lower bound ``kappa phi(z) + c_rej sum_rejected lambda + sum_admitted lambda_i min DRO_i`` is not
@@ -41,14 +42,16 @@ def _min_dro_lp(prob: Problem, i: int) -> float:
     return float(lp.highs_objective) if math.isfinite(lp.highs_objective) else 0.0
 
 
-def solve_exact(instance: Instance, *, time_limit: float | None = None) -> Plan:
-    """Global optimum (to SUB_TOL) of a one-group instance; see the module docstring."""
+def solve_exact(instance: Instance, *, time_limit: float | None = None, tol: float = 1e-4,
+                max_nodes: int = 200_000) -> Plan:
+    """Global optimum (to SUB_TOL) of a one-group instance; with several groups, :mod:`.exact_multi`'s branch and
+    bound to a certified relative gap ``tol`` (``tol`` and ``max_nodes`` apply to that case only)."""
     t0 = time.perf_counter()
     inst = load_instance(instance)
     prob = compile_problem(inst)
     if prob.n_groups != 1:
-        return Plan(status=PlanStatus.ERROR, method="exact", solve_seconds=time.perf_counter() - t0,
-                    reason="the exact reference supports one group only (routing over several groups is non-convex)")
+        from kvcore.planner.exact_multi import solve_exact_multi
+        return solve_exact_multi(prob, t0=t0, tol=tol, time_limit=time_limit, max_nodes=max_nodes)
     group = prob.groups[0]
     if not group.feasible_indices:
         return infeasible_plan(prob, f"{group.name}: no feasible layout", seconds=time.perf_counter() - t0,
@@ -105,7 +108,7 @@ def solve_exact(instance: Instance, *, time_limit: float | None = None) -> Plan:
     if errors:
         reason += f"; HiGHS failed on {len(errors)} subproblem(s) ({errors[0]}): not certified"
     return build_plan(prob, st, status=status, reason=reason,
-                      raw_status=f"exact objective={best_val!r} lower_bound={global_lb!r}", method="exact",
+                      raw_status=f"exact objective={best_val!r} lower_bound={global_lb!r} gap={gap!r}", method="exact",
                       iterations=solved, seconds=seconds, previous=None)
 
 
@@ -115,3 +118,14 @@ def exact_objective(plan: Plan) -> float:
         if part.startswith("objective="):
             return float(part.split("=", 1)[1])
     return math.nan
+
+
+def exact_bounds(plan: Plan) -> tuple[float, float, float]:
+    """(lower bound, upper bound = objective of the returned plan, certified relative gap) from ``raw_status``;
+    NaNs when the plan carries none (status error or infeasible)."""
+    vals = {}
+    for part in plan.raw_status.split():
+        key, _, val = part.partition("=")
+        if key in ("objective", "lower_bound", "gap"):
+            vals[key] = float(val)
+    return vals.get("lower_bound", math.nan), vals.get("objective", math.nan), vals.get("gap", math.nan)

@@ -14,6 +14,10 @@ Choices (documented in docs/benchmarks.md):
 * total arrival rate = ``load`` x (the fastest layout's service rate) / (mean work per request at the P90
   reservation), split over the classes by a Dirichlet(2) draw; ``load`` is drawn from U[0.8, 2.5] per seed
   unless given, so some instances need rejections (admission is exercised) and some layouts are unstable.
+* ``groups=2`` (multi-group option, for the multi-group exact reference): a second pool of :data:`GPUS2` = 16
+  A100-80GB GPUs serving the same model with the same Z layouts, so the two groups have different service rates,
+  memory and configuration cost and the routing matters; the load is then relative to the sum of the two
+  fastest layouts' rates. With ``groups=1`` (default) the random draws and the instance are unchanged.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ TRACE_FILES: tuple[str, ...] = (
 RHOS = (2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 LMAX = 4096.0
 GPUS = 24
+GPUS2 = 16
 MODEL = "llama-70b"
 BUNDLED = Path(__file__).resolve().parent.parent / "data" / "azure2023_conv.csv"
 
@@ -57,10 +62,12 @@ def _load(path: Path) -> npt.NDArray[np.float64]:
 
 
 def generate(classes: int, configs: int, samples: int, *, seed: int = 0, traces_dir: Path | None = None,
-             load: float | None = None, c_slo: float = 50.0) -> Instance:
+             load: float | None = None, c_slo: float = 50.0, groups: int = 1) -> Instance:
     """A seeded instance; see the module docstring."""
     if not 1 <= configs <= len(LAYOUTS):
         raise ValueError(f"configs must be in 1..{len(LAYOUTS)}")
+    if groups not in (1, 2):
+        raise ValueError("groups must be 1 or 2")
     rng = np.random.default_rng(seed)
     tdir = traces_dir if traces_dir is not None else default_traces_dir()
     files = [tdir / f for f in TRACE_FILES] if tdir is not None else []
@@ -78,12 +85,15 @@ def generate(classes: int, configs: int, samples: int, *, seed: int = 0, traces_
         specs.append(dict(name=f"c{i}", input_tokens=lin, lmax=LMAX, prefix_tokens=round(0.25 * lin), cp=rho, cw=1.0,
                           history=History.of(Samples.from_arrays(out, field=f"classes[{i}].history"))))
     layouts = LAYOUTS[:configs]
-    mu_max = max(resolve("A100-80GB", MODEL, tp, pp).throughput_tokens_s * (GPUS // (tp * pp)) for tp, pp in layouts)
+    pools = (GPUS,) if groups == 1 else (GPUS, GPUS2)
+    mu_max = sum(max(resolve("A100-80GB", MODEL, tp, pp).throughput_tokens_s * (n // (tp * pp)) for tp, pp in layouts)
+                 for n in pools)
     share = rng.dirichlet(np.full(classes, 2.0))
     if load is None:
         load = float(rng.uniform(0.8, 2.5))
     total = load * mu_max / float(np.dot(share, works))
     cls = [ClassSpec(arrival_rate=float(total * share[i]), **spec) for i, spec in enumerate(specs)]
-    group = GroupSpec(name="pool", gpu_type="A100-80GB", gpus=GPUS, gpus_per_node=8, model=MODEL,
-                      layouts=tuple(Layout(tp=tp, pp=pp) for tp, pp in layouts))
-    return Instance(classes=tuple(cls), groups=(group,), costs=CostSpec(c_slo=c_slo))
+    lays = tuple(Layout(tp=tp, pp=pp) for tp, pp in layouts)
+    grps = tuple(GroupSpec(name="pool" if k == 0 else f"pool{k + 1}", gpu_type="A100-80GB", gpus=n, gpus_per_node=8,
+                           model=MODEL, layouts=lays) for k, n in enumerate(pools))
+    return Instance(classes=tuple(cls), groups=grps, costs=CostSpec(c_slo=c_slo))

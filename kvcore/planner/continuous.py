@@ -247,7 +247,8 @@ def solve_continuous(prob: Problem, z: tuple[int, ...], a: npt.NDArray[np.bool_]
             added += 1
         if not added:  # every function is met at the LP point: the gap left is the LP's own tolerance
             break
-    floor = _s_floor(lp, prob, A, ycol, dindex, level) if level is not None else None
+    # Only from an LP that was solved to optimality (a failed last LP says nothing about the level set).
+    floor = _s_floor(lp, prob, A, ycol, dindex, level) if level is not None and status == "Optimal" else None
     return ContinuousResult(True, best_y, best_d, best_val, lower, it, status, floor)
 
 

@@ -214,6 +214,8 @@ def histogram_to_samples(
 def build_1_2_5_buckets(max_value: int) -> list[int]:
     """vLLM's bucket layout for token histograms (``vllm:request_generation_tokens``): 1, 2, 5, 10, 20, 50, ...
     up to and including ``max_value`` (vLLM passes max_model_len); Prometheus adds ``+Inf``."""
+    if max_value < 1:
+        raise InputError("max_value", f"must be >= 1, got {max_value}")
     out: list[int] = []
     exponent = 0
     while True:

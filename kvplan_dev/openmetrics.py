@@ -22,25 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence, TextIO
 
+from kvcore.traces import build_1_2_5_buckets  # noqa: F401 - re-exported: the layout lives in kvcore
+
 VLLM_COLON = "vllm:request_generation_tokens"
 """The metric name vLLM registers (``prometheus_client`` < 0.23 exposes it unchanged)."""
 VLLM_UNDERSCORE = "vllm_request_generation_tokens"
 """The escaped variant: newer ``prometheus_client`` / UTF-8 escaping may store ``vllm:`` as ``vllm_``."""
-
-
-def build_1_2_5_buckets(max_value: int) -> list[int]:
-    """vLLM's bucket bounds: 1, 2, 5 times powers of ten up to and including ``max_value`` (tokens)."""
-    if max_value < 1:
-        raise ValueError(f"max_value: must be >= 1, got {max_value}")
-    buckets: list[int] = []
-    exponent = 0
-    while True:
-        for mantissa in (1, 2, 5):
-            value = mantissa * 10**exponent
-            if value > max_value:
-                return buckets
-            buckets.append(value)
-        exponent += 1
 
 
 def format_le(bound: float) -> str:

@@ -22,14 +22,13 @@ Two representations of DRO_i:
 from __future__ import annotations
 
 import math
-import os
-import sys
 from dataclasses import dataclass
 
 import highspy
 import numpy as np
 import numpy.typing as npt
 
+from kvcore.highs import silent_highs
 from kvcore.planner.problem import Problem
 from kvcore.planner.queueing import lam_t, lam_t_grad_s
 from kvcore.planner.state import config_of
@@ -53,20 +52,9 @@ class ContinuousResult:
     s_floor: FloatArray | None = None  # only with ``level``: a lower bound of s_ik over the level set
 
 
-def silent_highs() -> highspy.Highs:
-    """A ``Highs`` that prints nothing: its constructor writes a banner to file descriptor 1 the first time, which
-    would corrupt ``--json`` output, so fd 1 points at /dev/null while it is constructed."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
-        h = highspy.Highs()  # type: ignore[no-untyped-call]
-    finally:
-        os.dup2(saved, 1)
-        os.close(devnull)
-        os.close(saved)
-    h.setOptionValue("output_flag", False)
+def tuned_highs() -> highspy.Highs:
+    """A silent ``Highs`` with the tight feasibility tolerances the cutting-plane certificate relies on."""
+    h = silent_highs()
     h.setOptionValue("primal_feasibility_tolerance", 1e-9)
     h.setOptionValue("dual_feasibility_tolerance", 1e-9)
     return h
@@ -76,7 +64,7 @@ class _Lp:
     """A thin incremental wrapper over highspy (columns first, then rows; rows can be added between solves)."""
 
     def __init__(self) -> None:
-        self.h = silent_highs()
+        self.h = tuned_highs()
         self.n = 0
 
     def add_cols(self, cost: FloatArray, lo: FloatArray, hi: FloatArray) -> int:

@@ -18,13 +18,13 @@ with theta eliminated; a mismatch beyond ``_RECHECK_RTOL`` turns the status into
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from dataclasses import dataclass
 
 import highspy
 import numpy as np
+
+from kvcore.highs import silent_highs
 
 from kvcore.reservation.objective import dro_objective
 from kvcore.reservation.result import SolverStatus
@@ -42,25 +42,6 @@ kTimeLimit, kIterationLimit, kObjectiveBound, kObjectiveTarget, kSolutionLimit, 
 kMemoryLimit, kNotset, kLoadError, kModelError, kPresolveError, kSolveError, kPostsolveError, kModelEmpty, kUnknown)
 maps to ``error``. The problem is always feasible and bounded below (theta_n >= Q >= 0), so anything but
 optimal is a backend failure."""
-
-
-def _new_highs() -> highspy.Highs:
-    """A silent ``Highs``. Its C++ constructor prints a banner on file descriptor 1 the first time, which would
-    corrupt ``--json`` output, so stdout is pointed at /dev/null at the OS level for the construction only."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, 1)
-            h = highspy.Highs()  # type: ignore[no-untyped-call]
-        finally:
-            os.dup2(saved, 1)
-            os.close(devnull)
-    finally:
-        os.close(saved)
-    h.setOptionValue("output_flag", False)
-    return h
 
 
 def map_status(raw: str) -> SolverStatus:
@@ -146,7 +127,7 @@ def solve_dro_lp(
     on 20,000 real output lengths it was about 10x faster than HiGHS's default choice (dual simplex) here.
     """
     lp = build_lp(samples, cp=cp, cw=cw, lmax=lmax, eps=eps)
-    h = _new_highs()
+    h = silent_highs()
     h.setOptionValue("primal_feasibility_tolerance", 1e-9)
     h.setOptionValue("dual_feasibility_tolerance", 1e-9)
     h.setOptionValue("solver", solver)

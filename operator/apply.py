@@ -49,7 +49,7 @@ class ApplyResult:
 def _container(body: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     for c in body.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []) or []:
         if c.get("name") == name:
-            return c
+            return dict(c)
     return {}
 
 

@@ -339,7 +339,7 @@ def build_httproute_patch(route: Mapping[str, Any], *, ref: HttpRouteRef, spec: 
     rules = json.loads(json.dumps(list(route.get("spec", {}).get("rules") or [])))
     for rule in rules:
         cls = _header_class(rule, ref.class_header)
-        shares = dict(classes[cls].routing) if cls in classes else fleet
+        shares = dict(classes[cls].routing) if cls is not None and cls in classes else fleet
         refs = [b for b in rule.get("backendRefs") or [] if group_service(b)]
         weights = integer_weights({b["name"]: shares.get(by_service[b["name"]], 0.0) for b in refs})
         for b in refs:

@@ -79,7 +79,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         memo.runtime = default_runtime()
 
 
-def _run(body: Any, memo: kopf.Memo, trigger: str, logger: logging.Logger) -> Outcome | None:
+def _run(body: Any, memo: kopf.Memo, trigger: str, logger: logging.Logger | logging.LoggerAdapter[Any]
+         ) -> Outcome | None:
     rt: Runtime = memo.runtime
     meta = body["metadata"]
     uid = meta["uid"]
@@ -110,14 +111,15 @@ def _run(body: Any, memo: kopf.Memo, trigger: str, logger: logging.Logger) -> Ou
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-def on_change(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, reason: str, **_: Any) -> None:
+def on_change(body: kopf.Body, memo: Any, logger: logging.Logger | logging.LoggerAdapter[Any], reason: str,
+              **_: Any) -> None:
     outcome = _run(body, memo, str(reason), logger)
     if outcome is not None and outcome.retry_after is not None:
         raise kopf.TemporaryError(f"{outcome.reason}: {outcome.message}", delay=outcome.retry_after)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=CONFIG.tick_s, initial_delay=CONFIG.tick_s)
-def on_timer(body: kopf.Body, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+def on_timer(body: kopf.Body, memo: Any, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any) -> None:
     _run(body, memo, "timer", logger)
 
 

@@ -10,7 +10,7 @@ import base64
 import datetime as _dt
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 FIELD_MANAGER = "kvplan-operator"
 GROUP, VERSION, PLURAL = "kvplan.io", "v1alpha1", "kvplans"
@@ -37,11 +37,12 @@ class Kube:
         from kubernetes import client, config
 
         try:
-            config.load_incluster_config()
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
             return cls(client.ApiClient())
         except config.ConfigException:
             # $KUBECONFIG is read now, not at import time (the kubernetes package caches it on import).
-            return cls(config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or None))
+            return cls(config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=os.environ.get("KUBECONFIG") or None))
 
     def _json(self, obj: Any) -> dict[str, Any]:
         return dict(self.api_client.sanitize_for_serialization(obj))
@@ -64,9 +65,9 @@ class Kube:
         for hpa in self.autoscaling.list_namespaced_horizontal_pod_autoscaler(namespace).items:
             ref = hpa.spec.scale_target_ref
             if ref.kind == "Deployment":
-                out[ref.name] = f"HorizontalPodAutoscaler/{hpa.metadata.name}"
+                out[ref.name] = f"HorizontalPodAutoscaler/{hpa.metadata.name if hpa.metadata else '?'}"
         try:
-            scaled = self.custom.list_namespaced_custom_object("keda.sh", "v1alpha1", namespace, "scaledobjects")
+            scaled: Any = self.custom.list_namespaced_custom_object("keda.sh", "v1alpha1", namespace, "scaledobjects")
         except Exception as exc:
             if self._missing(exc):
                 return out  # KEDA not installed
@@ -79,7 +80,7 @@ class Kube:
 
     def get_kvplan(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
+            return cast(dict[str, Any], self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
         except Exception as exc:
             if self._missing(exc):
                 return None
@@ -95,8 +96,8 @@ class Kube:
 
     def get_httproute(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return dict(self.custom.get_namespaced_custom_object("gateway.networking.k8s.io", "v1", namespace,
-                                                                 "httproutes", name))
+            return cast(dict[str, Any], self.custom.get_namespaced_custom_object(
+                "gateway.networking.k8s.io", "v1", namespace, "httproutes", name))
         except Exception as exc:
             if self._missing(exc):
                 return None
@@ -114,19 +115,19 @@ class Kube:
 
     # --- writes ----------------------------------------------------------------------------------------------------
     def patch_deployment(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        self.apps.patch_namespaced_deployment(name, namespace, patch, field_manager=FIELD_MANAGER,
+        self.apps.patch_namespaced_deployment(name, namespace, dict(patch), field_manager=FIELD_MANAGER,
                                               _content_type="application/strategic-merge-patch+json")
 
     def create_configmap(self, namespace: str, body: Mapping[str, Any]) -> None:
-        self.core.create_namespaced_config_map(namespace, body, field_manager=FIELD_MANAGER)
+        self.core.create_namespaced_config_map(namespace, dict(body), field_manager=FIELD_MANAGER)  # type: ignore[arg-type]
 
     def patch_configmap(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        self.core.patch_namespaced_config_map(name, namespace, patch, field_manager=FIELD_MANAGER,
+        self.core.patch_namespaced_config_map(name, namespace, dict(patch), field_manager=FIELD_MANAGER,
                                               _content_type="application/merge-patch+json")
 
     def patch_httproute(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object("gateway.networking.k8s.io", "v1", namespace, "httproutes", name,
-                                                   patch, field_manager=FIELD_MANAGER,
+                                                   dict(patch), field_manager=FIELD_MANAGER,
                                                    _content_type="application/merge-patch+json")
 
     def patch_kvplan_status(self, namespace: str, name: str, status_patch: Mapping[str, Any]) -> None:

@@ -125,7 +125,7 @@ class _Run:
 
     def backoff(self) -> float:
         n = int(self.st.get("consecutiveFailures") or 0)
-        return min(self.deps.backoff_max_s, self.deps.backoff_base_s * 2 ** max(n - 1, 0))
+        return float(min(self.deps.backoff_max_s, self.deps.backoff_base_s * 2 ** max(n - 1, 0)))
 
     def fail(self, reason: str, message: str, *, temporary: bool, degraded: bool = False) -> Outcome:
         """A failed attempt: nothing applied; the last good plan stays in status."""
@@ -280,9 +280,10 @@ def _plan_and_apply(run: _Run, spec: KVPlanSpec, snap: Snapshot) -> Outcome:
                  "controller": True, "blockOwnerDeletion": False}
     dep_patches: dict[str, tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
     for g in spec.groups:
-        dbody = snap.deployments[g.name].body
-        if dbody is None or g.deployment in no_container:
+        observed = snap.deployments[g.name].body
+        if observed is None or g.deployment in no_container:
             continue
+        dbody = observed
         prev_env = {e.get("name") for e in (find_container(dbody, g.container) or {}).get("env") or []}
         stale = sorted(n for n in prev_env if n and n.startswith("KVPLAN_RESERVE_")
                        and n not in {c.env_name for c in spec.classes})

@@ -121,7 +121,7 @@ def scalar_from_vector(result: Any) -> float:
         result_type, data = result.get("resultType"), result.get("result")
     else:
         result_type, data = "vector", result
-    if result_type == "scalar":
+    if result_type == "scalar" and data is not None:
         return float(data[1])
     return float(sum(float(s["value"][1]) for s in data or []))
 

@@ -229,12 +229,14 @@ def _path(loc: tuple[int | str, ...]) -> str:
 def _semantic_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:
     """Rules spanning fields (the CEL rules again, plus those CEL cannot say)."""
     errs: list[tuple[str, str]] = []
-    for kind, items in (("groups", spec.groups), ("classes", spec.classes)):
+    named: tuple[tuple[str, list[str]], ...] = (("groups", [g.name for g in spec.groups]),
+                                                ("classes", [c.name for c in spec.classes]))
+    for kind, names in named:
         seen: dict[str, int] = {}
-        for i, item in enumerate(items):
-            if item.name in seen:
-                errs.append((f"spec.{kind}[{i}].name", f"duplicate of spec.{kind}[{seen[item.name]}].name {item.name!r}"))
-            seen.setdefault(item.name, i)
+        for i, name in enumerate(names):
+            if name in seen:
+                errs.append((f"spec.{kind}[{i}].name", f"duplicate of spec.{kind}[{seen[name]}].name {name!r}"))
+            seen.setdefault(name, i)
     deps: dict[str, int] = {}
     for i, g in enumerate(spec.groups):
         if g.deployment in deps:

@@ -65,7 +65,7 @@ def build_instance(spec: KVPlanSpec, snapshot: Snapshot, *,
             prefix_tokens=c.prefix_tokens, history=obs.history, radius=radius_policy(rob).policy, **kw))
     groups = []
     for g in spec.groups:
-        allowed = [(lay.tp, lay.pp) for lay in g.layouts]
+        allowed: list[Any] = [(lay.tp, lay.pp) for lay in g.layouts]  # validated by GroupSpec
         if layouts is not None and g.name in layouts:
             allowed = [layouts[g.name]]
         groups.append(GroupSpec(name=g.name, gpu_type=g.node_pool.gpu_type, gpus=g.node_pool.gpu_count,

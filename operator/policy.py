@@ -65,6 +65,9 @@ def decide(free: Plan, hold: Plan | None, *, current: Mapping[str, tuple[int, in
     """Pick the plan to apply (see the module docstring)."""
     moves = layout_moves(free, current)
     if not moves:
+        first = sorted(set(layouts_of(free)) - set(current))
+        if first:
+            return Decision(free, False, f"first layout of {', '.join(first)} (not yet managed by kvplan)")
         return Decision(free, False, "layouts unchanged")
     if spec_changed:
         return Decision(free, True, f"spec changed: re-layout of {', '.join(moves)}")

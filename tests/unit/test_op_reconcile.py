@@ -273,6 +273,21 @@ def test_disruption_policy(free_total, changes, spec_changed, relayout):
     assert d.plan is (free if relayout else hold)
 
 
+@pytest.mark.parametrize(
+    ("current", "reason"),
+    [
+        pytest.param({}, "first layout of big (not yet managed by kvplan)", id="first-adoption"),
+        pytest.param({"big": (8, 1)}, "layouts unchanged", id="same-layout"),
+    ],
+)
+def test_no_move_reasons(current, reason):
+    """No re-layout either way, but the first plan for an unmanaged group must not claim nothing changed."""
+    free = _plan(90.0, 8)
+    d = decide(free, None, current=current, min_improvement=0.05, changes_last_hour=0, max_per_hour=2,
+               spec_changed=False)
+    assert (d.plan, d.relayout, d.reason) == (free, False, reason)
+
+
 def test_current_layout_and_is_due():
     d = dep("x")
     assert current_layout(d, "vllm") == ((1, 1), False, None)

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,30 +18,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from test_operator_reconcile import (  # noqa: E402
-    apply_crds,
-    backfill,
-    kvplan_spec,
-    router_weights,
-    setup,
-)
+from operator_world import apply_crds, backfill, kvplan_spec, router_weights, setup
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="session")
-def control_plane_tools():
-    """The binaries these tests run: kube-apiserver, etcd, kubectl, Prometheus. helm is not used here, so a
-    missing helm build does not block them (the shared fixture would build it first)."""
-    from kvplan_dev.tools import PROMETHEUS, PROMTOOL, Tools, apiserver_path, etcd_path, helm_path, kubectl_path
-
-    tools = Tools(apiserver_path(), etcd_path(), kubectl_path(), helm_path(), PROMETHEUS, PROMTOOL)
-    missing = [k for k, v in tools.as_dict().items() if k != "helm" and not Path(v).exists()]
-    if missing:
-        pytest.fail(f"missing binaries {missing}: run `make tools`")
-    return tools
 
 
 def wait_for(predicate, timeout_s: float, what: str, step_s: float = 0.5):

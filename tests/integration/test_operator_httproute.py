@@ -15,25 +15,14 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_operator_reconcile import (  # noqa: E402
-    apply_crds,
-    backfill,
-    cond,
-    fetch,
-    kvplan_spec,
-    run,
-    setup,
-)
-
-from kvplan_operator import conditions as C  # noqa: E402
-from kvplan_operator.kube import Kube  # noqa: E402
+from kvplan_operator import conditions as C
+from kvplan_operator.kube import Kube
+from operator_world import apply_crds, backfill, cond, fetch, kvplan_spec, run, setup
 
 pytestmark = pytest.mark.integration
 

@@ -12,97 +12,25 @@ backfilled from the shared Azure traces, called directly (the kopf wiring is in 
 
 from __future__ import annotations
 
-import copy
-import json
-import time
-from pathlib import Path
-
 import pytest
 
-from kvcore.planner import plan
-from kvplan_dev.openmetrics import Window
-from kvplan_dev.prom import series_from_trace
 from kvplan_operator import conditions as C
 from kvplan_operator.kube import Kube
-from kvplan_operator.reconcile import Deps, reconcile
-from kvplan_operator.snapshot import PromClient
+from operator_world import (
+    REPO,
+    apply_crds,
+    backfill,
+    cond,
+    deployment,
+    fetch,
+    kvplan_spec,
+    router_weights,
+    run,
+    setup,
+    versions,
+)
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-LMAX = 8192
-HOUR = 3600
-
-
-@pytest.fixture(scope="session")
-def control_plane_tools():
-    """The binaries these tests run: kube-apiserver, etcd, kubectl, Prometheus. helm is not used here, so a
-    missing helm build does not block them (the shared fixture would build it first)."""
-    from kvplan_dev.tools import PROMETHEUS, PROMTOOL, Tools, apiserver_path, etcd_path, helm_path, kubectl_path
-
-    tools = Tools(apiserver_path(), etcd_path(), kubectl_path(), helm_path(), PROMETHEUS, PROMTOOL)
-    missing = [k for k, v in tools.as_dict().items() if k != "helm" and not Path(v).exists()]
-    if missing:
-        pytest.fail(f"missing binaries {missing}: run `make tools`")
-    return tools
-
-
-def kvplan_spec(prom_url: str, mode: str = "Apply") -> dict:
-    rate = 'sum(rate({{__name__=~"vllm[:_]request_generation_tokens_count", model_name="{m}"}}[1h]))'
-    return {
-        "mode": mode,
-        "groups": [
-            {"name": "pool-a", "deployment": "vllm-a", "container": "vllm", "model": "llama-70b",
-             "nodePool": {"gpuCount": 8, "nodeSelector": {"kvplan.io/pool": "a"}},
-             "layouts": [{"tp": 4}, {"tp": 8}]},
-            {"name": "pool-b", "deployment": "vllm-b", "container": "vllm", "model": "llama-70b",
-             "nodePool": {"gpuCount": 4, "tolerations": [{"key": "pool-b", "operator": "Exists",
-                                                          "effect": "NoSchedule"}]},
-             "layouts": [{"tp": 4}, {"tp": 2, "pp": 2}]},
-        ],
-        "classes": [
-            {"name": "chat", "inputTokens": 1000, "maxOutputTokens": LMAX, "arrivalRateQuery": rate.format(m="chat"),
-             "history": {"selector": 'model_name="chat"', "minSamples": 50}, "costs": {"preemption": 10, "waste": 1}},
-            {"name": "code", "inputTokens": 2000, "maxOutputTokens": LMAX, "arrivalRateQuery": rate.format(m="code"),
-             "history": {"selector": 'model_name="code"', "minSamples": 50}, "costs": {"preemption": 10, "waste": 1}},
-        ],
-        "prometheus": {"url": prom_url, "lookback": "6h", "windows": 6, "timeoutSeconds": 5},
-        "router": {"configMap": {"name": "llm-router"}},
-        "replan": {"interval": "30s"},
-    }
-
-
-def deployment(name: str) -> dict:
-    return {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {
-            "replicas": 1, "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [
-                {"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
-                 "args": ["--model", "meta-llama/Llama-3.1-70B-Instruct", "--tensor-parallel-size", "1",
-                          "--gpu-memory-utilization", "0.9"],
-                 "env": [{"name": "HF_HOME", "value": "/models"}]},
-                {"name": "metrics-sidecar", "image": "busybox"}]}},
-        },
-    }
-
-
-def apply_crds(cluster, path: Path) -> None:
-    """kubectl apply, then poll until every KVPlan/peering CRD is Established (``kubectl wait`` errors out when
-    the CRD has no conditions yet)."""
-    cluster.kubectl("apply", "-f", str(path))
-    names = ["kvplans.kvplan.io"] + (["kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"] if path.is_dir() else [])
-    deadline = time.monotonic() + 60
-    for name in names:
-        while True:
-            out = cluster.kubectl("get", "crd", name, "-o",
-                                  'jsonpath={.status.conditions[?(@.type=="Established")].status}', check=False)
-            if out.stdout.strip() == "True":
-                break
-            if time.monotonic() > deadline:
-                pytest.fail(f"CRD {name} not Established after 60 s: {out.stdout} {out.stderr}")
-            time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -114,78 +42,6 @@ def crd(cluster):
 @pytest.fixture
 def kube(kube_api) -> Kube:
     return Kube(kube_api)
-
-
-def backfill(prometheus, traces_dir, *, burst: int = 0, base: bool = True, end: float | None = None) -> float:
-    """6 h of chat (Azure conv) and code (Azure code) history ending at ``end`` (default now - 90 s).
-
-    ``burst``: that many extra copies of the chat trace squeezed into the window's last hour, as new series
-    (label ``engine=burst<i>``); ``base=False`` adds only those (re-writing a series with shifted timestamps would
-    interleave two counters and look like resets).
-    """
-    end = time.time() - 90 if end is None else end
-    window = Window(end_unix_s=end, duration_s=6 * HOUR, step_s=30)
-    series = []
-    if base:
-        series += [
-            series_from_trace(traces_dir / "azure2023_conv.csv", labels={"model_name": "chat", "engine": "0"},
-                              window=window, max_model_len=LMAX),
-            series_from_trace(traces_dir / "azure2023_code.csv", labels={"model_name": "code", "engine": "0"},
-                              window=window, max_model_len=LMAX),
-        ]
-    for i in range(int(burst)):
-        series.append(series_from_trace(traces_dir / "azure2023_conv.csv",
-                                        labels={"model_name": "chat", "engine": f"burst{i}"}, window=window,
-                                        max_model_len=LMAX, offset_s=5 * HOUR))
-    prometheus.backfill(series, window)
-    return end
-
-
-def setup(kube_api, namespace, spec, *, deployments=("vllm-a", "vllm-b")) -> dict:
-    from kubernetes import client
-
-    apps = client.AppsV1Api(kube_api)
-    for d in deployments:
-        apps.create_namespaced_deployment(namespace, deployment(d))
-    return client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
-        "kvplan.io", "v1alpha1", namespace, "kvplans",
-        {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan", "metadata": {"name": "fleet"}, "spec": spec})
-
-
-def fetch(kube: Kube, namespace: str) -> dict:
-    body = kube.get_kvplan(namespace, "fleet")
-    assert body is not None
-    return body
-
-
-def run(kube: Kube, namespace: str, **kw) -> object:
-    deps = Deps(kube=kube, prom_factory=lambda url, t, tok: PromClient(url, timeout_s=t, token=tok), planner=plan,
-                backoff_base_s=1.0, **kw)
-    return reconcile(fetch(kube, namespace), deps)
-
-
-def cond(body: dict, type_: str) -> dict:
-    c = C.find(body.get("status", {}).get("conditions", []), type_)
-    assert c is not None, (type_, body.get("status"))
-    return dict(c)
-
-
-def versions(kube: Kube, namespace: str) -> dict:
-    out = {}
-    for d in ("vllm-a", "vllm-b"):
-        body = kube.get_deployment(namespace, d)
-        out[d] = body["metadata"]["resourceVersion"] if body else None
-    for cm in ("llm-router", "fleet-kvplan"):
-        body = kube.get_configmap(namespace, cm)
-        out[cm] = body["metadata"]["resourceVersion"] if body else None
-    return out
-
-
-def router_weights(kube: Kube, namespace: str) -> dict:
-    cm = kube.get_configmap(namespace, "llm-router")
-    assert cm is not None
-    doc = json.loads(cm["data"]["routing.json"])
-    return {c: v["weights"] for c, v in doc["classes"].items()} | {"_admit": {c: v["admit"] for c, v in doc["classes"].items()}}
 
 
 def test_apply_plan_to_two_pools(crd, cluster, kube_api, kube, namespace, prometheus, traces_dir):

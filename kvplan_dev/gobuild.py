@@ -144,15 +144,7 @@ def build_apiserver(version: str, dest: Path, logs: Path, progress: Progress) ->
         src = dest.parent / "src-apiserver"
         src.mkdir(parents=True, exist_ok=True)
         log = logs / f"build-kube-apiserver-{version}.log"
-        shipped = _package_dir("apiserver")
-        shutil.copy(shipped / "main.go", src / "main.go")
-        pinned = shipped / "go.mod"
-        if pinned.exists() and f"k8s.io/kubernetes {version}" in pinned.read_text():
-            shutil.copy(pinned, src / "go.mod")
-            if (shipped / "go.sum").exists():
-                shutil.copy(shipped / "go.sum", src / "go.sum")
-        else:
-            (src / "go.mod").write_text(apiserver_gomod(version, go))
+        _stage_wrapper("apiserver", src, f"k8s.io/kubernetes {version}", lambda: apiserver_gomod(version, go))
         progress(f"[kube-apiserver {version}] resolving modules (go mod tidy) ...")
         _run_logged([str(go), "mod", "tidy"], src, log, "kube-apiserver", progress)
         total = _count_packages(go, src)
@@ -203,16 +195,8 @@ def build_etcd(version: str, dest: Path, logs: Path, progress: Progress) -> Path
         src = dest.parent / "src-etcd"
         src.mkdir(parents=True, exist_ok=True)
         log = logs / f"build-etcd-{version}.log"
-        shipped = _package_dir("etcd")
-        shutil.copy(shipped / "main.go", src / "main.go")
-        pinned = shipped / "go.mod"
-        if pinned.exists() and f"go.etcd.io/etcd/server/v3 {version}" in pinned.read_text():
-            shutil.copy(pinned, src / "go.mod")
-            shutil.copy(shipped / "go.sum", src / "go.sum")
-        else:
-            (src / "go.mod").write_text(
-                f"module kvplan.dev/etcd\n\ngo 1.22\n\nrequire go.etcd.io/etcd/server/v3 {version}\n"
-            )
+        _stage_wrapper("etcd", src, f"go.etcd.io/etcd/server/v3 {version}",
+                       lambda: f"module kvplan.dev/etcd\n\ngo 1.22\n\nrequire go.etcd.io/etcd/server/v3 {version}\n")
         progress(f"[etcd {version}] resolving modules (go mod tidy) ...")
         _run_logged([str(go), "mod", "tidy"], src, log, "etcd", progress)
         tmp = dest.with_name(dest.name + ".tmp")
@@ -220,6 +204,20 @@ def build_etcd(version: str, dest: Path, logs: Path, progress: Progress) -> Path
                     src, log, "etcd", progress, _count_packages(go, src))
         tmp.replace(dest)
         return dest
+
+
+def _stage_wrapper(name: str, src: Path, require: str, generated_gomod: Callable[[], str]) -> None:
+    """Put the shipped wrapper ``gobuild/<name>/main.go`` in ``src`` with its pinned ``go.mod``/``go.sum`` when they
+    pin ``require`` (``module version``), else a generated ``go.mod`` that ``go mod tidy`` completes."""
+    shipped = _package_dir(name)
+    shutil.copy(shipped / "main.go", src / "main.go")
+    pinned = shipped / "go.mod"
+    if pinned.exists() and require in pinned.read_text():
+        shutil.copy(pinned, src / "go.mod")
+        if (shipped / "go.sum").exists():
+            shutil.copy(shipped / "go.sum", src / "go.sum")
+    else:
+        (src / "go.mod").write_text(generated_gomod())
 
 
 def _count_packages(go: Path, src: Path) -> int:

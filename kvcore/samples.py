@@ -41,6 +41,18 @@ def _as_float_array(data: Any, field_name: str) -> FloatArray:
     return arr
 
 
+def _check_finite_nonnegative(a: FloatArray, field: str, what: str) -> None:
+    """Raise :class:`InputError` naming the first entry of ``a`` that is not finite or is negative."""
+    bad = ~np.isfinite(a)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InputError(f"{field}[{i}]", f"{what} is not finite ({a[i]})")
+    neg = a < 0
+    if neg.any():
+        i = int(np.argmax(neg))
+        raise InputError(f"{field}[{i}]", f"{what} is negative ({a[i]:g})")
+
+
 @dataclass(frozen=True, eq=False)
 class Samples:
     """Output lengths (tokens) with normalised weights. Build with :meth:`from_arrays`, which validates.
@@ -60,14 +72,7 @@ class Samples:
         v = _as_float_array(values, field)
         if v.size == 0:
             raise InputError(field, "no samples (empty)")
-        bad = ~np.isfinite(v)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise InputError(f"{field}[{i}]", f"output length is not finite ({v[i]})")
-        neg = v < 0
-        if neg.any():
-            i = int(np.argmax(neg))
-            raise InputError(f"{field}[{i}]", f"output length is negative ({v[i]:g})")
+        _check_finite_nonnegative(v, field, "output length")
         wfield = f"{field}.weights"
         if weights is None:
             w = np.full(v.size, 1.0 / v.size)
@@ -75,14 +80,7 @@ class Samples:
             w = _as_float_array(weights, wfield)
             if w.size != v.size:
                 raise InputError(wfield, f"has {w.size} entries but there are {v.size} samples")
-            badw = ~np.isfinite(w)
-            if badw.any():
-                i = int(np.argmax(badw))
-                raise InputError(f"{wfield}[{i}]", f"weight is not finite ({w[i]})")
-            negw = w < 0
-            if negw.any():
-                i = int(np.argmax(negw))
-                raise InputError(f"{wfield}[{i}]", f"weight is negative ({w[i]:g})")
+            _check_finite_nonnegative(w, wfield, "weight")
             total = float(w.sum())
             if total <= 0:
                 raise InputError(wfield, "all weights are zero", hint="at least one sample needs positive weight")

@@ -169,8 +169,6 @@ def _disagreements(evs: list[Evaluation]) -> str:
     uniform = min(worst, key=lambda m: worst[m][1])
     paper_hi = [f"{r:g} ({v:.2f})" for r, v in sorted(g["dro-paper"].items()) if v > 1.2]
     default_vs_saa = [r for r in sorted(g["default"]) if g["default"][r] > g["saa"][r] * 1.05]
-    conv = next((ev for ev in evs if ev.protocol == "split" and ev.trace.startswith("azure2023_conv")), None)
-    eps_conv = next((r.eps_mean for r in conv.rows if r.method == "default" and r.shift == 1.0), None) if conv else None
     lines = [
         f"- **No policy is best at every rho here**, while the paper reports its DRO best or tied at every rho. The "
         f"most uniform policy is `{uniform}` (worst per-rho gm {worst[uniform][1]:.2f}, at rho = "

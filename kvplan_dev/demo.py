@@ -40,15 +40,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import yaml
 
-from kvplan_dev.demo_report import (  # noqa: F401 - view helpers are part of this module's API
-    deployment_view,
-    parse_args,
-    plan_lines,
-    pretty_document,
-    text_diff,
-    text_report,
-    view_changes,
-)
+from kvplan_dev.demo_report import deployment_view, plan_lines, text_diff, text_report, view_changes
 
 REPO = Path(__file__).resolve().parent.parent
 TRACE = REPO / "kvcore" / "data" / "azure2023_conv.csv"

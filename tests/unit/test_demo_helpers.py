@@ -10,7 +10,7 @@ from collections import namedtuple
 import pytest
 import yaml
 
-from kvplan_dev import demo
+from kvplan_dev import demo, demo_report
 
 Row = namedtuple("Row", "arrival_s input_tokens output_tokens")
 
@@ -58,7 +58,7 @@ def test_split_rows_keeps_order_and_every_class() -> None:
     ],
 )
 def test_parse_args(args: list[str], expected: list[tuple[str, str | None]]) -> None:
-    assert demo.parse_args(args) == expected
+    assert demo_report.parse_args(args) == expected
 
 
 def _deployment(tp: int, replicas: int, selector: dict[str, str], env: list[dict[str, object]]) -> dict[str, object]:
@@ -73,25 +73,25 @@ def _deployment(tp: int, replicas: int, selector: dict[str, str], env: list[dict
 
 
 def test_view_changes_reads_like_the_patch() -> None:
-    before = demo.deployment_view(_deployment(8, 2, {"gpu": "a100"}, []))
+    before = demo_report.deployment_view(_deployment(8, 2, {"gpu": "a100"}, []))
     ref = {"configMapKeyRef": {"name": "s", "key": "KVPLAN_RESERVE_CHAT"}}
     env = [{"name": "KVPLAN_RESERVE_CHAT", "valueFrom": ref}]
-    after = demo.deployment_view(_deployment(4, 4, {"gpu": "a100", "pool": "p"}, env),
+    after = demo_report.deployment_view(_deployment(4, 4, {"gpu": "a100", "pool": "p"}, env),
                                  configmaps={"s": {"KVPLAN_RESERVE_CHAT": "512"}})
-    assert demo.view_changes(before, after) == [
+    assert demo_report.view_changes(before, after) == [
         "replicas: 2 -> 4",
         "args: --tensor-parallel-size=8 -> --tensor-parallel-size=4",
         "limits[nvidia.com/gpu]: 8 -> 4",
         "nodeSelector: + pool = p",
         "env: + KVPLAN_RESERVE_CHAT = ConfigMap s[KVPLAN_RESERVE_CHAT] = 512",
     ]
-    assert demo.view_changes(before, before) == []
+    assert demo_report.view_changes(before, before) == []
 
 
 def test_text_diff_pretty_prints_json() -> None:
-    diff = demo.text_diff('{"b": 1, "a": {"x": 0.5}}', '{"a": {"x": 0.25}, "b": 1}', "router")
+    diff = demo_report.text_diff('{"b": 1, "a": {"x": 0.5}}', '{"a": {"x": 0.25}, "b": 1}', "router")
     assert '-    "x": 0.5' in diff and '+    "x": 0.25' in diff
-    assert demo.text_diff(None, '{"a": 1}', "router")[3] == "-(absent)"
+    assert demo_report.text_diff(None, '{"a": 1}', "router")[3] == "-(absent)"
 
 
 def test_rbac_documents_keep_only_rbac() -> None:

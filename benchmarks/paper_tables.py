@@ -39,6 +39,8 @@ from kvcore.evaluate import (  # noqa: E402
     gm_markdown,
     ratio_cells,
 )
+from kvcore.evaluate import split_episodes  # noqa: E402
+from kvcore.evaluate.oracle import Scenario, ShiftBlindBound, shift_blind_bound  # noqa: E402
 from kvcore.radius import DEFAULT_RADIUS  # noqa: E402
 from kvcore.traces import load_trace  # noqa: E402
 
@@ -80,49 +82,25 @@ def _run_all(paths: Sequence[Path], rhos: Sequence[float], shifts: Sequence[floa
     return evs
 
 
-def _oracle_bound(paths: Sequence[Path], evs: list[Evaluation], shifts: Sequence[float]) -> dict[bool, list[float]]:
-    """Split protocol: the best worst-level gm any shift-blind rule could reach, found *with the test data*.
+def _oracle_bound(paths: Sequence[Path], evs: list[Evaluation], shifts: Sequence[float]) -> dict[bool, ShiftBlindBound]:
+    """Split protocol: bounds on the best worst-level gm any shift-blind rule could reach, *with the test data*.
 
-    Per (trace, rho) one reserve y serves every shift level (the training half is the same). For weights w on
-    the levels, each scenario takes the y on a 400-point grid over [0, L_max] minimising the w-weighted sum of
-    log(cost / best listed policy); the result is the level gms of those choices, and we keep the weights whose
-    worst level is smallest (a Lagrangian search: achievable, so an upper bound on the true optimum)."""
-    import itertools
-
-    import numpy as np
-
-    from kvcore.evaluate import request_cost, split_episodes
-
+    Per (trace, rho) one reserve y in [0, L_max] serves every shift level (the training half is the same). "Best"
+    per level is the cheapest of the issue's five policies (a yardstick that does not depend on our default).
+    :func:`kvcore.evaluate.oracle.shift_blind_bound` gives a certified lower bound (weak Lagrangian duality, exact
+    per-scenario minimisation on the kink set) and the worst level of an achieved choice (upper bound)."""
     best = {(r.trace, r.rho, r.shift): min(x.cost for x in ev.rows if x.rho == r.rho and x.shift == r.shift
-                                            and x.method in GM_TABLE)
+                                            and x.method in GM_TABLE[:-1])
             for ev in evs if ev.protocol == "split" for r in ev.rows}
-    mats: dict[bool, list[np.ndarray]] = {True: [], False: []}
+    groups: dict[bool, list[Scenario]] = {True: [], False: []}
     for p in paths:
         tr = load_trace(p)
         lmax = float(tr.output_tokens.max())
-        grid = np.linspace(0.0, lmax, 400)
-        tests = [split_episodes(tr, shift=s, lmax=lmax)[0].test_outputs for s in shifts]
+        tests = tuple(split_episodes(tr, shift=s, lmax=lmax)[0].test_outputs for s in shifts)
         for rho in sorted({r for (t, r, _s) in best if t == p.name}):
-            m = np.array([[math.log(float(request_cost(y, xs, rho).mean()) / best[(p.name, rho, s)]) for y in grid]
-                          for xs, s in zip(tests, shifts)])
-            mats[tr.has_timestamps].append(m)
-    out: dict[bool, list[float]] = {}
-    steps = np.linspace(0.0, 1.0, 21)
-    for key, ms in mats.items():
-        if not ms:
-            continue
-        top: list[float] | None = None
-        for w in itertools.product(steps, repeat=len(shifts) - 1):
-            if sum(w) > 1 + 1e-9:
-                continue
-            wv = np.array([*w, 1.0 - sum(w)])
-            tot = np.mean(np.stack([m[:, int(np.argmin(wv @ m))] for m in ms]), axis=0)
-            g = [math.exp(v) for v in tot]
-            if top is None or max(g) < max(top):
-                top = g
-        assert top is not None
-        out[key] = top
-    return out
+            groups[tr.has_timestamps].append(Scenario(tests=tests, best=tuple(best[(p.name, rho, s)] for s in shifts),
+                                                      rho=rho, lmax=lmax))
+    return {key: shift_blind_bound(sc) for key, sc in groups.items() if sc}
 
 
 def _cost_tables(evs: list[Evaluation]) -> str:
@@ -183,23 +161,16 @@ def _disagreements(evs: list[Evaluation]) -> str:
         "close to Max there as well, but on our traces that is costly, not best.",
     ]
     if default_vs_saa:
-        parts = []
-        for ev in evs:
-            if ev.protocol != "split":
-                continue
-            d = {r.rho: r for r in ev.rows if r.method == "default" and r.shift == 1.0}
-            a = {r.rho: r.cost for r in ev.rows if r.method == "saa" and r.shift == 1.0}
-            worse = [f"{rho:g} ({d[rho].cost / a[rho]:.2f}x)" for rho in sorted(d) if d[rho].cost > 1.05 * a[rho]]
-            if worse:
-                parts.append(f"{Path(ev.trace).stem} at rho = {', '.join(worse)}, mean eps = "
-                             f"{d[min(d)].eps_mean or 0.0:.1f} tokens over {ev.requests // 2} training requests")
+        same = [r for r in default_vs_saa if abs(g["default"][r] - g["dro-paper"][r]) <= 0.01 * g["dro-paper"][r]]
         lines.append(
             f"- **Our default pays for robustness in distribution under the split protocol** at rho = "
-            f"{', '.join(f'{r:g}' for r in default_vs_saa)} (per-rho gm more than 5% above SAA's). The traces "
-            "responsible, against SAA: " + "; ".join(parts) + ". A large eps is the drift term firing (the "
-            "newest training window differs from the older ones), a small one on a short history is the sampling "
-            "floor. Under the rolling protocol, where plans are re-made, the default is the cheapest listed policy "
-            "at every shift level (section 1).")
+            f"{', '.join(f'{r:g}' for r in default_vs_saa)} (per-rho gm more than 5% above SAA's), "
+            + (f"the same as the paper's radius at rho = {', '.join(f'{r:g}' for r in same)}" if same else
+               "unlike the paper's radius")
+            + ". That is the horizon term: a split plan is used, unrevised, for as long as the history it was "
+            "fitted on (horizon ratio 1), where the rule deliberately carries the paper's 0.15 E[xi]; it buys the "
+            "split protocol's shifted levels (section 1). Re-planned every quarter of its window (rolling), the "
+            "default drops the term to 1/16 of that and is within the targets at every shift level (section 1).")
     return "\n".join(lines)
 
 
@@ -346,10 +317,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     imgs = _plots(evs, cells_ts, args.out / "img")
     print("oracle bound ...", file=sys.stderr)
     bound = _oracle_bound(paths, evs, shifts)
-    oracle = "; ".join(
-        f"{'traces with timestamps' if k else 'trace without timestamps'}: "
-        + " / ".join(f"{v:.3f}" for v in vals) + f" (split {' / '.join(f'{s:g}' for s in shifts)})"
-        for k, vals in sorted(bound.items(), reverse=True))
+    oracle = "\n".join(
+        f"- {'traces with timestamps' if k else 'trace without timestamps'}: certified lower bound "
+        f"**{b.lower:.3f}**; achieved {b.upper:.3f} (levels " + " / ".join(f"{v:.3f}" for v in b.levels_at_upper)
+        + f" at split {' / '.join(f'{s:g}' for s in shifts)})."
+        for k, b in sorted(bound.items(), key=lambda kv: not kv[0]))
     elapsed = time.perf_counter() - started
     ts_names = ", ".join(sorted({Path(e.trace).stem for e in ts}))
     nts_names = ", ".join(sorted({Path(e.trace).stem for e in nts}))
@@ -384,8 +356,13 @@ simulator), so we compare directions and ratios, not numbers.
 
 Each cell: gm over (trace, rho in {{2, 5, 10, 20, 50, 100}}) of a policy's cost divided by the cheapest of the
 six listed policies in that scenario, and in brackets the worst single scenario. The new default is
-`RadiusPolicy{default}`: DRO with eps = sampling floor + observed drift, capped at saturation
-(`kvcore/radius_drift.py`, explained in `docs/model.md`, "Radius policy").
+`RadiusPolicy{default}`: DRO with eps = max(sampling floor + drift towards longer outputs, horizon term
+0.15 E[xi] x horizon_ratio^2), capped at saturation (`kvcore/radius_drift.py`, explained in `docs/model.md`,
+"Radius policy"). The harness hands each plan its horizon ratio, how long it is in force over the span of its
+history, as the operator does (`spec.replan.interval / spec.prometheus.lookback`): about 1 under the split
+protocol (the test half is as long as the training half), 1/4 under the rolling protocol (re-planned every
+quarter of the history window). So under split the default carries the paper's radius (the plan must hold, blind,
+for as long as it has seen), and under rolling it relies on the data terms.
 
 Traces with timestamps ({ts_names}):
 
@@ -411,14 +388,19 @@ Issue 5 targets, measured:
 
 {targets}
 
-Why the split targets cannot all be met by any radius rule: under the split protocol the rule sees the same
-training half at every shift level, so it gives one reserve per (trace, rho) for shifts 1.0, 1.5 and 2.5 alike.
-With support [0, L_max], 1-Wasserstein DRO only ever returns SAA's critical fractile or a reserve pushed close
-to L_max (the optimal gamma is 0, c_w or c_p). We computed the best any shift-blind rule could do, picking for
-each (trace, rho) the single reserve, any value in [0, L_max], that minimises the worst level's gm *with the test
-data in hand* (`_oracle_bound` in `benchmarks/paper_tables.py`, same "best" as the first table): {oracle}. A
-worst-level gm of 1.15 is out of reach for any rule that sees only the history, not just for ours. The rolling
-protocol, where the history catches up with the shift, is where a data-driven radius can compete.
+Why the split target "worst level <= 1.15" is out of reach for any rule that sees only the history: under the
+split protocol the rule is handed the same training half at every shift level, so it gives one reserve per
+(trace, rho) for shifts 1.0, 1.5 and 2.5 alike. We bounded the best worst-level gm that *any* such choice can
+reach, picking each reserve (any value in [0, L_max]) with the test data of all three levels in hand, against the
+issue's five policies (`kvcore/evaluate/oracle.py`: exact minimisation over each scenario's kink points and weak
+Lagrangian duality, so the lower bound is certified, not searched; `_oracle_bound` in
+`benchmarks/paper_tables.py`):
+
+{oracle}
+
+Every shift-blind rule, ours included, has a worst level at or above the certified lower bound. Where it is
+above 1.15 the target cannot be met under this protocol; the rolling protocol, where the history catches up with
+the shift, is where a data-driven radius can do better than a fixed one.
 
 ## 2. Table II/IV style: cost across rho, in distribution
 

@@ -18,7 +18,16 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvcore.errors import InputError
-from kvcore.radius_drift import DEFAULT_DRIFT_Z, DEFAULT_FLOOR_SCALE, drift_radius
+from kvcore.radius_drift import (
+    DEFAULT_DRIFT_Z,
+    DEFAULT_FLOOR_SCALE,
+    DEFAULT_HORIZON_FRAC,
+    DEFAULT_HORIZON_POWER,
+    DEFAULT_HORIZON_RATIO,
+    Side,
+    drift_radius,
+    exposed_side,
+)
 from kvcore.samples import History, Samples, as_history
 
 
@@ -69,6 +78,31 @@ class RadiusPolicy(BaseModel):
             "(dimensionless). Default 6, so diurnal wobble does not count as drift but a step change does."
         ),
     )
+    horizon_ratio: float = Field(
+        default=DEFAULT_HORIZON_RATIO,
+        ge=0.0,
+        description=(
+            "kind='drift': how long the plan will be in force, as a multiple of the time span of the history it is "
+            "fitted on (dimensionless). The operator sets it to spec.replan.interval / spec.prometheus.lookback. "
+            "Default 1: a one-off plan holds as long as its history."
+        ),
+    )
+    horizon_frac: float = Field(
+        default=DEFAULT_HORIZON_FRAC,
+        ge=0.0,
+        description=(
+            "kind='drift': the horizon term at horizon_ratio = 1, as a fraction of the pooled mean output length "
+            "(dimensionless). Default 0.15, the paper's radius for a plan used as long as its training data."
+        ),
+    )
+    horizon_power: float = Field(
+        default=DEFAULT_HORIZON_POWER,
+        gt=0.0,
+        description=(
+            "kind='drift': the horizon term is horizon_frac * mean * horizon_ratio ** horizon_power "
+            "(dimensionless exponent). Default 2 (see kvcore.radius_drift)."
+        ),
+    )
 
 
 class RadiusChoice(BaseModel):
@@ -81,14 +115,15 @@ class RadiusChoice(BaseModel):
     reason: str = Field(description="One line a human can read: how eps was computed from which numbers.")
 
 
-RuleFn = Callable[[RadiusPolicy, History, float], RadiusChoice]
+RuleFn = Callable[[RadiusPolicy, History, float, Side], RadiusChoice]
+"""(policy, history, lmax in tokens, side the reservation is exposed on) -> choice."""
 
 
-def _absolute(policy: RadiusPolicy, history: History, lmax: float) -> RadiusChoice:
+def _absolute(policy: RadiusPolicy, history: History, lmax: float, side: Side) -> RadiusChoice:
     return RadiusChoice(eps=policy.eps, rule="absolute", reason=f"eps = {policy.eps:g} tokens as configured")
 
 
-def _fraction(policy: RadiusPolicy, history: History, lmax: float) -> RadiusChoice:
+def _fraction(policy: RadiusPolicy, history: History, lmax: float, side: Side) -> RadiusChoice:
     mean = history.pooled().mean()
     eps = policy.frac * mean
     return RadiusChoice(
@@ -98,8 +133,10 @@ def _fraction(policy: RadiusPolicy, history: History, lmax: float) -> RadiusChoi
     )
 
 
-def _drift(policy: RadiusPolicy, history: History, lmax: float) -> RadiusChoice:
-    d = drift_radius(history, lmax, floor_scale=policy.floor_scale, drift_z=policy.drift_z)
+def _drift(policy: RadiusPolicy, history: History, lmax: float, side: Side) -> RadiusChoice:
+    d = drift_radius(history, lmax, floor_scale=policy.floor_scale, drift_z=policy.drift_z, side=side,
+                     horizon_ratio=policy.horizon_ratio, horizon_frac=policy.horizon_frac,
+                     horizon_power=policy.horizon_power)
     return RadiusChoice(eps=d.eps, rule="drift", reason=d.reason)
 
 
@@ -117,10 +154,14 @@ DEFAULT_RADIUS = RadiusPolicy(kind="drift")
 issue 5 over the paper's eps = 0.15 E[xi] (``RadiusPolicy(kind="fraction", frac=0.15)``); see docs/results.md."""
 
 
-def choose_radius(policy: RadiusPolicy, history: History | Samples, *, lmax: float) -> RadiusChoice:
-    """Apply ``policy`` to ``history``; ``lmax`` (tokens) is the support bound, available to rules that need it."""
+def choose_radius(policy: RadiusPolicy, history: History | Samples, *, lmax: float, cp: float | None = None,
+                  cw: float | None = None) -> RadiusChoice:
+    """Apply ``policy`` to ``history``; ``lmax`` (tokens) is the support bound, available to rules that need it.
+
+    ``cp`` and ``cw`` (token slots per token), when given, tell the rule which side the reservation is exposed on
+    (:func:`kvcore.radius_drift.exposed_side`): the drift rule then counts only drift towards that side."""
     try:
         rule = RULES[policy.kind]
     except KeyError:
         raise InputError("radius.kind", f"no rule registered for {policy.kind!r}") from None
-    return rule(policy, as_history(history), float(lmax))
+    return rule(policy, as_history(history), float(lmax), exposed_side(cp, cw))

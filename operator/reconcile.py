@@ -36,7 +36,7 @@ from .policy import OK_STATUSES, decide, layout_moves, recent_changes
 from .snapshot import PromApi, PrometheusUnavailable, Snapshot, take_snapshot
 from .spec import InvalidSpec, KVPlanSpec, parse_spec
 from .status import diff_body, iso, objective_body, parse_iso, plan_body, status_patch
-from .translate import build_instance, radius_policy, targets
+from .translate import build_instance, horizon_ratio, radius_policy, targets
 
 #: Top-level status keys this module owns (kopf keeps its own, e.g. ``status.kopf``).
 OWNED = ("observedGeneration", "plannedGeneration", "lastPlanTime", "lastAttemptTime", "mode", "conditions", "plan",
@@ -267,7 +267,7 @@ def _plan_and_apply(run: _Run, spec: KVPlanSpec, snap: Snapshot) -> Outcome:
     reservations = {c: t.reserve_tokens for c, t in ct.items()}
     notes = [decision.reason]
     for c in spec.classes:
-        note = radius_policy(c.robustness or spec.robustness).note
+        note = radius_policy(c.robustness or spec.robustness, horizon=horizon_ratio(spec)).note
         if note:
             notes.append(f"class {c.name}: {note}")
     autos = {g.name: snap.deployments[g.name].autoscaler for g in spec.groups}

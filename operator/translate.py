@@ -12,7 +12,7 @@ from typing import Any
 from kvcore.instance import ClassSpec, CostSpec, GroupSpec, Instance, Layout as KLayout
 from kvcore.planmodel import Plan
 from kvcore.profiles import ProfileOverride
-from kvcore.radius import RadiusPolicy
+from kvcore.radius import DEFAULT_RADIUS, RadiusPolicy
 from kvcore.slo import SloSpec
 
 from .builders import ClassTarget, GroupTarget, max_num_seqs
@@ -22,24 +22,36 @@ from .spec import KVPlanSpec, Robustness
 
 @dataclass(frozen=True)
 class RadiusTranslation:
-    policy: RadiusPolicy | None
+    policy: RadiusPolicy
     note: str | None
 
 
-def radius_policy(rob: Robustness) -> RadiusTranslation:
-    """CR robustness -> kvcore ``RadiusPolicy``; a kind this kvcore lacks falls back to its default, with a note."""
+def horizon_ratio(spec: KVPlanSpec) -> float:
+    """How long a plan is in force over the span of history it is fitted on: ``replan.interval / lookback``."""
+    return spec.replan.interval_seconds / spec.prometheus.lookback_seconds
+
+
+def radius_policy(rob: Robustness, *, horizon: float) -> RadiusTranslation:
+    """CR robustness -> kvcore ``RadiusPolicy``; a kind this kvcore lacks falls back to its default, with a note.
+
+    ``horizon`` is :func:`horizon_ratio` of the spec; the drift rule (and the default it falls back to) gets it."""
     fields = RadiusPolicy.model_fields
+    fallback = DEFAULT_RADIUS.model_copy(update={"horizon_ratio": horizon})
     kwargs: dict[str, Any] = {"kind": rob.policy}
+    if rob.policy == "drift":
+        kwargs["horizon_ratio"] = horizon
     for ours, theirs in (("eps", "eps"), ("frac", "frac"), ("floor_scale", "floor_scale"), ("drift_z", "drift_z")):
         value = getattr(rob, ours)
         if value is not None:
             if theirs not in fields:
-                return RadiusTranslation(None, f"radius parameter {ours!r} unsupported by kvcore; project default used")
+                return RadiusTranslation(fallback, f"radius parameter {ours!r} unsupported by kvcore; project default "
+                                         "used")
             kwargs[theirs] = value
     try:
         return RadiusTranslation(RadiusPolicy(**kwargs), None)
     except ValueError:
-        return RadiusTranslation(None, f"radius policy {rob.policy!r} unsupported by this kvcore; project default used")
+        return RadiusTranslation(fallback, f"radius policy {rob.policy!r} unsupported by this kvcore; project default "
+                                 "used")
 
 
 def build_instance(spec: KVPlanSpec, snapshot: Snapshot, *,
@@ -50,6 +62,7 @@ def build_instance(spec: KVPlanSpec, snapshot: Snapshot, *,
     ``ValidationError`` on what kvcore refuses.
     """
     classes = []
+    horizon = horizon_ratio(spec)
     for c in spec.classes:
         obs = snapshot.classes[c.name]
         assert obs.history is not None, f"class {c.name} has no history"
@@ -62,7 +75,7 @@ def build_instance(spec: KVPlanSpec, snapshot: Snapshot, *,
             kw.update(slo=SloSpec(mu=c.slo.mu, sigma=c.slo.sigma, lam=c.slo.lambda_))
         classes.append(ClassSpec(
             name=c.name, arrival_rate=obs.arrival_rate, input_tokens=c.input_tokens, lmax=c.max_output_tokens,
-            prefix_tokens=c.prefix_tokens, history=obs.history, radius=radius_policy(rob).policy, **kw))
+            prefix_tokens=c.prefix_tokens, history=obs.history, radius=radius_policy(rob, horizon=horizon).policy, **kw))
     groups = []
     for g in spec.groups:
         allowed: list[Any] = [(lay.tp, lay.pp) for lay in g.layouts]  # validated by GroupSpec

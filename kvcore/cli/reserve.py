@@ -1,11 +1,12 @@
 """``kvcore reserve``: the reservation for one class from a file of output lengths.
 
     kvcore reserve --samples FILE [--column output_tokens] [--weight-column W] --cp X --cw Y --lmax L
-                   [--eps E | --eps-frac F] [--method dro|dro-lp|saa|p90|...] [--json]
+                   [--eps E | --eps-frac F | --horizon-ratio R] [--method dro|dro-lp|saa|p90|...] [--json]
 
 ``--samples`` is a trace CSV (``--column`` picks the column, default ``output_tokens``) or a file with one length
 per line. ``--eps`` is an absolute radius in tokens, ``--eps-frac`` a fraction of the mean; neither means the
-project default (:data:`kvcore.radius.DEFAULT_RADIUS`). Exit status: 0 optimal, 1 the solver did not reach a
+project default (:data:`kvcore.radius.DEFAULT_RADIUS`, the drift rule), whose horizon term ``--horizon-ratio``
+sets: how long the reservation will be used, as a multiple of the time the samples span (default 1). Exit status: 0 optimal, 1 the solver did not reach a
 trusted optimum, 2 bad input (one line naming the field, never a traceback).
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 
 from kvcore.cli.output import format_table, print_json
 from kvcore.errors import InputError
-from kvcore.radius import RadiusPolicy
+from kvcore.radius import DEFAULT_RADIUS, RadiusPolicy
 from kvcore.reservation import METHODS, SolverStatus, reserve
 from kvcore.samples import Samples
 from kvcore.traces import load_lengths
@@ -41,6 +42,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     radius = p.add_mutually_exclusive_group()
     radius.add_argument("--eps", type=float, default=None, help="Wasserstein radius, tokens")
     radius.add_argument("--eps-frac", type=float, default=None, help="radius as a fraction of the mean length")
+    radius.add_argument("--horizon-ratio", type=float, default=None, metavar="R",
+                        help="default rule: how long the reservation is used / time span of the samples (default 1)")
     p.add_argument("--method", choices=METHODS, default="dro", help="dro (exact), dro-lp (HiGHS), saa, baselines")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(func=_run)
@@ -55,6 +58,10 @@ def _policy(args: argparse.Namespace) -> RadiusPolicy | None:
         if not args.eps_frac >= 0 or args.eps_frac == float("inf"):
             raise InputError("--eps-frac", f"radius fraction must be a finite number >= 0, got {args.eps_frac}")
         return RadiusPolicy(kind="fraction", frac=args.eps_frac)
+    if args.horizon_ratio is not None:
+        if not args.horizon_ratio >= 0 or args.horizon_ratio == float("inf"):
+            raise InputError("--horizon-ratio", f"must be a finite number >= 0, got {args.horizon_ratio}")
+        return DEFAULT_RADIUS.model_copy(update={"horizon_ratio": args.horizon_ratio})
     return None
 
 

@@ -142,7 +142,7 @@ def _score(name: str, protocol: str, rho: float, shift: float, method: str, epis
     has_eps = False
     ys: list[float] = []
     for ep in episodes:
-        res = fn(ep.history, rho, lmax)
+        res = fn(ep.history, rho, lmax, ep.horizon_ratio)
         y = float(res.reserve_tokens)
         ys.append(y)
         k = int(ep.test_outputs.size)

@@ -1,11 +1,13 @@
 """The reservation policies the harness compares, in a registry (name -> how to reserve from a history).
 
-Every policy maps ``(history, rho, lmax)`` to a :class:`~kvcore.reservation.ReservationResult` with
-``cp = rho`` and ``cw = 1`` (the evaluation's cost units). All go through :func:`kvcore.reservation.reserve`, so
+Every policy maps ``(history, rho, lmax, horizon_ratio)`` to a :class:`~kvcore.reservation.ReservationResult`
+with ``cp = rho`` and ``cw = 1`` (the evaluation's cost units). Only the default's radius rule uses the horizon
+ratio (how long the plan is in force over the span of its history); every other policy ignores it. All go through :func:`kvcore.reservation.reserve`, so
 "P95" or "DRO" mean exactly what ``kvcore reserve`` computes.
 
-- ``default``: ``reserve(method="dro", radius=None)``, i.e. whatever the project default radius is
-  (:data:`kvcore.radius.DEFAULT_RADIUS`, the data-driven ``drift`` rule);
+- ``default``: ``reserve(method="dro")`` with the project default radius (:data:`kvcore.radius.DEFAULT_RADIUS`,
+  the data-driven ``drift`` rule) told the episode's horizon ratio, as the operator tells it
+  ``interval / lookback``;
 - ``dro-paper``: DRO with the paper's eps = 0.15 E[xi]; ``dro-0.02``: DRO with eps = 0.02 E[xi];
 - ``saa`` (the rho / (rho + 1) critical fractile), ``p90``, ``p95``, ``p99``, ``mean``, ``max`` (L_max),
   ``mean+1sigma``, ``mean+2sigma``.
@@ -19,12 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvcore.errors import InputError
-from kvcore.radius import RadiusPolicy
+from kvcore.radius import DEFAULT_RADIUS, RadiusPolicy
 from kvcore.reservation import ReservationResult, reserve
 from kvcore.samples import History
 
-PolicyFn = Callable[[History, float, float], ReservationResult]
-"""(history, rho, lmax) -> reservation; cp = rho, cw = 1."""
+PolicyFn = Callable[[History, float, float, float], ReservationResult]
+"""(history, rho, lmax, horizon_ratio) -> reservation; cp = rho, cw = 1."""
 
 
 @dataclass(frozen=True)
@@ -46,21 +48,26 @@ def register_policy(name: str, description: str, fn: PolicyFn) -> None:
 
 
 def _method(method: str) -> PolicyFn:
-    def fn(history: History, rho: float, lmax: float) -> ReservationResult:
+    def fn(history: History, rho: float, lmax: float, horizon_ratio: float) -> ReservationResult:
         return reserve(history, cp=rho, cw=1.0, lmax=lmax, method=method)
 
     return fn
 
 
-def _dro(radius: RadiusPolicy | None) -> PolicyFn:
-    def fn(history: History, rho: float, lmax: float) -> ReservationResult:
+def _dro(radius: RadiusPolicy) -> PolicyFn:
+    def fn(history: History, rho: float, lmax: float, horizon_ratio: float) -> ReservationResult:
         return reserve(history, cp=rho, cw=1.0, lmax=lmax, method="dro", radius=radius)
 
     return fn
 
 
-register_policy("default", "DRO with the project's default radius (kvcore reserve's default: the drift rule)",
-                _dro(None))
+def _default(history: History, rho: float, lmax: float, horizon_ratio: float) -> ReservationResult:
+    radius = DEFAULT_RADIUS.model_copy(update={"horizon_ratio": horizon_ratio})
+    return reserve(history, cp=rho, cw=1.0, lmax=lmax, method="dro", radius=radius)
+
+
+register_policy("default", "DRO with the project's default radius (the drift rule, told the plan's horizon ratio)",
+                _default)
 register_policy("dro-paper", "DRO, eps = 0.15 E[xi] (the paper's recommendation)",
                 _dro(RadiusPolicy(kind="fraction", frac=0.15)))
 register_policy("dro-0.02", "DRO, eps = 0.02 E[xi]", _dro(RadiusPolicy(kind="fraction", frac=0.02)))

@@ -109,7 +109,8 @@ def compile_problem(inst: Instance) -> Problem:
     for c in inst.classes:
         cp, cw = c.costs()
         samples = c.samples()
-        choice = choose_radius(c.radius if c.radius is not None else DEFAULT_RADIUS, c.history, lmax=c.lmax)
+        choice = choose_radius(c.radius if c.radius is not None else DEFAULT_RADIUS, c.history, lmax=c.lmax, cp=cp,
+                               cw=cw)
         cps.append(cp)
         cws.append(cw)
         radii.append(choice)

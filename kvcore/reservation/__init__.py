@@ -61,7 +61,7 @@ def reserve(
     samples = history.pooled()
     check_problem(samples, cp=cp, cw=cw, lmax=lmax)
     if method in DRO_METHODS:
-        choice = choose_radius(radius if radius is not None else DEFAULT_RADIUS, history, lmax=lmax)
+        choice = choose_radius(radius if radius is not None else DEFAULT_RADIUS, history, lmax=lmax, cp=cp, cw=cw)
         check_problem(samples, cp=cp, cw=cw, lmax=lmax, eps=choice.eps)
         if method == "dro":
             t0 = time.perf_counter()

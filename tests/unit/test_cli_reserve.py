@@ -60,6 +60,12 @@ def test_dro_and_lp_agree_and_eps_options(capsys: pytest.CaptureFixture[str], tr
     assert results["dro"]["worst_case_cost"] == pytest.approx(results["dro-lp"]["worst_case_cost"], rel=1e-6)
     code, out, _ = _run(capsys, *base, "--eps-frac", "0.5")
     assert json.loads(out)["eps"] == pytest.approx(0.5 * (50 + 120 + 80 + 300) / 4)
+    # The default rule's horizon term: 0.15 x mean x ratio^2 (ratio 3 -> 1.35 x mean, above the 4-sample floor of
+    # 0.6 x mean and below the saturation radius L_max - mean).
+    code, out, _ = _run(capsys, *base, "--horizon-ratio", "3")
+    got = json.loads(out)
+    assert code == 0 and got["radius_rule"] == "drift" and "horizon:" in got["radius_reason"]
+    assert got["eps"] == pytest.approx(0.15 * 9 * (50 + 120 + 80 + 300) / 4)
 
 
 def test_table_output_and_one_column_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -96,6 +102,8 @@ def _bad(tmp_path: Path, text: str) -> str:
         pytest.param(lambda t, tp: ["--samples", t, "--eps", "-5"], "--eps: radius must be", id="negative-eps"),
         pytest.param(lambda t, tp: ["--samples", t, "--eps-frac", "-0.1"], "--eps-frac: radius fraction must be",
                      id="negative-eps-frac"),
+        pytest.param(lambda t, tp: ["--samples", t, "--horizon-ratio", "-1"], "--horizon-ratio: must be a finite",
+                     id="negative-horizon-ratio"),
         pytest.param(lambda t, tp: ["--samples", _bad(tp, "output_tokens,w\n5,0\n7,0\n"), "--weight-column", "w"],
                      "output_tokens.weights: all weights are zero", id="all-zero-weights"),
         pytest.param(lambda t, tp: ["--samples", _bad(tp, "output_tokens,w\n5,1\n7,-1\n"), "--weight-column", "w"],
@@ -127,7 +135,7 @@ def test_lmax_error_suggests_fix(capsys: pytest.CaptureFixture[str], trace: Path
 
 def test_unknown_method_and_both_radius_flags_are_usage_errors(capsys: pytest.CaptureFixture[str], trace: Path) -> None:
     common = ["reserve", "--samples", str(trace), "--cp", "1", "--cw", "1", "--lmax", "400"]
-    for extra in (["--method", "p50"], ["--eps", "1", "--eps-frac", "0.1"]):
+    for extra in (["--method", "p50"], ["--eps", "1", "--eps-frac", "0.1"], ["--eps", "1", "--horizon-ratio", "1"]):
         with pytest.raises(SystemExit) as info:
             main([*common, *extra])
         assert info.value.code == 2

@@ -62,6 +62,23 @@ def test_rows_cover_every_cell_and_default_reports_its_radius() -> None:
     assert all(r.eps_mean is None for r in ev.rows if r.method == "saa")
 
 
+def test_default_policy_is_told_the_episode_horizon() -> None:
+    # The same history and costs: a plan that must hold as long as its history (ratio 1) gets at least the paper's
+    # radius, one re-made after a quarter of it gets a sixteenth of that horizon term.
+    from kvcore.evaluate.policies import get_policy
+    from kvcore.samples import History, Samples
+
+    rng = np.random.default_rng(4)
+    hist = History.of([Samples.from_arrays(np.round(rng.gamma(2.0, 100.0, 500))) for _ in range(4)])
+    fn = get_policy("default").fn
+    long, short = fn(hist, 50.0, 2000.0, 1.0), fn(hist, 50.0, 2000.0, 0.25)
+    mean = hist.pooled().mean()
+    assert long.eps is not None and short.eps is not None
+    assert long.eps >= 0.15 * mean - 1e-9
+    assert short.eps < long.eps
+    assert long.reserve_tokens > short.reserve_tokens  # rho = 50: the paper's radius goes robust
+
+
 def _row(trace: str, rho: float, method: str, cost: float) -> Row:
     return Row(trace=trace, protocol="split", rho=rho, shift=1.0, method=method, cost=cost, requests=1, plans=1,
                reserve_mean=0.0, under_reserved=0.0)

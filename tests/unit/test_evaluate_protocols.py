@@ -65,6 +65,7 @@ def test_split_trains_on_first_half_and_tests_shifted_second_half(timestamps: bo
     assert ep.test_index.tolist() == [4, 5, 6, 7, 8]
     assert ep.test_outputs.tolist() == [10.0, 12.0, 14.0, 15.0, 15.0]
     assert (ep.plan_time_s is not None) == timestamps
+    assert ep.horizon_ratio == 1.0  # the test half is, by design, as long as the training half (odd n or not)
 
 
 def test_rolling_cadence() -> None:
@@ -94,6 +95,8 @@ def test_rolling_episodes_windows_and_shift() -> None:
     assert last.history.pooled().values.max() == 20.0
     # Every request after the first WIN is scored exactly once.
     assert times.tolist() == list(range(40, 321))
+    # Each plan is re-made after STEP = WIN / 4: its horizon ratio, handed to the radius rule.
+    assert {e.horizon_ratio for e in eps} == {0.25}
 
 
 def test_rolling_empty_window_keeps_previous_history() -> None:

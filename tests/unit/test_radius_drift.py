@@ -1,8 +1,13 @@
 """The data-driven radius (``kind="drift"``, the default): its pieces and the behaviour issue 5 pins.
 
-Covers the exact 1-Wasserstein distance against scipy, the sampling spread S, the floor's 1/N scaling and its effect on high-rho reserves, that a
-stationary history stays at the floor, that a step change raises eps, that eps never exceeds the saturation radius
-(past which the DRO reserve cannot move), and that the choice explains itself.
+Covers the exact 1-Wasserstein distance against scipy (and its one-sided parts), the sampling spread S, the
+floor's 1/N scaling and its effect on high-rho reserves, that a stationary history stays at the floor, that a step
+change raises eps (a step down only when shorter outputs are the costly side), the horizon term (the paper's
+0.15 E[xi] for a plan that holds as long as its history, falling with the square of the ratio), that eps never
+exceeds the saturation radius (past which the DRO reserve cannot move), and that the choice explains itself.
+
+Tests of the data terms pass ``horizon_ratio=OPERATOR_RATIO`` (5 min re-plans on 6 h of history, the operator's
+defaults), where the horizon term is negligible, so what they pin is the history's doing.
 """
 
 from __future__ import annotations
@@ -12,9 +17,13 @@ import pytest
 from scipy.stats import wasserstein_distance
 
 from kvcore.radius import DEFAULT_RADIUS, RadiusPolicy, choose_radius
-from kvcore.radius_drift import drift_radius, saturation_radius, spread, wasserstein1
+from kvcore.radius_drift import drift_radius, saturation_radius, spread, wasserstein1, wasserstein1_side
 from kvcore.reservation import reserve
 from kvcore.samples import History, Samples
+
+
+OPERATOR_RATIO = 300.0 / 21600.0  # spec.replan.interval 5m / spec.prometheus.lookback 6h
+FRESH = RadiusPolicy(horizon_ratio=OPERATOR_RATIO)
 
 
 def _windows(rng: np.random.Generator, scales: list[float], n: int = 600) -> History:
@@ -50,8 +59,8 @@ def test_spread(values: list[float], expected: float) -> None:
 
 def test_floor_shrinks_like_one_over_n() -> None:
     rng = np.random.default_rng(1)
-    small = drift_radius(_windows(rng, [100.0], n=400), 5000.0)
-    big = drift_radius(_windows(rng, [100.0], n=6400), 5000.0)
+    small = drift_radius(_windows(rng, [100.0], n=400), 5000.0, horizon_ratio=OPERATOR_RATIO)
+    big = drift_radius(_windows(rng, [100.0], n=6400), 5000.0, horizon_ratio=OPERATOR_RATIO)
     assert big.floor == pytest.approx(small.floor / 16.0, rel=0.15)
     assert small.floor == pytest.approx(3.0 * small.spread / 400)
 
@@ -64,14 +73,14 @@ def test_floor_decides_high_rho_reserve_by_history_size(n: int, flips: bool) -> 
     rng = np.random.default_rng(5)
     hist = _windows(rng, [100.0] * 4, n=n // 4)
     saa = reserve(hist, cp=100.0, cw=1.0, lmax=2000.0, method="saa").reserve_tokens
-    dro = reserve(hist, cp=100.0, cw=1.0, lmax=2000.0).reserve_tokens
+    dro = reserve(hist, cp=100.0, cw=1.0, lmax=2000.0, radius=FRESH).reserve_tokens
     assert (dro > saa + 1.0) == flips
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3], ids=lambda s: f"seed{s}")
 def test_stationary_history_stays_at_the_floor(seed: int) -> None:
     rng = np.random.default_rng(seed)
-    d = drift_radius(_windows(rng, [100.0] * 4), 5000.0)
+    d = drift_radius(_windows(rng, [100.0] * 4), 5000.0, side="up", horizon_ratio=OPERATOR_RATIO)
     assert d.drift == 0.0
     assert d.eps == pytest.approx(d.floor)
     assert d.eps < 0.02 * d.mean  # SAA-like: well under the paper's 0.15 E[xi]
@@ -89,8 +98,8 @@ def test_stationary_history_stays_at_the_floor(seed: int) -> None:
 def test_step_change_raises_the_radius(scales: list[float], min_ratio: float) -> None:
     # 600-request windows: a 2x step is ~15 noise scales, well past drift_z = 6 (a 1.5x step is ~6, the edge).
     rng = np.random.default_rng(7)
-    steady = drift_radius(_windows(rng, [scales[0]] * 4), 10_000.0)
-    step = drift_radius(_windows(rng, scales), 10_000.0)
+    steady = drift_radius(_windows(rng, [scales[0]] * 4), 10_000.0, horizon_ratio=OPERATOR_RATIO)
+    step = drift_radius(_windows(rng, scales), 10_000.0, horizon_ratio=OPERATOR_RATIO)
     assert step.drift > 0.0
     assert step.eps > min_ratio * steady.eps
     assert "drift" in step.reason
@@ -107,8 +116,9 @@ def test_step_change_raises_the_radius(scales: list[float], min_ratio: float) ->
 def test_radius_never_exceeds_saturation(values: list[float], lmax: float) -> None:
     s = Samples.from_arrays(values)
     hist = History.of([s, Samples.from_arrays([lmax] * 3)])  # a huge jump, to push the drift term past the cap
-    d = drift_radius(hist, lmax)
+    d = drift_radius(hist, lmax, horizon_ratio=OPERATOR_RATIO)
     assert d.eps <= saturation_radius(hist.pooled(), lmax) + 1e-12
+    assert drift_radius(hist, lmax, horizon_ratio=100.0).eps == pytest.approx(d.cap)  # the horizon term is capped too
     # Past the saturation radius the DRO reserve cannot move: eps = cap and eps = 10 x cap give one reserve.
     for rho in (2.0, 20.0, 100.0):
         at_cap = reserve(hist, cp=rho, cw=1.0, lmax=lmax, radius=RadiusPolicy(kind="absolute", eps=d.cap))
@@ -120,7 +130,7 @@ def test_radius_never_exceeds_saturation(values: list[float], lmax: float) -> No
 def test_default_is_drift_and_explains_itself() -> None:
     assert DEFAULT_RADIUS.kind == "drift"
     rng = np.random.default_rng(3)
-    choice = choose_radius(DEFAULT_RADIUS, _windows(rng, [100.0] * 4), lmax=5000.0)
+    choice = choose_radius(FRESH, _windows(rng, [100.0] * 4), lmax=5000.0)
     assert choice.rule == "drift"
     assert choice.reason.startswith(f"eps = {choice.eps:.2f} tokens")
     r = reserve(_windows(rng, [100.0] * 4), cp=10.0, cw=1.0, lmax=5000.0)
@@ -128,6 +138,68 @@ def test_default_is_drift_and_explains_itself() -> None:
 
 
 def test_one_window_has_no_drift_term() -> None:
-    d = drift_radius(History.of(Samples.from_arrays(np.arange(100.0))), 1000.0)
+    d = drift_radius(History.of(Samples.from_arrays(np.arange(100.0))), 1000.0, horizon_ratio=0.0)
     assert d.windows == 1 and d.drift == 0.0 and d.eps == pytest.approx(d.floor)
     assert "one window" in d.reason
+
+
+def test_one_sided_parts_add_up_to_w1() -> None:
+    rng = np.random.default_rng(11)
+    a = Samples.from_arrays(rng.gamma(2.0, 100.0, 300))
+    b = Samples.from_arrays(rng.uniform(150.0, 250.0, 200))  # same mean, narrower: the CDFs cross
+    up, down = wasserstein1_side(a, b, "up"), wasserstein1_side(a, b, "down")
+    assert up > 0.0 and down > 0.0  # the two distributions cross
+    assert up + down == pytest.approx(wasserstein_distance(a.values, b.values), rel=1e-12)
+    assert wasserstein1_side(a, b, "both") == pytest.approx(up + down, rel=1e-12)
+    shifted = Samples.from_arrays(a.values + 50.0)  # every quantile 50 tokens up: all of W1 is "up"
+    assert wasserstein1_side(a, shifted, "up") == pytest.approx(50.0)
+    assert wasserstein1_side(a, shifted, "down") == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("cp", "cw", "counts"),
+    [pytest.param(10.0, 1.0, False, id="overflow-costly-ignores-a-step-down"),
+     pytest.param(1.0, 10.0, True, id="waste-costly-counts-a-step-down"),
+     pytest.param(1.0, 1.0, True, id="equal-costs-count-either-way")],
+)
+def test_step_down_counts_only_when_shorter_outputs_are_the_risk(cp: float, cw: float, counts: bool) -> None:
+    rng = np.random.default_rng(7)
+    hist = _windows(rng, [200.0, 200.0, 200.0, 100.0])
+    steady = choose_radius(FRESH, _windows(rng, [200.0] * 4), lmax=10_000.0, cp=cp, cw=cw)
+    step = choose_radius(FRESH, hist, lmax=10_000.0, cp=cp, cw=cw)
+    assert (step.eps > 5.0 * steady.eps) == counts
+    assert ("drift:" in step.reason) == counts
+
+
+def test_step_up_counts_when_overflow_is_costly() -> None:
+    rng = np.random.default_rng(7)
+    step = choose_radius(FRESH, _windows(rng, [100.0, 100.0, 100.0, 200.0]), lmax=10_000.0, cp=10.0, cw=1.0)
+    assert "drift:" in step.reason and "towards longer outputs" in step.reason
+
+
+def test_horizon_term_is_the_papers_radius_at_ratio_one_and_falls_with_its_square() -> None:
+    rng = np.random.default_rng(2)
+    hist = _windows(rng, [100.0] * 4, n=2000)
+    mean = hist.pooled().mean()
+    one = drift_radius(hist, 10_000.0, horizon_ratio=1.0)
+    quarter = drift_radius(hist, 10_000.0, horizon_ratio=0.25)
+    assert one.horizon == pytest.approx(0.15 * mean) and one.eps == pytest.approx(0.15 * mean)
+    assert quarter.horizon == pytest.approx(0.15 * mean / 16.0)
+    assert "horizon:" in one.reason
+    ratios = [0.0, 0.05, 0.25, 0.5, 1.0, 2.0, 5.0]
+    eps = [drift_radius(hist, 10_000.0, horizon_ratio=r).eps for r in ratios]
+    assert all(a <= b for a, b in zip(eps, eps[1:]))  # a plan that must hold longer never gets a smaller ball
+    assert eps[0] == pytest.approx(one.floor + one.drift)  # no horizon: the data terms alone
+    # At ratio 1 on a stationary history the default reserves exactly what the paper's radius reserves.
+    paper = RadiusPolicy(kind="fraction", frac=0.15)
+    for rho in (2.0, 20.0, 100.0):
+        ours = reserve(hist, cp=rho, cw=1.0, lmax=10_000.0)
+        theirs = reserve(hist, cp=rho, cw=1.0, lmax=10_000.0, radius=paper)
+        assert ours.reserve_tokens == pytest.approx(theirs.reserve_tokens)
+
+
+def test_horizon_ratio_and_power_are_validated() -> None:
+    with pytest.raises(ValueError, match="horizon_ratio"):
+        RadiusPolicy(horizon_ratio=-1.0)
+    with pytest.raises(ValueError, match="horizon_power"):
+        RadiusPolicy(horizon_power=0.0)

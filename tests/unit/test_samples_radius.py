@@ -115,12 +115,17 @@ def test_radius_policy_rejects(kwargs: dict[str, Any]) -> None:
 
 
 def test_rule_registry_is_extensible() -> None:
-    def constant(policy: RadiusPolicy, history: History, lmax: float) -> RadiusChoice:
+    seen: list[str] = []
+
+    def constant(policy: RadiusPolicy, history: History, lmax: float, side: str) -> RadiusChoice:
+        seen.append(side)
         return RadiusChoice(eps=lmax / 10, rule="absolute", reason="test rule")
 
     saved = RULES["absolute"]
     try:
         register_rule("absolute", constant)
         assert choose_radius(RadiusPolicy(kind="absolute"), Samples.from_arrays([1.0]), lmax=50).eps == 5.0
+        choose_radius(RadiusPolicy(kind="absolute"), Samples.from_arrays([1.0]), lmax=50, cp=10.0, cw=1.0)
+        assert seen == ["both", "up"]  # the rule is told which side the reservation is exposed on
     finally:
         register_rule("absolute", saved)

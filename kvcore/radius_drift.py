@@ -18,8 +18,9 @@ scale of sampling error in W1 (two N-samples of one distribution are about ``0.8
   been seen in N trials its rate can still be up to 3 / N (95% upper bound), so the ball lets ``floor_scale`` = 3
   of the N observed requests be relocated across the spread S. It is ``O(1/N)``: a window of a few dozen
   requests (BurstGPT's API log) gets a radius that flips high-rho reserves to robust, a window of thousands keeps
-  SAA's critical fractile at every rho. ``N_eff = 1 / sum(w^2)`` (Kish): N for raw samples, conservative (smaller)
-  for histogram buckets. The ``O(1/sqrt(N))`` concentration radius of Esfahani and Kuhn was tried first
+  SAA's critical fractile at every rho. ``N_eff``: N for raw samples, Kish's ``1 / sum(w^2)`` for weighted ones,
+  and the number of requests counted for histogram buckets (``Samples.observations``; Kish on the 10-20 buckets
+  of a Prometheus histogram would say "10 samples" for 10,000 requests and make the floor near-saturating). The ``O(1/sqrt(N))`` concentration radius of Esfahani and Kuhn was tried first
   (``0.5 S / sqrt(N)``); it flips rho = 100 reserves on windows of thousands of requests where SAA is already
   right (rolling gm 1.027 / 1.039 / 1.015 at shifts 1.0 / 1.5 / 2.5 against 1.024 / 1.015 / 1.028 for this one).
 - **Drift, on the exposed side.** The part of the 1-Wasserstein distance between the newest window and the pooled
@@ -148,8 +149,9 @@ class DriftRadius:
 
 
 def effective_size(samples: Samples) -> float:
-    """Kish effective sample size ``1 / sum(w^2)`` (weights normalised to 1)."""
-    return float(1.0 / np.dot(samples.weights, samples.weights))
+    """How many independent requests ``samples`` are worth: :meth:`Samples.effective_size` (the request count of a
+    histogram, else Kish's ``1 / sum(w^2)``)."""
+    return samples.effective_size()
 
 
 def spread(samples: Samples) -> float:

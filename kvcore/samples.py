@@ -60,15 +60,21 @@ class Samples:
     Attributes:
         values: output tokens per sample, finite and >= 0 (float64, read-only).
         weights: probability weight per sample, >= 0, summing to 1 (float64, read-only).
+        observations: how many independent requests the samples stand for, when that is not one per sample:
+            histogram buckets are a handful of samples whose weights are the frequencies of thousands of requests.
+            None: one request per sample. See :meth:`effective_size`.
     """
 
     values: FloatArray
     weights: FloatArray
     _sorted: tuple[FloatArray, FloatArray] | None = field(default=None, repr=False, compare=False)
+    observations: float | None = None
 
     @classmethod
-    def from_arrays(cls, values: Any, weights: Any = None, *, field: str = "samples") -> Samples:
-        """Validate and normalise. Errors are :class:`InputError` naming ``field`` (or ``field.weights``)."""
+    def from_arrays(cls, values: Any, weights: Any = None, *, field: str = "samples",
+                    observations: float | None = None) -> Samples:
+        """Validate and normalise. Errors are :class:`InputError` naming ``field`` (or ``field.weights``,
+        ``field.observations``)."""
         v = _as_float_array(values, field)
         if v.size == 0:
             raise InputError(field, "no samples (empty)")
@@ -85,14 +91,23 @@ class Samples:
             if total <= 0:
                 raise InputError(wfield, "all weights are zero", hint="at least one sample needs positive weight")
             w = w / total
+        if observations is not None and not (math.isfinite(observations) and observations > 0):
+            raise InputError(f"{field}.observations", f"must be a finite number > 0, got {observations}")
         v = v.copy()
         v.setflags(write=False)
         w = np.ascontiguousarray(w, dtype=np.float64)
         w.setflags(write=False)
-        return cls(values=v, weights=w)
+        return cls(values=v, weights=w, observations=None if observations is None else float(observations))
 
     def __len__(self) -> int:
         return int(self.values.size)
+
+    def effective_size(self) -> float:
+        """How many independent requests the samples are worth (dimensionless): :attr:`observations` when set,
+        else Kish's ``1 / sum(w^2)`` (N for equal weights). Sets the scale of sampling error in the radius rule."""
+        if self.observations is not None:
+            return self.observations
+        return float(1.0 / np.dot(self.weights, self.weights))
 
     @property
     def uniform(self) -> bool:
@@ -150,13 +165,20 @@ class History:
         return cls(tuple(windows))
 
     def pooled(self) -> Samples:
-        """All windows as one :class:`Samples`; each window keeps its share of the total weight equal."""
+        """All windows as one :class:`Samples`; each window keeps its share of the total weight equal.
+
+        When a window carries :attr:`Samples.observations`, the pool's is the effective size of that equal-share
+        mixture, ``1 / sum_k ((1/K)^2 / n_k)`` with n_k each window's effective size; for raw samples this is
+        exactly Kish's formula on the pooled weights, so the two kinds mix consistently."""
         if len(self.windows) == 1:
             return self.windows[0]
         k = len(self.windows)
         values = np.concatenate([s.values for s in self.windows])
         weights = np.concatenate([s.weights / k for s in self.windows])
-        return Samples.from_arrays(values, weights, field="history")
+        observations = None
+        if any(s.observations is not None for s in self.windows):
+            observations = 1.0 / sum(1.0 / (k * k * s.effective_size()) for s in self.windows)
+        return Samples.from_arrays(values, weights, field="history", observations=observations)
 
 
 def as_history(data: History | Samples) -> History:

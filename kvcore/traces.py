@@ -179,6 +179,9 @@ def histogram_to_samples(
     over-reservation of up to the bucket width (with 1-2-5 buckets, a bucket's upper bound is at most 2.5x its
     lower bound). A midpoint would be unbiased for uniform mass but can under-reserve, which costs cp >> cw.
     Without a ``+Inf`` bucket, requests above the largest bound are unknown and simply not counted.
+
+    The result carries ``observations`` = the number of requests counted, so the radius rule's sampling error
+    scales with the requests seen, not with the handful of buckets.
     """
     if max_model_len is None or not math.isfinite(max_model_len) or max_model_len <= 0:
         raise InputError("max_model_len", f"must be a positive number of tokens, got {max_model_len}")
@@ -208,7 +211,7 @@ def histogram_to_samples(
     keep = counts > 0
     if not keep.any():
         raise InputError("cumulative_counts", "all buckets are empty (no requests observed)")
-    return Samples.from_arrays(values[keep], counts[keep], field="histogram")
+    return Samples.from_arrays(values[keep], counts[keep], field="histogram", observations=float(counts[keep].sum()))
 
 
 def build_1_2_5_buckets(max_value: int) -> list[int]:

@@ -10,9 +10,11 @@ cannot be built fails the tests that need it, with the error.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from kvplan_dev.pytest_fixtures import (  # noqa: F401 - imported fixtures are registered by name
     check_no_leftover_processes,
@@ -23,6 +25,13 @@ from kvplan_dev.pytest_fixtures import (  # noqa: F401 - imported fixtures are r
     prebuild_tools,
     prometheus,
 )
+
+# Property tests draw the same examples on every run unless asked to explore, so CI cannot pass or fail by luck of
+# the draw; `HYPOTHESIS_PROFILE=explore` (random seeds, example database) is for hunting new counterexamples, which
+# then go into the test as explicit `@example`s.
+settings.register_profile("deterministic", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"

@@ -1,18 +1,24 @@
 """``kvcore plan``: plan layouts, reservations, routing, prefix caching and admission for an instance file.
 
-    kvcore plan INSTANCE.yaml [--json] [--exact]
+    kvcore plan INSTANCE.yaml [--json] [--exact] [--horizon-ratio R]
 
 The file format is ``docs/instance-format.md``. ``--exact`` uses the exact reference (one-group instances only).
+``--horizon-ratio`` tells every class on the drift radius rule (the default) how long the plan will be in force,
+as a multiple of the time its history spans (default: the file's value, else 1).
 Exit status: 0 a plan (optimal or feasible), 1 infeasible or solver error (the plan still says why), 2 bad input.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 
 from kvcore.cli.instance_file import load_instance_file
 from kvcore.cli.output import format_table, print_json
+from kvcore.errors import InputError
+from kvcore.instance import Instance
 from kvcore.planmodel import Plan, PlanStatus
+from kvcore.radius import DEFAULT_RADIUS
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -21,6 +27,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("instance", metavar="INSTANCE.yaml", help="instance file (docs/instance-format.md)")
     p.add_argument("--json", action="store_true", help="print the Plan as one JSON object")
     p.add_argument("--exact", action="store_true", help="use the exact reference solver (one group only)")
+    p.add_argument("--horizon-ratio", type=float, default=None, metavar="R",
+                   help="plan lifetime / history span for classes on the drift radius rule (default: file, else 1)")
     p.set_defaults(func=_run)
 
 
@@ -49,8 +57,23 @@ def render(plan: Plan) -> str:
     return "\n".join(lines)
 
 
+def with_horizon_ratio(instance: Instance, ratio: float) -> Instance:
+    """``instance`` with ``ratio`` as the horizon ratio of every class on the drift rule (explicit or default)."""
+    if not (math.isfinite(ratio) and ratio >= 0):
+        raise InputError("--horizon-ratio", f"must be a finite number >= 0, got {ratio}")
+    classes = []
+    for c in instance.classes:
+        radius = c.radius if c.radius is not None else DEFAULT_RADIUS
+        if radius.kind == "drift":
+            c = c.model_copy(update={"radius": radius.model_copy(update={"horizon_ratio": ratio})})
+        classes.append(c)
+    return instance.model_copy(update={"classes": tuple(classes)})
+
+
 def _run(args: argparse.Namespace) -> int:
     instance = load_instance_file(args.instance)
+    if args.horizon_ratio is not None:
+        instance = with_horizon_ratio(instance, args.horizon_ratio)
     if args.exact:
         from kvcore.planner.exact import solve_exact
         plan = solve_exact(instance)

@@ -125,7 +125,12 @@ def solve_dro_lp(
 
     ``solver`` is HiGHS's ``solver`` option. The default is interior point (with HiGHS's crossover to a vertex):
     on 20,000 real output lengths it was about 10x faster than HiGHS's default choice (dual simplex) here.
+
+    ``eps`` above ``lmax`` is solved as ``lmax``: two distributions on [0, L_max] are at most L_max apart in W1, so
+    every such ball is the same set and the worst-case cost is the same. Without the clamp the LP's coefficient
+    range blows up (eps = 1e7 against costs of order 1: HiGHS reported a feasible instance infeasible).
     """
+    eps = min(eps, lmax)
     lp = build_lp(samples, cp=cp, cw=cw, lmax=lmax, eps=eps)
     h = silent_highs()
     h.setOptionValue("primal_feasibility_tolerance", 1e-9)

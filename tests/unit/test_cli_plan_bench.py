@@ -23,6 +23,22 @@ def test_example_plans(capsys: pytest.CaptureFixture[str]) -> None:
     assert all(g["tp"] * g["pp"] == g["gpus_per_replica"] for g in out["groups"])
 
 
+def test_horizon_ratio_reaches_drift_classes_only(capsys: pytest.CaptureFixture[str]) -> None:
+    # code and batch use the default drift rule; chat pins the paper's fraction rule and must not move.
+    eps: dict[float, dict[str, float]] = {}
+    for ratio in (0.01, 3.0):
+        assert main(["plan", str(EXAMPLE), "--json", "--horizon-ratio", str(ratio)]) == 0
+        out = json.loads(capsys.readouterr().out)
+        eps[ratio] = {c["name"]: c["radius"]["eps"] for c in out["classes"]}
+        reasons = {c["name"]: c["radius"]["reason"] for c in out["classes"]}
+        assert reasons["chat"].startswith("eps = 0.15 x mean")
+    assert eps[0.01]["chat"] == eps[3.0]["chat"]
+    for name in ("code", "batch"):
+        assert eps[3.0][name] > eps[0.01][name]  # a plan that must hold 3 history spans gets a bigger ball
+    assert main(["plan", str(EXAMPLE), "--horizon-ratio", "-1"]) == 2
+    assert "error: --horizon-ratio" in capsys.readouterr().err
+
+
 def test_example_readable(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", str(EXAMPLE)]) == 0
     assert "objective/s" in capsys.readouterr().out

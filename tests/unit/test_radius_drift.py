@@ -16,10 +16,12 @@ import numpy as np
 import pytest
 from scipy.stats import wasserstein_distance
 
+from kvcore.errors import InputError
 from kvcore.radius import DEFAULT_RADIUS, RadiusPolicy, choose_radius
 from kvcore.radius_drift import drift_radius, saturation_radius, spread, wasserstein1, wasserstein1_side
 from kvcore.reservation import reserve
 from kvcore.samples import History, Samples
+from kvcore.traces import build_1_2_5_buckets, histogram_to_samples
 
 
 OPERATOR_RATIO = 300.0 / 21600.0  # spec.replan.interval 5m / spec.prometheus.lookback 6h
@@ -203,3 +205,39 @@ def test_horizon_ratio_and_power_are_validated() -> None:
         RadiusPolicy(horizon_ratio=-1.0)
     with pytest.raises(ValueError, match="horizon_power"):
         RadiusPolicy(horizon_power=0.0)
+
+
+def test_histogram_counts_its_requests_not_its_buckets() -> None:
+    # 10,000 requests in vLLM's 1-2-5 buckets: ~10 weighted samples. The sampling floor must scale with the
+    # 10,000 requests (Kish on the bucket weights would say ~5 and make eps near-saturating).
+    rng = np.random.default_rng(8)
+    raw = np.round(rng.gamma(2.0, 150.0, 10_000))
+    bounds = build_1_2_5_buckets(5000)
+    cumulative = [float(np.count_nonzero(raw <= b)) for b in bounds] + [float(raw.size)]
+    hist = histogram_to_samples([*bounds, "+Inf"], cumulative, max_model_len=5000)
+    assert len(hist) < 15 and hist.observations == raw.size and hist.effective_size() == raw.size
+    kish = 1.0 / float(np.dot(hist.weights, hist.weights))
+    assert kish < 10  # what the floor used to divide by
+    d_hist = drift_radius(History.of(hist), 5000.0, horizon_ratio=0.0)
+    d_raw = drift_radius(History.of(Samples.from_arrays(raw)), 5000.0, horizon_ratio=0.0)
+    # Same request count; the bucketed spread is coarser but of the same order.
+    assert d_hist.n_eff == raw.size
+    assert 0.5 * d_raw.floor < d_hist.floor < 3.0 * d_raw.floor
+
+
+def test_pooled_effective_size_mixes_raw_and_counted_windows_consistently() -> None:
+    a = Samples.from_arrays(np.arange(1000.0))  # raw: 1000 requests
+    b = Samples.from_arrays([10.0, 20.0, 50.0], [1000.0, 1500.0, 500.0], observations=3000.0)
+    pooled = History.of([a, b]).pooled()
+    assert pooled.effective_size() == pytest.approx(1.0 / (0.25 / 1000 + 0.25 / 3000))
+    # Two raw windows: the formula is Kish's on the pooled weights.
+    c = Samples.from_arrays(np.arange(300.0))
+    raw_pool = History.of([a, c]).pooled()
+    assert raw_pool.observations is None
+    assert raw_pool.effective_size() == pytest.approx(1.0 / (0.25 / 1000 + 0.25 / 300))
+
+
+@pytest.mark.parametrize("bad", [0.0, -3.0, float("nan"), float("inf")])
+def test_observations_must_be_a_positive_count(bad: float) -> None:
+    with pytest.raises(InputError, match=r"win\.observations: must be a finite number > 0"):
+        Samples.from_arrays([1.0, 2.0], observations=bad, field="win")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from kvcore.radius import RadiusPolicy
@@ -52,6 +52,9 @@ def _close(a: float, b: float, *, cp: float, cw: float, lmax: float) -> bool:
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances())
+# Found by hypothesis: all mass at L_max and eps = 1e7 made HiGHS call the LP infeasible (eps is now clamped to L_max).
+@example((Samples.from_arrays([2048.0] * 4, [1.0, 0.0, 0.0, 0.0]), 31.622776601683796, 5.623413251903491, 2048.0,
+          1e7))
 def test_exact_matches_lp(inst: tuple[Samples, float, float, float, float]) -> None:
     s, cp, cw, lmax, eps = inst
     ex = solve_dro_exact(s, cp=cp, cw=cw, lmax=lmax, eps=eps)

@@ -82,7 +82,8 @@ def _run_all(paths: Sequence[Path], rhos: Sequence[float], shifts: Sequence[floa
     return evs
 
 
-def _oracle_bound(paths: Sequence[Path], evs: list[Evaluation], shifts: Sequence[float]) -> dict[bool, ShiftBlindBound]:
+def _oracle_bound(paths: Sequence[Path], evs: list[Evaluation],
+                  shifts: Sequence[float]) -> dict[bool, ShiftBlindBound]:
     """Split protocol: bounds on the best worst-level gm any shift-blind rule could reach, *with the test data*.
 
     Per (trace, rho) one reserve y in [0, L_max] serves every shift level (the training half is the same). "Best"
@@ -98,8 +99,8 @@ def _oracle_bound(paths: Sequence[Path], evs: list[Evaluation], shifts: Sequence
         lmax = float(tr.output_tokens.max())
         tests = tuple(split_episodes(tr, shift=s, lmax=lmax)[0].test_outputs for s in shifts)
         for rho in sorted({r for (t, r, _s) in best if t == p.name}):
-            groups[tr.has_timestamps].append(Scenario(tests=tests, best=tuple(best[(p.name, rho, s)] for s in shifts),
-                                                      rho=rho, lmax=lmax))
+            level_best = tuple(best[(p.name, rho, s)] for s in shifts)
+            groups[tr.has_timestamps].append(Scenario(tests=tests, best=level_best, rho=rho, lmax=lmax))
     return {key: shift_blind_bound(sc) for key, sc in groups.items() if sc}
 
 
@@ -359,7 +360,7 @@ six listed policies in that scenario, and in brackets the worst single scenario.
 `RadiusPolicy{default}`: DRO with eps = max(sampling floor + drift towards longer outputs, horizon term
 0.15 E[xi] x horizon_ratio^2), capped at saturation (`kvcore/radius_drift.py`, explained in `docs/model.md`,
 "Radius policy"). The harness hands each plan its horizon ratio, how long it is in force over the span of its
-history, as the operator does (`spec.replan.interval / spec.prometheus.lookback`): about 1 under the split
+history, as the operator does (`spec.replan.interval / spec.prometheus.lookback`): 1 under the split
 protocol (the test half is as long as the training half), 1/4 under the rolling protocol (re-planned every
 quarter of the history window). So under split the default carries the paper's radius (the plan must hold, blind,
 for as long as it has seen), and under rolling it relies on the data terms.

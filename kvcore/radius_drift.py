@@ -20,9 +20,10 @@ scale of sampling error in W1 (two N-samples of one distribution are about ``0.8
   requests (BurstGPT's API log) gets a radius that flips high-rho reserves to robust, a window of thousands keeps
   SAA's critical fractile at every rho. ``N_eff``: N for raw samples, Kish's ``1 / sum(w^2)`` for weighted ones,
   and the number of requests counted for histogram buckets (``Samples.observations``; Kish on the 10-20 buckets
-  of a Prometheus histogram would say "10 samples" for 10,000 requests and make the floor near-saturating). The ``O(1/sqrt(N))`` concentration radius of Esfahani and Kuhn was tried first
-  (``0.5 S / sqrt(N)``); it flips rho = 100 reserves on windows of thousands of requests where SAA is already
-  right (rolling gm 1.027 / 1.039 / 1.015 at shifts 1.0 / 1.5 / 2.5 against 1.024 / 1.015 / 1.028 for this one).
+  of a Prometheus histogram would say "10 samples" for 10,000 requests and make the floor near-saturating).
+  The ``O(1/sqrt(N))`` concentration radius of Esfahani and Kuhn was tried first (``0.5 S / sqrt(N)``); it flips
+  rho = 100 reserves on windows of thousands of requests where SAA is already right (rolling gm 1.027 / 1.039 /
+  1.015 at shifts 1.0 / 1.5 / 2.5 against 1.024 / 1.015 / 1.028 for this floor, both before the horizon term).
 - **Drift, on the exposed side.** The part of the 1-Wasserstein distance between the newest window and the pooled
   older windows that moved mass towards the costly side, less what two samples of the same distribution would
   show by chance (``drift_z`` = 6 noise scales), counted at face value. With ``cp > cw`` (an overflowing token
@@ -82,9 +83,10 @@ DEFAULT_DRIFT_Z = 6.0
 """How many noise scales S sqrt(1/n_new + 1/n_old) of window-to-window distance are attributed to chance before
 the rest counts as drift. Dimensionless. Two independent samples of one distribution sit about 0.8 scales apart;
 a 2x step over a few hundred requests sits about 15 scales apart (a 1.5x step about 6). Measured on the shared
-traces under the rolling protocol (gm against the five baselines at shifts 1.0 / 1.5 / 2.5): z = 4 gave
-1.034 / 1.023 / 1.032, z = 6 1.024 / 1.015 / 1.028, z = 8 1.022 / 1.015 / 1.028; the split protocol did not
-move. 6 keeps a 1.5x step in windows of a few hundred requests at the edge of detection rather than past it."""
+traces under the rolling protocol, before the horizon term existed (gm against the five baselines at shifts
+1.0 / 1.5 / 2.5): z = 4 gave 1.034 / 1.023 / 1.032, z = 6 1.024 / 1.015 / 1.028, z = 8 1.022 / 1.015 / 1.028;
+the split protocol did not move. 6 keeps a 1.5x step in windows of a few hundred requests at the edge of
+detection rather than past it."""
 
 
 DEFAULT_HORIZON_FRAC = 0.15

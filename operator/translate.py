@@ -75,7 +75,8 @@ def build_instance(spec: KVPlanSpec, snapshot: Snapshot, *,
             kw.update(slo=SloSpec(mu=c.slo.mu, sigma=c.slo.sigma, lam=c.slo.lambda_))
         classes.append(ClassSpec(
             name=c.name, arrival_rate=obs.arrival_rate, input_tokens=c.input_tokens, lmax=c.max_output_tokens,
-            prefix_tokens=c.prefix_tokens, history=obs.history, radius=radius_policy(rob, horizon=horizon).policy, **kw))
+            prefix_tokens=c.prefix_tokens, history=obs.history, radius=radius_policy(rob, horizon=horizon).policy,
+            **kw))
     groups = []
     for g in spec.groups:
         allowed: list[Any] = [(lay.tp, lay.pp) for lay in g.layouts]  # validated by GroupSpec

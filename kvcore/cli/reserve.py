@@ -6,8 +6,9 @@
 ``--samples`` is a trace CSV (``--column`` picks the column, default ``output_tokens``) or a file with one length
 per line. ``--eps`` is an absolute radius in tokens, ``--eps-frac`` a fraction of the mean; neither means the
 project default (:data:`kvcore.radius.DEFAULT_RADIUS`, the drift rule), whose horizon term ``--horizon-ratio``
-sets: how long the reservation will be used, as a multiple of the time the samples span (default 1). Exit status: 0 optimal, 1 the solver did not reach a
-trusted optimum, 2 bad input (one line naming the field, never a traceback).
+sets: how long the reservation will be used, as a multiple of the time the samples span (default 1). Exit status:
+0 optimal, 1 the solver did not reach a trusted optimum, 2 bad input (one line naming the field, never a
+traceback).
 """
 
 from __future__ import annotations

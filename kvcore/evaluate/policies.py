@@ -2,8 +2,8 @@
 
 Every policy maps ``(history, rho, lmax, horizon_ratio)`` to a :class:`~kvcore.reservation.ReservationResult`
 with ``cp = rho`` and ``cw = 1`` (the evaluation's cost units). Only the default's radius rule uses the horizon
-ratio (how long the plan is in force over the span of its history); every other policy ignores it. All go through :func:`kvcore.reservation.reserve`, so
-"P95" or "DRO" mean exactly what ``kvcore reserve`` computes.
+ratio (how long the plan is in force over the span of its history); every other policy ignores it. All go
+through :func:`kvcore.reservation.reserve`, so "P95" or "DRO" mean exactly what ``kvcore reserve`` computes.
 
 - ``default``: ``reserve(method="dro")`` with the project default radius (:data:`kvcore.radius.DEFAULT_RADIUS`,
   the data-driven ``drift`` rule) told the episode's horizon ratio, as the operator tells it

@@ -31,7 +31,8 @@ _QUANTILE_TOL = 1e-12
 _UNIFORM_SLACK = 1e-9
 
 
-def _as_float_array(data: Any, field_name: str) -> FloatArray:
+def as_float_array(data: Any, field_name: str) -> FloatArray:
+    """``data`` as a 1-D float64 array; :class:`InputError` naming ``field_name`` otherwise."""
     try:
         arr = np.asarray(data, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -41,7 +42,7 @@ def _as_float_array(data: Any, field_name: str) -> FloatArray:
     return arr
 
 
-def _check_finite_nonnegative(a: FloatArray, field: str, what: str) -> None:
+def check_finite_nonnegative(a: FloatArray, field: str, what: str) -> None:
     """Raise :class:`InputError` naming the first entry of ``a`` that is not finite or is negative."""
     bad = ~np.isfinite(a)
     if bad.any():
@@ -75,18 +76,18 @@ class Samples:
                     observations: float | None = None) -> Samples:
         """Validate and normalise. Errors are :class:`InputError` naming ``field`` (or ``field.weights``,
         ``field.observations``)."""
-        v = _as_float_array(values, field)
+        v = as_float_array(values, field)
         if v.size == 0:
             raise InputError(field, "no samples (empty)")
-        _check_finite_nonnegative(v, field, "output length")
+        check_finite_nonnegative(v, field, "output length")
         wfield = f"{field}.weights"
         if weights is None:
             w = np.full(v.size, 1.0 / v.size)
         else:
-            w = _as_float_array(weights, wfield)
+            w = as_float_array(weights, wfield)
             if w.size != v.size:
                 raise InputError(wfield, f"has {w.size} entries but there are {v.size} samples")
-            _check_finite_nonnegative(w, wfield, "weight")
+            check_finite_nonnegative(w, wfield, "weight")
             total = float(w.sum())
             if total <= 0:
                 raise InputError(wfield, "all weights are zero", hint="at least one sample needs positive weight")

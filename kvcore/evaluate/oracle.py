@@ -58,7 +58,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvcore.errors import InputError
-from kvcore.samples import FloatArray
+from kvcore.samples import FloatArray, as_float_array, check_finite_nonnegative
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -113,22 +113,10 @@ def _check_rho(rho: float, field: str) -> float:
 
 def _check_values(data: FloatArray, field: str) -> FloatArray:
     """A non-empty 1-D array of finite values >= 0; names the first bad entry."""
-    try:
-        arr = np.asarray(data, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InputError(field, f"not numeric ({exc})") from None
-    if arr.ndim != 1:
-        raise InputError(field, f"must be one-dimensional, got shape {arr.shape}")
+    arr = as_float_array(data, field)
     if arr.size == 0:
         raise InputError(field, "is empty")
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise InputError(f"{field}[{i}]", f"test output is not finite ({arr[i]})")
-    neg = arr < 0
-    if neg.any():
-        i = int(np.argmax(neg))
-        raise InputError(f"{field}[{i}]", f"test output is negative ({arr[i]:g})")
+    check_finite_nonnegative(arr, field, "test output")
     return arr
 
 

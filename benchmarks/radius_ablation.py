@@ -9,6 +9,9 @@ Variants of :func:`kvcore.radius_drift.drift_radius` (the project default, ``Rad
 - ``no horizon``: h = 0 (the data terms alone);
 - ``two-sided drift``: drift counted in both directions (the full W1 between newest and older windows);
 - ``sum``: floor + drift + horizon instead of the max;
+- ``scale mixture S``: instead of the horizon term, the reserve is at least the critical fractile of the history
+  rescaled log-uniformly over [1, S^(h^2)] (9 scales, capped at L_max): an ambiguity over multiplicative
+  rescaling, averaged rather than worst-case, aiming between SAA's fractile and the paper's near-L_max reserve;
 - ``paper``: eps = 0.15 E[xi] (the reference the split protocol must not lose to).
 
 Each cell is the gm over (trace, rho in {2, 5, 10, 20, 50, 100}) of cost / the cheapest of the issue's five policies
@@ -26,11 +29,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from kvcore.evaluate import evaluate, ratio_cells, register_policy
 from kvcore.radius import RadiusPolicy
 from kvcore.radius_drift import Side, drift_radius, exposed_side
 from kvcore.reservation import ReservationResult, reserve
-from kvcore.samples import History
+from kvcore.samples import History, Samples
 from kvcore.traces import load_trace
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,6 +55,23 @@ def _variant(*, power: float = 2.0, side: Side | None = None, combine: str = "ma
     return fn
 
 
+def _scale_mixture(top: float) -> Callable[[History, float, float, float], ReservationResult]:
+    """The data terms' DRO reserve, raised to the critical fractile of the history rescaled over [1, top^(h^2)]."""
+    data_only = _variant(horizon=False)
+
+    def fn(history: History, rho: float, lmax: float, ratio: float) -> ReservationResult:
+        res = data_only(history, rho, lmax, ratio)
+        top_h = top ** (ratio**2)
+        pooled = history.pooled()
+        scales = np.exp(np.linspace(0.0, np.log(top_h), 9))
+        mixed = Samples.from_arrays(np.concatenate([np.minimum(pooled.values * s, lmax) for s in scales]),
+                                    np.concatenate([pooled.weights] * scales.size))
+        y = max(res.reserve_tokens, mixed.quantile(rho / (rho + 1.0)))
+        return res.model_copy(update={"reserve_tokens": y})  # the harness scores reserve_tokens only
+
+    return fn
+
+
 VARIANTS: dict[str, Callable[[History, float, float, float], ReservationResult]] = {
     "default": _variant(),
     "p=1": _variant(power=1.0),
@@ -57,6 +79,8 @@ VARIANTS: dict[str, Callable[[History, float, float, float], ReservationResult]]
     "no horizon": _variant(horizon=False),
     "two-sided drift": _variant(side="both"),
     "sum": _variant(combine="sum"),
+    "scale mixture 1.5": _scale_mixture(1.5),
+    "scale mixture 2": _scale_mixture(2.0),
 }
 
 

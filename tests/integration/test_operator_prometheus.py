@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from kvcore.radius_drift import drift_radius
 from kvcore.traces import build_1_2_5_buckets
 from kvplan_dev import pytest_fixtures
 from kvplan_dev.openmetrics import VLLM_UNDERSCORE, Window
@@ -75,6 +76,14 @@ def test_history_matches_trace(backfilled, cls_index):
     for q in (0.5, 0.9, 0.99):
         assert pooled.quantile(q) == pytest.approx(np.quantile(expect, q, method="inverted_cdf"), rel=0.6)
     assert pooled.mean() == pytest.approx(expect.mean(), rel=0.1)
+    # The histogram windows count thousands of requests, not their ~10 buckets: the radius rule's effective size is
+    # the request count (equal-share pooling of unequal windows can only lower it), so at the operator's default
+    # horizon (5m / 6h) the sampling floor is a tiny fraction of the mean instead of saturating (Kish on the
+    # bucket weights gave a floor above the mean). Drift, where the trace has it, is a separate term.
+    assert 0.5 * obs.requests <= pooled.effective_size() <= obs.requests * 1.0001
+    radius = drift_radius(obs.history, LMAX, side="up", horizon_ratio=300 / 21600)
+    assert radius.floor < 0.01 * pooled.mean(), radius.reason
+    assert radius.eps < radius.cap, radius.reason
 
 
 def test_snapshot_and_outage(backfilled):

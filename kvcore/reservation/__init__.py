@@ -5,6 +5,10 @@ tokens (excluding input), costs in token slots per request (:func:`cost`).
 
 Modules: :mod:`.objective` (Q, E[Q], the DRO objective, input checks), :mod:`.exact` (O(N) DRO),
 :mod:`.lp` (HiGHS LP), :mod:`.baselines` (closed forms), :mod:`.result` (types).
+
+The radius of the DRO methods is chosen by a :class:`RadiusPolicy` (re-exported from :mod:`kvcore.radius`);
+:data:`DEFAULT_RADIUS` is the data-driven ``drift`` rule of :mod:`kvcore.radius_drift`, and every result carries
+the :class:`RadiusChoice` it used (eps and the reason).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import time
 
 from kvcore.errors import InputError
-from kvcore.radius import DEFAULT_RADIUS, RadiusPolicy, choose_radius
+from kvcore.radius import DEFAULT_RADIUS, RadiusChoice, RadiusPolicy, choose_radius
 from kvcore.reservation.baselines import baseline_reserve, critical_fractile
 from kvcore.reservation.exact import solve_dro_exact
 from kvcore.reservation.lp import solve_dro_lp
@@ -21,14 +25,18 @@ from kvcore.reservation.result import DRO_METHODS, METHODS, Method, ReservationR
 from kvcore.samples import History, Samples, as_history
 
 __all__ = [
+    "DEFAULT_RADIUS",
     "METHODS",
     "Method",
+    "RadiusChoice",
+    "RadiusPolicy",
     "ReservationResult",
     "SolverStatus",
     "cost",
     "critical_fractile",
     "dro_objective",
     "expected_cost",
+    "choose_radius",
     "reserve",
 ]
 

@@ -130,7 +130,10 @@ def test_radius_never_exceeds_saturation(values: list[float], lmax: float) -> No
 
 
 def test_default_is_drift_and_explains_itself() -> None:
+    import kvcore.reservation as reservation
+
     assert DEFAULT_RADIUS.kind == "drift"
+    assert reservation.DEFAULT_RADIUS is DEFAULT_RADIUS and reservation.RadiusPolicy is RadiusPolicy
     rng = np.random.default_rng(3)
     choice = choose_radius(FRESH, _windows(rng, [100.0] * 4), lmax=5000.0)
     assert choice.rule == "drift"

@@ -154,6 +154,15 @@ DEFAULT_RADIUS = RadiusPolicy(kind="drift")
 issue 5 over the paper's eps = 0.15 E[xi] (``RadiusPolicy(kind="fraction", frac=0.15)``); see docs/results.md."""
 
 
+def with_horizon(policy: RadiusPolicy | None, ratio: float) -> RadiusPolicy:
+    """``policy`` (the project default when None) told how long the plan stays in force over the span of its
+    history; kinds other than 'drift' do not use the ratio and are returned unchanged. Validated (ratio >= 0)."""
+    base = policy if policy is not None else DEFAULT_RADIUS
+    if base.kind != "drift":
+        return base
+    return RadiusPolicy.model_validate({**base.model_dump(), "horizon_ratio": ratio})
+
+
 def choose_radius(policy: RadiusPolicy, history: History | Samples, *, lmax: float, cp: float | None = None,
                   cw: float | None = None) -> RadiusChoice:
     """Apply ``policy`` to ``history``; ``lmax`` (tokens) is the support bound, available to rules that need it.

@@ -150,12 +150,6 @@ class DriftRadius:
     reason: str
 
 
-def effective_size(samples: Samples) -> float:
-    """How many independent requests ``samples`` are worth: :meth:`Samples.effective_size` (the request count of a
-    histogram, else Kish's ``1 / sum(w^2)``)."""
-    return samples.effective_size()
-
-
 def spread(samples: Samples) -> float:
     """``S = integral of sqrt(F(x) (1 - F(x))) dx`` over the weighted empirical CDF F, in tokens."""
     sv, sw = samples.sorted()
@@ -207,7 +201,7 @@ def drift_radius(
 ) -> DriftRadius:
     """Apply the drift rule (module docstring) to ``history``; ``lmax`` in tokens bounds the support."""
     pooled = history.pooled()
-    n_eff = effective_size(pooled)
+    n_eff = pooled.effective_size()
     s = spread(pooled)
     floor = floor_scale * s / n_eff
     cap = saturation_radius(pooled, lmax)
@@ -219,7 +213,7 @@ def drift_radius(
         newest = windows[-1]
         older = History(tuple(windows[:-1])).pooled()
         distance = wasserstein1_side(older, newest, side)
-        noise = s * math.sqrt(1.0 / effective_size(newest) + 1.0 / effective_size(older))
+        noise = s * math.sqrt(1.0 / newest.effective_size() + 1.0 / older.effective_size())
         drift = max(0.0, distance - drift_z * noise)
     data = floor + drift
     eps = min(cap, max(data, horizon))

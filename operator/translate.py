@@ -12,7 +12,7 @@ from typing import Any
 from kvcore.instance import ClassSpec, CostSpec, GroupSpec, Instance, Layout as KLayout
 from kvcore.planmodel import Plan
 from kvcore.profiles import ProfileOverride
-from kvcore.radius import DEFAULT_RADIUS, RadiusPolicy
+from kvcore.radius import RadiusPolicy, with_horizon
 from kvcore.slo import SloSpec
 
 from .builders import ClassTarget, GroupTarget, max_num_seqs
@@ -36,10 +36,8 @@ def radius_policy(rob: Robustness, *, horizon: float) -> RadiusTranslation:
 
     ``horizon`` is :func:`horizon_ratio` of the spec; the drift rule (and the default it falls back to) gets it."""
     fields = RadiusPolicy.model_fields
-    fallback = DEFAULT_RADIUS.model_copy(update={"horizon_ratio": horizon})
+    fallback = with_horizon(None, horizon)
     kwargs: dict[str, Any] = {"kind": rob.policy}
-    if rob.policy == "drift":
-        kwargs["horizon_ratio"] = horizon
     for ours, theirs in (("eps", "eps"), ("frac", "frac"), ("floor_scale", "floor_scale"), ("drift_z", "drift_z")):
         value = getattr(rob, ours)
         if value is not None:
@@ -48,7 +46,7 @@ def radius_policy(rob: Robustness, *, horizon: float) -> RadiusTranslation:
                                          "used")
             kwargs[theirs] = value
     try:
-        return RadiusTranslation(RadiusPolicy(**kwargs), None)
+        return RadiusTranslation(with_horizon(RadiusPolicy(**kwargs), horizon), None)
     except ValueError:
         return RadiusTranslation(fallback, f"radius policy {rob.policy!r} unsupported by this kvcore; project default "
                                  "used")

@@ -18,7 +18,7 @@ from kvcore.cli.output import format_table, print_json
 from kvcore.errors import InputError
 from kvcore.instance import Instance
 from kvcore.planmodel import Plan, PlanStatus
-from kvcore.radius import DEFAULT_RADIUS
+from kvcore.radius import with_horizon
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -61,13 +61,8 @@ def with_horizon_ratio(instance: Instance, ratio: float) -> Instance:
     """``instance`` with ``ratio`` as the horizon ratio of every class on the drift rule (explicit or default)."""
     if not (math.isfinite(ratio) and ratio >= 0):
         raise InputError("--horizon-ratio", f"must be a finite number >= 0, got {ratio}")
-    classes = []
-    for c in instance.classes:
-        radius = c.radius if c.radius is not None else DEFAULT_RADIUS
-        if radius.kind == "drift":
-            c = c.model_copy(update={"radius": radius.model_copy(update={"horizon_ratio": ratio})})
-        classes.append(c)
-    return instance.model_copy(update={"classes": tuple(classes)})
+    classes = tuple(c.model_copy(update={"radius": with_horizon(c.radius, ratio)}) for c in instance.classes)
+    return instance.model_copy(update={"classes": classes})
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 
 from kvcore.cli.output import format_table, print_json
 from kvcore.errors import InputError
-from kvcore.radius import DEFAULT_RADIUS, RadiusPolicy
+from kvcore.radius import RadiusPolicy, with_horizon
 from kvcore.reservation import METHODS, SolverStatus, reserve
 from kvcore.samples import Samples
 from kvcore.traces import load_lengths
@@ -62,7 +62,7 @@ def _policy(args: argparse.Namespace) -> RadiusPolicy | None:
     if args.horizon_ratio is not None:
         if not args.horizon_ratio >= 0 or args.horizon_ratio == float("inf"):
             raise InputError("--horizon-ratio", f"must be a finite number >= 0, got {args.horizon_ratio}")
-        return DEFAULT_RADIUS.model_copy(update={"horizon_ratio": args.horizon_ratio})
+        return with_horizon(None, args.horizon_ratio)
     return None
 
 

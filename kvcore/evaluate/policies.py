@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvcore.errors import InputError
-from kvcore.radius import DEFAULT_RADIUS, RadiusPolicy
+from kvcore.radius import RadiusPolicy, with_horizon
 from kvcore.reservation import ReservationResult, reserve
 from kvcore.samples import History
 
@@ -62,8 +62,7 @@ def _dro(radius: RadiusPolicy) -> PolicyFn:
 
 
 def _default(history: History, rho: float, lmax: float, horizon_ratio: float) -> ReservationResult:
-    radius = DEFAULT_RADIUS.model_copy(update={"horizon_ratio": horizon_ratio})
-    return reserve(history, cp=rho, cw=1.0, lmax=lmax, method="dro", radius=radius)
+    return reserve(history, cp=rho, cw=1.0, lmax=lmax, method="dro", radius=with_horizon(None, horizon_ratio))
 
 
 register_policy("default", "DRO with the project's default radius (the drift rule, told the plan's horizon ratio)",

@@ -32,11 +32,11 @@ __all__ = [
     "RadiusPolicy",
     "ReservationResult",
     "SolverStatus",
+    "choose_radius",
     "cost",
     "critical_fractile",
     "dro_objective",
     "expected_cost",
-    "choose_radius",
     "reserve",
 ]
 

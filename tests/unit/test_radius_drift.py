@@ -17,7 +17,7 @@ import pytest
 from scipy.stats import wasserstein_distance
 
 from kvcore.errors import InputError
-from kvcore.radius import DEFAULT_RADIUS, RadiusPolicy, choose_radius
+from kvcore.radius import DEFAULT_RADIUS, RadiusPolicy, choose_radius, with_horizon
 from kvcore.radius_drift import drift_radius, saturation_radius, spread, wasserstein1, wasserstein1_side
 from kvcore.reservation import reserve
 from kvcore.samples import History, Samples
@@ -244,3 +244,14 @@ def test_pooled_effective_size_mixes_raw_and_counted_windows_consistently() -> N
 def test_observations_must_be_a_positive_count(bad: float) -> None:
     with pytest.raises(InputError, match=r"win\.observations: must be a finite number > 0"):
         Samples.from_arrays([1.0, 2.0], observations=bad, field="win")
+
+
+def test_with_horizon_tells_only_the_drift_rule() -> None:
+    told = with_horizon(None, 0.5)
+    assert told.kind == "drift" and told.horizon_ratio == 0.5 and DEFAULT_RADIUS.horizon_ratio == 1.0
+    custom = with_horizon(RadiusPolicy(drift_z=4.0), 0.1)
+    assert (custom.drift_z, custom.horizon_ratio) == (4.0, 0.1)  # other settings kept
+    paper = RadiusPolicy(kind="fraction", frac=0.15)
+    assert with_horizon(paper, 0.1) is paper
+    with pytest.raises(ValueError, match="horizon_ratio"):
+        with_horizon(None, -1.0)

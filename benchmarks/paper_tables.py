@@ -20,6 +20,7 @@ import platform
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -82,33 +83,39 @@ def _run_all(paths: Sequence[Path], rhos: Sequence[float], shifts: Sequence[floa
     return evs
 
 
-def _oracle_bound(paths: Sequence[Path], evs: list[Evaluation], shifts: Sequence[float],
-                  per_level: dict[bool, tuple[float, ...]] | None = None
-                  ) -> dict[bool, tuple[ShiftBlindBound, list[tuple[str, float]]]]:
-    """Split protocol: bounds on the best worst-level gm any shift-blind rule could reach, *with the test data*.
+Keyed = tuple[list[Scenario], list[tuple[str, float]]]
 
-    Per (trace, rho) one reserve y in [0, L_max] serves every shift level (the training half is the same). "Best"
-    per level is the cheapest of the issue's five policies (a yardstick that does not depend on our default).
-    :func:`kvcore.evaluate.oracle.shift_blind_bound` gives a certified lower bound (weak Lagrangian duality, exact
-    per-scenario minimisation on the kink set) and the worst level of an achieved choice (upper bound).
-    ``per_level`` (per timestamps group, one gm per shift) divides each level's gm by that value, e.g. the paper's
-    radius's, so the bound is on ``max over levels of gm / paper's gm``. Returns each group's bound with its
-    scenarios' (trace, rho) in the order of ``ShiftBlindBound.ys_upper``."""
+
+def _oracle_scenarios(paths: Sequence[Path], evs: list[Evaluation], shifts: Sequence[float]) -> dict[bool, Keyed]:
+    """Split protocol, per timestamps group: one :class:`Scenario` per (trace, rho) with every shift level's test
+    outputs and "best" = the cheapest of the issue's five policies (a yardstick that does not depend on our
+    default), and the scenarios' (trace, rho) in the same order. Traces are loaded once here."""
     best = {(r.trace, r.rho, r.shift): min(x.cost for x in ev.rows if x.rho == r.rho and x.shift == r.shift
                                             and x.method in GM_TABLE[:-1])
             for ev in evs if ev.protocol == "split" for r in ev.rows}
-    groups: dict[bool, list[Scenario]] = {True: [], False: []}
-    keys: dict[bool, list[tuple[str, float]]] = {True: [], False: []}
+    out: dict[bool, Keyed] = {}
     for p in paths:
         tr = load_trace(p)
         lmax = float(tr.output_tokens.max())
         tests = tuple(split_episodes(tr, shift=s, lmax=lmax)[0].test_outputs for s in shifts)
+        scenarios, keys = out.setdefault(tr.has_timestamps, ([], []))
         for rho in sorted({r for (t, r, _s) in best if t == p.name}):
-            scale = per_level[tr.has_timestamps] if per_level else (1.0,) * len(shifts)
-            level_best = tuple(best[(p.name, rho, s)] * k for s, k in zip(shifts, scale))
-            groups[tr.has_timestamps].append(Scenario(tests=tests, best=level_best, rho=rho, lmax=lmax))
-            keys[tr.has_timestamps].append((p.name, rho))
-    return {key: (shift_blind_bound(sc), keys[key]) for key, sc in groups.items() if sc}
+            scenarios.append(Scenario(tests=tests, best=tuple(best[(p.name, rho, s)] for s in shifts), rho=rho,
+                                      lmax=lmax))
+            keys.append((p.name, rho))
+    return out
+
+
+def _oracle_bound(scenarios: list[Scenario], per_level: Sequence[float] | None = None) -> ShiftBlindBound:
+    """Bounds on the best worst-level gm any shift-blind rule could reach, *with the test data*: one reserve y in
+    [0, L_max] per (trace, rho) serves every shift level (the training half is the same).
+    :func:`kvcore.evaluate.oracle.shift_blind_bound` gives a certified lower bound (weak Lagrangian duality, exact
+    per-scenario minimisation on the kink set) and the worst level of an achieved choice (upper bound).
+    ``per_level`` (one gm per shift) divides each level's gm by that value, e.g. the paper's radius's, so the bound
+    is on ``max over levels of gm / paper's gm``."""
+    if per_level is not None:
+        scenarios = [replace(sc, best=tuple(b * k for b, k in zip(sc.best, per_level))) for sc in scenarios]
+    return shift_blind_bound(scenarios)
 
 
 def _hindsight_reserves(evs: list[Evaluation], bound: ShiftBlindBound, keys: list[tuple[str, float]]) -> str:
@@ -338,7 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ablation_md = run_ablation(args.traces, seeds=args.seeds)
     imgs = _plots(evs, cells_ts, args.out / "img")
     print("oracle bound ...", file=sys.stderr)
-    bound = {k: b for k, (b, _keys) in _oracle_bound(paths, evs, shifts).items()}
+    oracle_sc = _oracle_scenarios(paths, evs, shifts)
+    bound = {k: _oracle_bound(sc) for k, (sc, _keys) in oracle_sc.items()}
     oracle = "\n".join(
         f"- {'traces with timestamps' if k else 'trace without timestamps'}: certified lower bound "
         f"**{b.lower:.3f}**; achieved {b.upper:.3f} (levels " + " / ".join(f"{v:.3f}" for v in b.levels_at_upper)
@@ -346,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for k, b in sorted(bound.items(), key=lambda kv: not kv[0]))
     paper_gm = {key: tuple(cells[("split", s)]["dro-paper"].gm for s in shifts)
                 for key, cells in ((True, cells_ts5), (False, cells_nts5)) if ("split", shifts[0]) in cells}
-    vs_paper = _oracle_bound(paths, evs, shifts, per_level=paper_gm)
+    vs_paper = {k: (_oracle_bound(sc, paper_gm[k]), keys) for k, (sc, keys) in oracle_sc.items()}
     oracle_vs_paper = "\n".join(
         f"- {'traces with timestamps' if k else 'trace without timestamps'}: certified lower bound "
         f"**{b.lower:.3f}** x the paper's gm; achieved {b.upper:.3f} (levels "

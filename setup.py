@@ -20,6 +20,6 @@ packages += [
 setup(
     packages=packages,
     package_dir={_OPERATOR_PKG: _OPERATOR_DIR},
-    package_data={"": ["*.csv", "*.yaml", "*.go", "go.mod", "go.sum", "py.typed"]},
+    package_data={"": ["*.csv", "README.md", "*.yaml", "*.go", "go.mod", "go.sum", "py.typed"]},
     include_package_data=False,
 )

@@ -318,7 +318,7 @@ def _plots(evs: list[Evaluation], cells_ts: Cells, img: Path) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "traces")
+    ap.add_argument("--traces", type=Path, default=REPO / "kvcore" / "data" / "traces")
     ap.add_argument("--out", type=Path, default=REPO / "docs")
     ap.add_argument("--seeds", type=int, default=3, help="simulator seeds for the ablation (mean +- sd)")
     ap.add_argument("--quick", action="store_true", help="smoke test: rho 2,100 and shifts 1,2.5")

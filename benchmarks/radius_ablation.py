@@ -86,7 +86,7 @@ VARIANTS: dict[str, Callable[[History, float, float, float], ReservationResult]]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "traces")
+    ap.add_argument("--traces", type=Path, default=REPO / "kvcore" / "data" / "traces")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = ap.parse_args(argv)
     paths = sorted(args.traces.glob("*.csv"))

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TRACES = REPO.parent / "shared" / "traces"
+TRACES = REPO / "kvcore" / "data" / "traces"
 # The shared traces that have arrival times (ShareGPT has none), cycled over the 15 classes.
 TRACE_FILES = ("azure2023_conv.csv", "azure2023_code.csv", "burstgpt_first7d_chatgpt_conv.csv",
                "burstgpt_first7d_gpt4_conv.csv", "burstgpt_first7d_all.csv")

@@ -30,7 +30,7 @@ from kvcore.samples import Samples
 from kvcore.traces import load_trace
 
 REPO = Path(__file__).resolve().parent.parent
-TRACES = [REPO.parent / "shared" / "traces" / "azure2023_conv.csv", REPO / "kvcore" / "data" / "azure2023_conv.csv"]
+TRACES = [REPO / "kvcore" / "data" / "traces" / "azure2023_conv.csv", REPO / "kvcore" / "data" / "azure2023_conv.csv"]
 
 
 def _trace() -> tuple[Path, np.ndarray]:

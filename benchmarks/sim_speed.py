@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 from kvcore.sim import SimConfig, SimGroup, SimPolicy, Workload, resample_trace, simulate, simulate_reference
 
 T = TypeVar("T")
-DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "azure2023_conv.csv"
+DEFAULT_TRACE = Path(__file__).resolve().parents[1] / "kvcore" / "data" / "traces" / "azure2023_conv.csv"
 
 GROUPS = (
     SimGroup(name="a100-tp4-70b", replicas=4, kv_capacity_tokens=120_000, step_time_base_s=0.030,

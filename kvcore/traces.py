@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from kvcore.errors import InputError
 from kvcore.samples import FloatArray, Samples
+from kvcore.series import vllm_buckets
 
 TRACE_COLUMNS: tuple[str, ...] = ("arrival_s", "input_tokens", "output_tokens")
 
@@ -214,17 +215,5 @@ def histogram_to_samples(
     return Samples.from_arrays(values[keep], counts[keep], field="histogram", observations=float(counts[keep].sum()))
 
 
-def build_1_2_5_buckets(max_value: int) -> list[int]:
-    """vLLM's bucket layout for token histograms (``vllm:request_generation_tokens``): 1, 2, 5, 10, 20, 50, ...
-    up to and including ``max_value`` (vLLM passes max_model_len); Prometheus adds ``+Inf``."""
-    if max_value < 1:
-        raise InputError("max_value", f"must be >= 1, got {max_value}")
-    out: list[int] = []
-    exponent = 0
-    while True:
-        for m in (1, 2, 5):
-            v = m * 10**exponent
-            if v > max_value:
-                return out
-            out.append(v)
-        exponent += 1
+#: vLLM's 1-2-5 layout for token histograms; the one definition is :func:`kvcore.series.vllm_buckets`.
+build_1_2_5_buckets = vllm_buckets

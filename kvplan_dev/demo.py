@@ -2,7 +2,7 @@
 
 Phases (each one prints a line to stderr; ``--json`` puts the one result object on stdout):
 
-1. **history**: the bundled Azure 2023 conversation trace (``kvcore/data/azure2023_conv.csv``) is split into the
+1. **history**: the bundled Azure 2023 conversation trace (``kvcore/data/traces/azure2023_conv.csv``) is split into the
    example KVPlan's classes by prompt length, which is what a router knows at admission time (:data:`CLASS_SPLIT`:
    chat < 1000 tokens <= code < 2000 tokens <= batch). Each class becomes one vLLM-style histogram series,
    ``vllm:request_generation_tokens{model_name="llama-70b-<class>"}`` with 1-2-5 buckets up to 8192, spread over
@@ -43,7 +43,7 @@ import yaml
 from kvplan_dev.demo_report import deployment_view, plan_lines, text_diff, text_report, view_changes
 
 REPO = Path(__file__).resolve().parent.parent
-TRACE = REPO / "kvcore" / "data" / "azure2023_conv.csv"
+TRACE = REPO / "kvcore" / "data" / "traces" / "azure2023_conv.csv"
 CHART = REPO / "charts" / "kvplan-operator"
 EXAMPLE_PLAN = REPO / "examples" / "kvplan-70b.yaml"
 EXAMPLE_DEPLOYMENTS = REPO / "examples" / "vllm-deployments.yaml"

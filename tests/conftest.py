@@ -34,15 +34,15 @@ settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
-TRACES = SHARED / "traces"
+TRACES = REPO / "kvcore" / "data" / "traces"
 
 
 @pytest.fixture(scope="session")
 def traces_dir() -> Path:
-    """The shared real traces. Missing traces are a loud failure, never a skip."""
+    """The real traces vendored in the repository (provenance: kvcore/data/traces/README.md). Missing traces are a
+    loud failure, never a skip."""
     if not TRACES.is_dir():
-        pytest.fail(f"shared traces not found at {TRACES}: the checkout must sit next to shared/")
+        pytest.fail(f"vendored traces not found at {TRACES}")
     return TRACES
 
 

@@ -43,17 +43,14 @@ LMAX = 4096.0
 GPUS = 24
 GPUS2 = 16
 MODEL = "llama-70b"
-BUNDLED = Path(__file__).resolve().parent.parent / "data" / "azure2023_conv.csv"
+#: The real traces vendored with kvcore (provenance and licences in ``kvcore/data/traces/README.md``).
+TRACES_DIR = Path(__file__).resolve().parent.parent / "data" / "traces"
+BUNDLED = TRACES_DIR / "azure2023_conv.csv"
 
 
 def default_traces_dir() -> Path | None:
-    """``../shared/traces`` next to the repository checkout, when present."""
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        cand = parent.parent / "shared" / "traces"
-        if cand.is_dir():
-            return cand
-    return None
+    """The vendored traces, ``kvcore/data/traces``, when the installation carries them."""
+    return TRACES_DIR if TRACES_DIR.is_dir() else None
 
 
 def _load(path: Path) -> npt.NDArray[np.float64]:

@@ -19,7 +19,7 @@ from kvplan_dev.prom import LocalPrometheus, series_from_trace
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-CONV = REPO / "kvcore" / "data" / "azure2023_conv.csv"
+CONV = REPO / "kvcore" / "data" / "traces" / "azure2023_conv.csv"
 HOURS = 6.0
 STEP_S = 15.0
 STRETCH = 6.0

@@ -47,7 +47,7 @@ def test_example_readable(capsys: pytest.CaptureFixture[str]) -> None:
 BAD_YAML = [
     ("negative-rate", "arrival_rate: 1.0", "arrival_rate: -2.0", "classes[1].arrival_rate"),
     ("unknown-gpu", "gpu_type: A100-80GB\n    gpus: 16", "gpu_type: V100\n    gpus: 16", "groups[0].gpu_type"),
-    ("missing-trace", "../kvcore/data/azure2023_conv.csv", "nope.csv", "classes[0].samples.trace"),
+    ("missing-trace", "../kvcore/data/traces/azure2023_conv.csv", "nope.csv", "classes[0].samples.trace"),
     ("bad-layout", "[[2, 1], [4, 1], [2, 2], [4, 2], [8, 1]]", "[[2, 1, 1]]", "groups[0].layouts[0]"),
 ]
 

@@ -11,7 +11,7 @@ import pytest
 from kvcore.cli import main
 from kvcore.traces import load_trace
 
-TRACES = sorted(p.name for p in (Path(__file__).resolve().parents[3] / "shared" / "traces").glob("*.csv"))
+TRACES = sorted(p.name for p in (Path(__file__).resolve().parents[2] / "kvcore" / "data" / "traces").glob("*.csv"))
 
 
 def test_shared_traces_are_there(traces_dir: Path) -> None:

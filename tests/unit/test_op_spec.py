@@ -11,7 +11,7 @@ import yaml
 
 from kvplan_operator.spec import InvalidSpec, parse_duration, parse_spec
 
-from test_op_builders import SPEC  # type: ignore[import-not-found]
+from test_op_targets import SPEC  # type: ignore[import-not-found]
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,10 +14,10 @@ import pytest
 
 from kvcore.radius import DEFAULT_RADIUS
 from kvcore.samples import History, Samples
-from kvplan_operator.snapshot import ClassObservation, Snapshot
+from kvplan_operator.history import ClassObservation
 from kvplan_operator.spec import Robustness, parse_spec
 from kvplan_operator.translate import build_instance, horizon_ratio, radius_policy
-from test_op_builders import SPEC  # type: ignore[import-not-found]
+from test_op_targets import SPEC  # type: ignore[import-not-found]
 
 
 @pytest.mark.parametrize(
@@ -51,6 +51,6 @@ def test_build_instance_hands_the_ratio_to_every_class() -> None:
     rng = np.random.default_rng(0)
     history = History.of([Samples.from_arrays(np.round(rng.gamma(2.0, 100.0, 200))) for _ in range(6)])
     obs = {c.name: ClassObservation(c.name, history, 1200.0, 6, 1.0) for c in spec.classes}
-    inst = build_instance(spec, Snapshot(classes=obs, deployments={}, taken_at=0.0, query_seconds=0.0))
+    inst = build_instance(spec, obs)
     expected = horizon_ratio(spec)
     assert [c.radius.horizon_ratio if c.radius else None for c in inst.classes] == [expected] * len(spec.classes)

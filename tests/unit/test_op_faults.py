@@ -128,11 +128,13 @@ def pools(world: World) -> None:
 class World:
     """A fake cluster, the scripted planner and a counter of re-layouts of Deployments kvplan already managed."""
 
-    def __init__(self, prom: Any = None, prom_url: str = "http://10.0.0.9:9090", *, with_pools: bool = False) -> None:
+    def __init__(self, prom_url: str = "http://10.0.0.9:9090", *, real_client: bool = False,
+                 with_pools: bool = False) -> None:
         self.kube = FakeKube(deployments={n: dep(n) for n in GROUPS.values()}, httproutes={"llm": route()},
                              secrets={("prom-token", "token"): "t0k3n"})
         self.planner = Planner()
-        self.prom = prom if prom is not None else RecordedProm(matrix=busy())
+        self.real_client = real_client  # True: operator/prom.py's HTTP client against spec.prometheus.url
+        self.prom = RecordedProm(matrix=busy())
         self.spec = spec(prom_url)
         if with_pools:
             pools(self)
@@ -159,8 +161,8 @@ class World:
 
     def deps(self, now: float) -> Deps:
         prom = self.prom
-        factory = (lambda url, t, tok: prom) if not isinstance(prom, str) else \
-            (lambda url, t, tok: PromClient(url, timeout_s=t, token=tok))
+        factory = (lambda url, t, tok: PromClient(url, timeout_s=t, token=tok)) if self.real_client else \
+            (lambda url, t, tok: prom)
         return Deps(kube=self.kube, prom_factory=factory, planner=self.planner, clock=lambda: now,
                     resolve=lambda host: ["10.0.0.9"])
 
@@ -437,7 +439,7 @@ def test_prometheus_fault_matrix(prometheus_script):
     counts: Counter = Counter()
     for name, (path, answer, reason) in PROM_FAULTS.items():
         script.answers, script.hang = dict(good_answers), set()
-        world = World(prom="http", prom_url=url)
+        world = World(url, real_client=True)
         good = baseline(world)
         assert world.kube.status["plan"]["classes"]["chat"]["arrivalRate"] == 2.0
         if path is None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -50,22 +49,11 @@ def control_plane_tools():
     return tools
 
 
-def wait_established(cluster, name: str) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        out = cluster.kubectl("get", "crd", name, "-o",
-                              'jsonpath={.status.conditions[?(@.type=="Established")].status}', check=False)
-        if out.stdout.strip() == "True":
-            return
-        if time.monotonic() > deadline:
-            pytest.fail(f"CRD {name} not Established after 60 s: {out.stdout} {out.stderr}")
-        time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def crds(cluster):
     """The KVPlan CRD and the upstream HTTPRoute and InferencePool CRDs, Established. They stay installed for the
     rest of the session (an absent route still reads as 404, as without the CRD)."""
+    from kvplan_dev.demo import wait_established
     from kvplan_dev.gobuild import BuildError
     from kvplan_dev.gomodules import upstream_crds
 
@@ -74,10 +62,12 @@ def crds(cluster):
     except BuildError as exc:
         pytest.fail(f"upstream Gateway API / Inference Extension CRDs could not be fetched: {exc}")
     apply_crds(cluster, REPO / "crds" / "kvplans.kvplan.io.yaml")
-    for name, path in files.items():
+    for path in files.values():
         cluster.kubectl("apply", "--server-side", "-f", str(path))
-    wait_established(cluster, "httproutes.gateway.networking.k8s.io")
-    wait_established(cluster, "inferencepools.inference.networking.k8s.io")
+    try:
+        wait_established(cluster, ["httproutes.gateway.networking.k8s.io", "inferencepools.inference.networking.k8s.io"])
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
     return files
 
 

@@ -119,7 +119,7 @@ def main() -> int:
 
         def cycle(kind: str) -> None:
             timed = Timed()
-            deps = Deps(kube=kube, prom_factory=lambda url, t, tok: PromClient(url, timeout_s=t, token=tok),
+            deps = Deps(kube=kube, prom_factory=PromClient.connect,
                         planner=timed.planner)
             body = kube.get_kvplan(ns, "fleet")
             t0 = time.perf_counter()

@@ -35,6 +35,7 @@ import os
 import socket
 import ssl
 import urllib.parse
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -275,6 +276,7 @@ class PromClient:
             kwargs["assert_hostname"] = False
         self._http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=timeout_s), **kwargs)
         self._host = urllib.parse.urlsplit(self.url).netloc
+        self._insecure = insecure_skip_verify
 
     @classmethod
     def connect(cls, conn: PromConnection) -> PromClient:
@@ -291,7 +293,10 @@ class PromClient:
             raise PromError(C.PROMETHEUS_URL_REFUSED, f"{what}: the request would leave {self._host}")
         self.requests_sent += 1
         try:
-            rsp = self._http.request("GET", target, headers=self._headers, redirect=False, preload_content=False)
+            with warnings.catch_warnings():
+                if self._insecure:  # opted in explicitly, and noted in status: not a warning per request
+                    warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+                rsp = self._http.request("GET", target, headers=self._headers, redirect=False, preload_content=False)
             try:
                 body = rsp.read(MAX_BODY_BYTES + 1)
             finally:

@@ -27,7 +27,8 @@ from types import TracebackType
 from typing import Any, Sequence
 
 from kvplan_dev.openmetrics import (
-    VLLM_COLON, HistogramSeries, SeriesStats, TraceRow, Window, build_1_2_5_buckets, read_trace, write_openmetrics,
+    VLLM_COLON, AnySeries, HistogramSeries, SeriesStats, TraceRow, Window, build_1_2_5_buckets, read_trace,
+    write_openmetrics,
 )
 from kvplan_dev.process import ManagedProcess, ProcessRecord, free_port, stop_record, wait_until
 from kvplan_dev.certs import ServerCert
@@ -173,7 +174,7 @@ class LocalPrometheus:
         """PID of the running server, if any."""
         return self._proc.record.pid if self._proc is not None and self._proc.poll() is None else None
 
-    def backfill(self, series: Sequence[HistogramSeries], window: Window) -> list[SeriesStats]:
+    def backfill(self, series: Sequence[AnySeries], window: Window) -> list[SeriesStats]:
         """Write ``series`` over ``window`` as OpenMetrics, create TSDB blocks with promtool, and (re)start
         Prometheus so it serves them. Returns per-series stats (kept/dropped observations, samples)."""
         self.workdir.mkdir(parents=True, exist_ok=True)

@@ -112,19 +112,23 @@ def _budget(run: RunContext, state: Mapping[str, Any] | None) -> tuple[tuple[Lay
     return tuple(sorted(changes, key=lambda c: c.t)), gen
 
 
-def _settled(body: Mapping[str, Any] | None) -> bool:
-    """Whether a Deployment's pods all run its current template (False mid-rollout). No status (no controller has
-    looked at it yet) counts as settled: there is nothing to contradict the spec."""
+def unsettled(body: Mapping[str, Any] | None) -> str | None:
+    """Why a Deployment's pods may not all run its current template (so its engines' capacity cannot be tied to
+    its layout), or None. A Deployment the apiserver versioned (``metadata.generation``) but no controller has
+    observed counts as unsettled: nothing says its pods exist, let alone in which layout."""
     st = (body or {}).get("status") or {}
     meta = (body or {}).get("metadata") or {}
-    if "observedGeneration" in st and isinstance(meta.get("generation"), int) \
-            and st["observedGeneration"] < meta["generation"]:
-        return False
+    gen, seen = meta.get("generation"), st.get("observedGeneration")
+    if isinstance(gen, int) and not isinstance(seen, int):
+        return "no Deployment controller has observed it yet"
+    if isinstance(gen, int) and isinstance(seen, int) and seen < gen:
+        return "it is rolling out (its controller has not caught up)"
     want = ((body or {}).get("spec") or {}).get("replicas")
-    updated = st.get("updatedReplicas")
-    total = st.get("replicas")
-    return not (isinstance(updated, int) and ((isinstance(want, int) and updated < want)
-                                              or (isinstance(total, int) and updated < total)))
+    updated, total = st.get("updatedReplicas"), st.get("replicas")
+    if isinstance(updated, int) and ((isinstance(want, int) and updated < want)
+                                     or (isinstance(total, int) and updated < total)):
+        return "it is rolling out (engines may run two layouts)"
+    return None
 
 
 class _Refused(Exception):
@@ -238,7 +242,7 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
         return Failure("observe", C.TOO_FEW_SAMPLES, "too few samples in the lookback for class " + ", ".join(few),
                        temporary=True, degraded=True)
     capacity = capacity_view(spec, engines, {k: s.layout for k, s in groups.items()},
-                             {g.name: _settled(groups[g.name].body) for g in spec.groups})
+                             {g.name: unsettled(groups[g.name].body) for g in spec.groups})
     return Observation(spec=spec, classes=classes, groups=groups, objects=objects, owners_alive=owners,
                        layout_changes=changes, relayout_generation=relayout_gen,
                        query_seconds=time.perf_counter() - t0, capacity=capacity,

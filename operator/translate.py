@@ -66,9 +66,10 @@ def _profile_tokens(spec: KVPlanSpec, gpu_type: str, model: str, layout: tuple[i
 
 
 def capacity_view(spec: KVPlanSpec, engines: Mapping[str, EngineCapacity] | None,
-                  running: Mapping[str, tuple[int, int] | None], settled: Mapping[str, bool]) -> dict[str, GroupCapacity]:
-    """Per group: the engine's capacity for its running layout if it reported one (and the Deployment is not
-    mid-rollout), else the profile, with the reason."""
+                  running: Mapping[str, tuple[int, int] | None],
+                  unsettled: Mapping[str, str | None]) -> dict[str, GroupCapacity]:
+    """Per group: the engine's capacity for its running layout if it reported one (and the Deployment is settled:
+    ``unsettled[g]`` None), else the profile, with the reason."""
     out: dict[str, GroupCapacity] = {}
     for g in spec.groups:
         layout = running.get(g.name)
@@ -86,8 +87,8 @@ def capacity_view(spec: KVPlanSpec, engines: Mapping[str, EngineCapacity] | None
             why = (eng.reason if eng is not None else "no engine series") + "; using the profile"
         elif layout is None:
             why = "the Deployment's layout is unknown; using the profile"
-        elif not settled.get(g.name, True):
-            why = "the Deployment is rolling out (engines may run two layouts); using the profile"
+        elif unsettled.get(g.name):
+            why = f"the Deployment's layout is not known to be running: {unsettled[g.name]}; using the profile"
         elif prof is None:
             why = f"no feasible profile for tp={layout[0]} pp={layout[1]} to scale; using the profile"
         if why:

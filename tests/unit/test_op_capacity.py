@@ -103,7 +103,7 @@ def test_engines_per_group():
 def test_engine_capacity_scales_the_profile_for_other_layouts():
     spec = parse_spec(SPEC)
     caps = engine_capacity({"resultType": "vector", "result": ENGINES}, spec)
-    view = capacity_view(spec, caps, {"interactive": (4, 1), "batch": (8, 1)}, {"interactive": True, "batch": True})
+    view = capacity_view(spec, caps, {"interactive": (4, 1), "batch": (8, 1)}, {})
     i, b = view["interactive"], view["batch"]
     assert (i.source, i.engine_kv_tokens, i.profile_kv_tokens) == ("engine", 320000.0, R4)
     assert i.scale == pytest.approx(320000.0 / R4)
@@ -132,7 +132,8 @@ def test_groups_sharing_a_profile_take_the_smaller_engine_with_a_note():
 @pytest.mark.parametrize(
     ("running", "settled", "source", "needle"),
     [
-        pytest.param({"interactive": (4, 1)}, {"interactive": False}, "engine", "rolling out", id="rollout"),
+        pytest.param({"interactive": (4, 1)}, {"interactive": "it is rolling out"}, "engine", "rolling out",
+                     id="rollout"),
         pytest.param({"interactive": None}, {}, "engine", "layout is unknown", id="no-deployment"),
         pytest.param({"interactive": (4, 1)}, {}, "profile", "spec.capacity.source is profile", id="opt-out"),
     ],
@@ -151,6 +152,28 @@ def test_implausible_ratio_is_noted_but_used():
     caps = engine_capacity({"resultType": "vector", "result": [info("interactive", num_gpu_blocks="10")]}, spec)
     cap = capacity_view(spec, caps, {"interactive": (4, 1)}, {})["interactive"]
     assert cap.source == "engine" and cap.engine_kv_tokens == 160.0 and "check the group's metricsSelector" in cap.note
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        pytest.param({"metadata": {}, "spec": {"replicas": 2}}, None, id="no-versioning-no-status"),
+        pytest.param({"metadata": {"generation": 3}, "spec": {"replicas": 2}}, "no Deployment controller",
+                     id="never-observed"),
+        pytest.param({"metadata": {"generation": 3}, "status": {"observedGeneration": 2}}, "controller has not caught",
+                     id="generation-ahead"),
+        pytest.param({"metadata": {"generation": 3}, "spec": {"replicas": 2},
+                      "status": {"observedGeneration": 3, "replicas": 3, "updatedReplicas": 1}}, "two layouts",
+                     id="rolling"),
+        pytest.param({"metadata": {"generation": 3}, "spec": {"replicas": 2},
+                      "status": {"observedGeneration": 3, "replicas": 2, "updatedReplicas": 2}}, None, id="settled"),
+    ],
+)
+def test_which_deployments_are_settled(body, why):
+    from kvplan_operator.observe import unsettled
+
+    got = unsettled(body)
+    assert (got is None) if why is None else (got is not None and why in got)
 
 
 def _observed(spec):

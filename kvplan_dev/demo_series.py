@@ -72,9 +72,9 @@ def class_of(input_tokens: int) -> str:
     raise ValueError(f"input_tokens: {input_tokens} is negative")
 
 
-def scrape_labels(deployment: str, pod: str, index: int) -> dict[str, str]:
+def scrape_labels(deployment: str, pod: str, index: int, namespace: str = NAMESPACE) -> dict[str, str]:
     """What a Prometheus Operator PodMonitor named ``vllm`` adds to every series of ``pod``."""
-    return {"namespace": NAMESPACE, "pod": pod, "job": f"{NAMESPACE}/vllm", "container": "vllm",
+    return {"namespace": namespace, "pod": pod, "job": f"{namespace}/vllm", "container": "vllm",
             "instance": f"10.42.{list(PODS).index(deployment)}.{index + 10}:8000"}
 
 
@@ -93,9 +93,11 @@ class _Pod:
     by_class: dict[str, tuple[list[float], list[int]]]
 
 
-def fleet_series(rows: Sequence[Any], window: Window) -> tuple[list[AnySeries], dict[str, int]]:
-    """Every series of the fleet over ``window`` (module docstring) from trace ``rows`` (``arrival_s``,
-    ``input_tokens``, ``output_tokens``), and the requests per class in one play of the trace."""
+def fleet_series(rows: Sequence[Any], window: Window, *, namespace: str = NAMESPACE,
+                 plugin: bool = True) -> tuple[list[AnySeries], dict[str, int]]:
+    """Every series of the fleet in ``namespace`` over ``window`` (module docstring) from trace ``rows``
+    (``arrival_s``, ``input_tokens``, ``output_tokens``), and the requests per class in one play of the trace.
+    ``plugin=False``: stock vLLM's series only (no kvplan plugin installed)."""
     first = min(r.arrival_s for r in rows)
     span = max(r.arrival_s for r in rows) - first
     hours = int(window.duration_s // 3600)
@@ -119,23 +121,25 @@ def fleet_series(rows: Sequence[Any], window: Window) -> tuple[list[AnySeries], 
             ts, outs = pod.by_class.setdefault(cls, ([], []))
             ts.append(t)
             outs.append(int(r.output_tokens))
-    stock, plugin, engine = [], [], []
+    stock: list[AnySeries] = []
+    classes: list[AnySeries] = []
+    engine: list[AnySeries] = []
     info = {"block_size": str(BLOCK_SIZE), "num_gpu_blocks": str(engine_blocks()), "num_gpu_blocks_override": "None",
             "kv_cache_size_tokens": str(engine_blocks() * BLOCK_SIZE), "gpu_memory_utilization": "0.9",
             "enable_prefix_caching": "True", "cache_dtype": "auto", "engine": "0"}
     for dep, group in pods.items():
         usage, preempt = ENGINE_STATE[dep]
         for pod in group:
-            scrape = scrape_labels(dep, pod.name, pod.index)
+            scrape = scrape_labels(dep, pod.name, pod.index, namespace)
             vllm = scrape | {"model_name": MODEL, "engine": "0"}
             stock.append(HistogramSeries(labels=vllm, output_tokens=pod.outputs, arrival_s=pod.arrivals,
                                          buckets=tuple(float(b) for b in vllm_buckets(MAX_MODEL_LEN)),
                                          metric=VLLM_GENERATION_TOKENS))
-            for cls, (ts, outs) in sorted(pod.by_class.items()):
-                plugin.append(HistogramSeries(labels=scrape | {KVPLAN_CLASS_LABEL: cls, "model_name": MODEL},
+            for cls, (ts, outs) in sorted(pod.by_class.items()) if plugin else ():
+                classes.append(HistogramSeries(labels=scrape | {KVPLAN_CLASS_LABEL: cls, "model_name": MODEL},
                                               output_tokens=outs, arrival_s=ts, metric=KVPLAN_OUTPUT_TOKENS,
                                               buckets=tuple(float(b) for b in kvplan_buckets(MAX_MODEL_LEN))))
             engine.append(ScalarSeries(VLLM_CACHE_CONFIG_INFO, scrape | info))
             engine.append(ScalarSeries(VLLM_KV_CACHE_USAGE, vllm, value=usage))
             engine.append(ScalarSeries(VLLM_PREEMPTIONS, vllm, kind="counter", value=0.0, rate_per_s=preempt))
-    return [*stock, *plugin, *engine], per_class
+    return [*stock, *classes, *engine], per_class

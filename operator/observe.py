@@ -131,22 +131,25 @@ def unsettled(body: Mapping[str, Any] | None) -> str | None:
     return None
 
 
-class _Refused(Exception):
+class CredentialRefused(Exception):
+    """A Prometheus credential or CA bundle that cannot be used; ``failure`` is the condition to record."""
+
     def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
         self.failure = failure
 
 
 def connection(spec: KVPlanSpec, namespace: str, kube: KubeApi, policy: UrlPolicy) -> PromConnection:
     """``spec.prometheus`` -> :class:`PromConnection`, reading its Secrets, ConfigMap or token file. Raises
-    :class:`_Refused` (``AuthSecretMissing``, ``PrometheusAuthRefused``) or :class:`KubeError`."""
+    :class:`CredentialRefused` (``AuthSecretMissing``, ``PrometheusAuthRefused``) or :class:`KubeError`."""
     p = spec.prometheus
     token: str | None = None
     basic: tuple[str, str] | None = None
     ca: str | None = None
     origin = ""
 
-    def missing(what: str, field_path: str) -> _Refused:
-        return _Refused(Failure("observe", C.AUTH_SECRET_MISSING, f"{what} not found ({field_path})", temporary=True,
+    def missing(what: str, field_path: str) -> CredentialRefused:
+        return CredentialRefused(Failure("observe", C.AUTH_SECRET_MISSING, f"{what} not found ({field_path})", temporary=True,
                                 degraded=True))
 
     if p.auth_secret_ref is not None:
@@ -157,17 +160,17 @@ def connection(spec: KVPlanSpec, namespace: str, kube: KubeApi, policy: UrlPolic
     elif p.bearer_token_file is not None:
         path = os.path.normpath(p.bearer_token_file)
         if path not in policy.token_files:
-            raise _Refused(Failure("observe", C.PROMETHEUS_AUTH_REFUSED, f"spec.prometheus.bearerTokenFile: {path} "
+            raise CredentialRefused(Failure("observe", C.PROMETHEUS_AUTH_REFUSED, f"spec.prometheus.bearerTokenFile: {path} "
                                    "is not in the operator's allowed token files (--prometheus-token-files); no "
                                    "request sent", temporary=False, degraded=True))
         try:
             with open(path, encoding="utf-8") as handle:
                 token = handle.read(65536).strip()
         except (OSError, UnicodeDecodeError) as exc:
-            raise _Refused(Failure("observe", C.PROMETHEUS_AUTH_REFUSED, f"spec.prometheus.bearerTokenFile: cannot "
+            raise CredentialRefused(Failure("observe", C.PROMETHEUS_AUTH_REFUSED, f"spec.prometheus.bearerTokenFile: cannot "
                                    f"read {path} ({type(exc).__name__})", temporary=True, degraded=True)) from None
         if not token:
-            raise _Refused(Failure("observe", C.PROMETHEUS_AUTH_REFUSED, f"spec.prometheus.bearerTokenFile: {path} "
+            raise CredentialRefused(Failure("observe", C.PROMETHEUS_AUTH_REFUSED, f"spec.prometheus.bearerTokenFile: {path} "
                                    "is empty", temporary=True, degraded=True))
     elif p.basic_auth is not None:
         b = p.basic_auth
@@ -211,7 +214,7 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
         scaled = deps.kube.autoscaled_deployments(run.namespace)
         owners = _owners(run, deps, objects)
         conn = connection(spec, run.namespace, deps.kube, deps.prom_policy)
-    except _Refused as exc:
+    except CredentialRefused as exc:
         return exc.failure
     except KubeError as exc:
         return Failure("observe", C.READ_FAILED, str(exc), temporary=True, degraded=True)

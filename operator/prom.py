@@ -104,7 +104,7 @@ class UrlPolicy:
         raw = os.environ.get(ALLOWED_HOSTS_ENV, "")
         files = os.environ.get(TOKEN_FILES_ENV, "")
         return cls(tuple(h.strip().lower() for h in raw.split(",") if h.strip()),
-                   tuple(f.strip() for f in files.split(",") if f.strip()))
+                   tuple(os.path.normpath(f.strip()) for f in files.split(",") if f.strip()))
 
 
 def _system_resolver(host: str) -> list[str]:

@@ -16,7 +16,7 @@ import pytest
 
 from kvplan_operator import conditions as C
 from kvplan_operator import prom as P
-from kvplan_operator.observe import _Refused, connection
+from kvplan_operator.observe import CredentialRefused, connection
 from kvplan_operator.prom import PromClient, PromConnection, PromError, UrlPolicy
 from kvplan_operator.reconcile import Deps, reconcile
 from kvplan_operator.spec import InvalidSpec, parse_spec
@@ -90,7 +90,7 @@ def _spec(prometheus: dict) -> dict:
 )
 def test_credentials_refused_with_a_reason(prometheus, kube, policy, reason, needle):
     spec = parse_spec(_spec(prometheus))
-    with pytest.raises(_Refused) as info:
+    with pytest.raises(CredentialRefused) as info:
         connection(spec, "ns", FakeKube(**kube), policy)
     assert info.value.failure.reason == reason and needle in info.value.failure.message
 

@@ -72,8 +72,6 @@ class Observation:
     query_seconds: float = 0.0
     #: per group: where its KV capacity comes from (the engine or the profile) and what the engines report.
     capacity: Mapping[str, GroupCapacity] = field(default_factory=dict)
-    #: Prometheus queries this observation made.
-    prom_queries: int = 0
 
 
 def _read_objects(run: RunContext, deps: Deps, spec: KVPlanSpec, targets: tuple[Target, ...]
@@ -228,7 +226,6 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
                                     scaled.get(g.deployment), generation)
     changes, relayout_gen = _budget(run, objects["state-configmap"].get(run.state_configmap))
     t0 = time.perf_counter()
-    prom: Any = None
     try:
         prom = deps.prom_factory(conn)
         classes = observe_histories(prom, spec, run.namespace, now=run.now)
@@ -248,5 +245,4 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
                              {g.name: unsettled(groups[g.name].body) for g in spec.groups})
     return Observation(spec=spec, classes=classes, groups=groups, objects=objects, owners_alive=owners,
                        layout_changes=changes, relayout_generation=relayout_gen,
-                       query_seconds=time.perf_counter() - t0, capacity=capacity,
-                       prom_queries=int(getattr(prom, "requests_sent", 0)))
+                       query_seconds=time.perf_counter() - t0, capacity=capacity)

@@ -138,13 +138,13 @@ def plan_lines(body: Mapping[str, Any]) -> list[str]:
         lines.append(f"  {name:<12} {g.get('tp')!s:>3} {g.get('pp')!s:>3} {g.get('replicas')!s:>8} "
                      f"{g.get('gpusPerReplica')!s:>7} {g.get('kvCapacityTokens')!s:>13} {g.get('utilisation')!s:>6} "
                      f"{g.get('maxNumSeqs')!s:>12}  {g.get('replicasManagedBy')}; {capacity_text(g.get('capacity'))}")
-    lines.append(f"  {'class':<8} {'reserve':>7} {'eps':>8} {'admitted':>8} {'samples':>8} {'rate/s':>7} "
+    lines.append(f"  {'class':<11} {'reserve':>7} {'eps':>8} {'admitted':>8} {'samples':>8} {'rate/s':>8} "
                  f"{'source':<8} routing / radius rule")
     for name, c in (plan.get("classes") or {}).items():
         radius = c.get("radius") or {}
         routing = ", ".join(f"{g}={w}" for g, w in (c.get("routing") or {}).items())
-        lines.append(f"  {name:<8} {c.get('reserveTokens')!s:>7} {radius.get('eps')!s:>8} {c.get('admitted')!s:>8} "
-                     f"{c.get('samples')!s:>8} {c.get('arrivalRate')!s:>7} {c.get('source')!s:<8} "
+        lines.append(f"  {name:<11} {c.get('reserveTokens')!s:>7} {radius.get('eps')!s:>8} {c.get('admitted')!s:>8} "
+                     f"{c.get('samples')!s:>8} {c.get('arrivalRate')!s:>8} {c.get('source')!s:<8} "
                      f"{routing}; {radius.get('rule')}: {radius.get('reason')}")
     return lines
 

@@ -64,9 +64,9 @@ def run_fast(jobs: Jobs) -> EngineOutcomes:
         if k < 0:
             continue
         r = lo = lo_of[k]
-        best = reps[lo].load()
+        best = reps[lo].nload
         for i in range(lo + 1, hi_of[k]):
-            load = reps[i].load()
+            load = reps[i].nload
             if load < best:
                 best, r = load, i
         rep = reps[r]

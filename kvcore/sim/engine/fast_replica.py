@@ -42,6 +42,7 @@ class FastReplica:
         self.group = group
         self.rq = rq
         self.pool = FastPool(num_blocks, cfg.prefix_caching)
+        self.nload = 0
         self.running: dict[int, None] = {}
         """Running requests in vLLM's ``self.running`` order (insertion order)."""
         self.explicit: dict[int, None] = {}
@@ -80,7 +81,8 @@ class FastReplica:
         return len(self.fifo) + len(self.heap)
 
     def load(self) -> int:
-        return len(self.running) + len(self.fifo) + len(self.heap)
+        """Running + waiting requests (join-shortest-queue)."""
+        return self.nload
 
     def _push_waiting(self, j: int, front: bool) -> None:
         if self.prio_policy:
@@ -92,6 +94,7 @@ class FastReplica:
 
     def add(self, j: int) -> None:
         self._push_waiting(j, False)
+        self.nload += 1
 
     def head(self) -> int:
         return self.heap[0][1] if self.prio_policy else self.fifo[0]

@@ -44,6 +44,7 @@ class FastStep(FastReplica):
             rq.status[j] = FINISHED
             rq.epoch[j] += 1
             del self.running[j]
+            self.nload -= 1
 
     def _preempt(self, j: int, s: int, t: int, allocated_now: bool) -> None:
         rq, out = self.rq, self.rq.out
@@ -204,9 +205,12 @@ class FastStep(FastReplica):
             nxt = s + 1
         else:
             nxt = self.fin[0][0] + 1 if self.fin else -1
-            short = self.first_shortage(s, pool.num_free)
-            if short >= 0 and (nxt < 0 or short < nxt):
-                nxt = short
+            free = pool.num_free
+            # the decoders allocate at most n_dec blocks per B steps: skip the search when that cannot run out
+            if nxt < 0 or ((nxt - s - 1) // B + 1) * nd > free:
+                short = self.first_shortage(s, free)
+                if short >= 0 and (nxt < 0 or short < nxt):
+                    nxt = short
         self.c0, self.t0, self.dt1, self.dt, self.c_next = s, t, dt1, dt, nxt
         return t_end + (nxt - s - 1) * dt
 

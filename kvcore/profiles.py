@@ -44,6 +44,7 @@ from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kvcore.bounds import MAX_COUNT, MAX_KV_TOKENS, MAX_SECONDS, MAX_TOKENS_PER_S
 from kvcore.errors import InputError
 
 
@@ -111,8 +112,8 @@ class ProfileOverride(BaseModel):
 
     gpu_type: str = Field(description="GPU type the measurement is for, e.g. 'A100-80GB'.")
     model: str = Field(description="Model the measurement is for, e.g. 'llama-70b'.")
-    tp: int = Field(ge=1, description="Tensor-parallel size.")
-    pp: int = Field(ge=1, description="Pipeline-parallel size.")
+    tp: int = Field(ge=1, le=MAX_COUNT, description="Tensor-parallel size.")
+    pp: int = Field(ge=1, le=MAX_COUNT, description="Pipeline-parallel size.")
     kv_capacity_tokens: float | None = Field(
         default=None, description="KV capacity per replica, tokens; must be > 0. None keeps the roofline value."
     )
@@ -216,8 +217,14 @@ def resolve(gpu_type: str, model: str, tp: int, pp: int, overrides: tuple[Profil
                    fields.get("phi", base.phi))
 
 
+_OVERRIDE_MAX = {"kv_capacity_tokens": MAX_KV_TOKENS, "throughput_tokens_s": MAX_TOKENS_PER_S,
+                 "step_t0_s": MAX_SECONDS, "step_t1_s": MAX_SECONDS, "phi": float(MAX_COUNT)}
+"""Upper bound of each override field (kvcore.bounds): past it the number cannot be a measurement."""
+
+
 def check_override(ov: ProfileOverride, *, field: str) -> None:
-    """Validate one override: known names, positive capacity and throughput, non-negative times and phi."""
+    """Validate one override: known names, positive capacity and throughput, non-negative times and phi, each
+    below its bound in :data:`_OVERRIDE_MAX`."""
     check_known(ov.gpu_type, ov.model, field=field)
     for name in ("kv_capacity_tokens", "throughput_tokens_s"):
         value = getattr(ov, name)
@@ -227,3 +234,7 @@ def check_override(ov: ProfileOverride, *, field: str) -> None:
         value = getattr(ov, name)
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise InputError(f"{field}.{name}", f"must be a finite number >= 0, got {value}")
+    for name, top in _OVERRIDE_MAX.items():
+        value = getattr(ov, name)
+        if value is not None and value > top:
+            raise InputError(f"{field}.{name}", f"must be at most {top:g} (kvcore.bounds), got {value:g}")

@@ -13,18 +13,22 @@ trace names its line).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from kvcore.bounds import MAX_RATIO, MAX_SEED, MAX_TOKENS
+from kvcore.cli.args import int_arg
 from kvcore.cli.output import format_table, print_json, progress
 from kvcore.errors import InputError
 from kvcore.evaluate import DEFAULT_METHODS, DEFAULT_RHOS, DEFAULT_SHIFTS, PROTOCOLS, evaluate
 from kvcore.evaluate.report import write_report
+from kvcore.slo import RHO_MAX
 from kvcore.traces import load_trace
 
 
-def _floats(text: str, flag: str) -> list[float]:
+def _floats(text: str, flag: str, top: float) -> list[float]:
     out = []
     for i, part in enumerate(p.strip() for p in text.split(",")):
         if not part:
@@ -35,6 +39,8 @@ def _floats(text: str, flag: str) -> list[float]:
             raise InputError(flag, f"{part!r} is not a number") from None
         if not (v > 0 and v != float("inf")):
             raise InputError(flag, f"{part!r} must be a finite number > 0")
+        if v > top:
+            raise InputError(flag, f"{part!r} must be at most {top:g}")
         out.append(v)
     return out
 
@@ -53,7 +59,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--method", default=",".join(DEFAULT_METHODS), help="comma-separated policies")
     p.add_argument("--lmax", type=float, default=None, help="L_max in tokens (default: the trace's longest output)")
     p.add_argument("--simulate", action="store_true", help="also replay each row through the simulator")
-    p.add_argument("--seed", type=int, default=0, help="seed of the simulator's generator (default 0)")
+    p.add_argument("--seed", type=int_arg(low=0, high=MAX_SEED), default=0,
+                   help="seed of the simulator's generator (default 0)")
     p.add_argument("--out", type=Path, default=None, help="write CSV, Markdown and PNG plots into this directory")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -61,8 +68,13 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
 
 
 def _run(args: argparse.Namespace) -> int:
-    rhos = _floats(args.rho, "--rho")
-    shifts = _floats(args.shift, "--shift")
+    rhos = _floats(args.rho, "--rho", RHO_MAX)
+    shifts = _floats(args.shift, "--shift", MAX_RATIO)
+    if args.lmax is not None and args.lmax > MAX_TOKENS and math.isfinite(args.lmax):
+        raise InputError("--lmax", f"must be at most {MAX_TOKENS:g} tokens (kvcore.bounds.MAX_TOKENS), got "
+                                   f"{args.lmax:g}")
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise InputError("--out", f"{args.out} exists and is not a directory")
     methods = [m.strip() for m in args.method.split(",") if m.strip()]
     if not methods:
         raise InputError("--method", "no policy given")

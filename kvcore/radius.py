@@ -6,18 +6,19 @@ returns a :class:`RadiusChoice` carrying eps, the rule's name and a one-line hum
 where its eps came from.
 
 Rules are looked up in :data:`RULES` (kind -> function), so a new kind (e.g. the data-driven ``drift`` rule of the
-evaluation issue, in its own module) plugs in by registering a function with :func:`register_rule` and widening
-``RadiusPolicy.kind``; nothing here needs rewriting.
+evaluation issue, in its own module) plugs in by registering a function with :func:`register_rule` and adding the
+kind to :data:`kvcore.catalogue.RadiusKind` (which the CRD's enum is checked against); nothing here needs
+rewriting.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvcore.bounds import MAX_POWER, MAX_RATIO, MAX_TOKENS
+from kvcore.catalogue import RadiusKind
 from kvcore.errors import InputError
 from kvcore.radius_drift import (
     DEFAULT_DRIFT_Z,
@@ -38,7 +39,7 @@ class RadiusPolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["absolute", "fraction", "drift"] = Field(
+    kind: RadiusKind = Field(
         default="drift",
         description=(
             "Which rule: 'absolute' uses `eps` as given; 'fraction' uses `frac` times the pooled sample mean (the "

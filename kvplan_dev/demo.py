@@ -201,19 +201,9 @@ def _backfill(prometheus: Any, report: dict[str, Any]) -> None:
     }
 
 
-def wait_established(cluster: Any, crds: Sequence[str], timeout_s: float = 60.0) -> None:
-    """Poll until every CRD reports ``Established=True``. (``kubectl wait`` right after an apply can fail with
-    "accessor error" while the CRD has no status.conditions yet, so it is not used.)"""
-    deadline = time.monotonic() + timeout_s
-    pending = list(crds)
-    while pending:
-        body = _kubectl_json(cluster, "get", "crd", pending[0])
-        if condition(body, "Established").get("status") == "True":
-            pending.pop(0)
-            continue
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"CRD {pending[0]} not Established after {timeout_s:.0f} s: {body.get('status')}")
-        time.sleep(0.2)
+def wait_established(cluster: Any, crds: Sequence[str], timeout_s: float = 120.0) -> None:
+    """Until every CRD is Established and served: :meth:`kvplan_dev.cluster.LocalCluster.wait_established`."""
+    cluster.wait_established(crds, timeout_s=timeout_s)
 
 
 def _install(cluster: Any, tools: Any, workdir: Path, *, standalone: bool = False) -> None:

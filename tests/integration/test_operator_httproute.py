@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -52,15 +51,7 @@ def crds(cluster):
     rest of the session (an absent route still reads as 404, as without the CRD)."""
     apply_crds(cluster, REPO / "crds" / "kvplans.kvplan.io.yaml")
     cluster.kubectl("apply", "-f", str(CRD))
-    deadline = time.monotonic() + 60
-    while True:
-        out = cluster.kubectl("get", "crd", "httproutes.gateway.networking.k8s.io", "-o",
-                              'jsonpath={.status.conditions[?(@.type=="Established")].status}', check=False)
-        if out.stdout.strip() == "True":
-            break
-        if time.monotonic() > deadline:
-            pytest.fail(f"HTTPRoute CRD not Established after 60 s: {out.stdout} {out.stderr}")
-        time.sleep(0.2)
+    cluster.wait_established(["httproutes.gateway.networking.k8s.io"])
     return True
 
 

@@ -28,7 +28,8 @@ For each layout z = (TP, PP) a replica uses ``TP * PP`` GPUs and the profile giv
   use; idle GPUs of an uneven split are not charged).
 
 Sources for the A100 SXM figures: NVIDIA A100 Tensor Core GPU datasheet (80 GB: HBM2e, 2,039 GB/s; 40 GB: HBM2,
-1,555 GB/s; both 312 TFLOPS dense bf16 and 600 GB/s NVLink 3). Efficiencies (eta_bw = 0.8 of peak bandwidth, eta_fl = 0.5 of peak FLOPS) and latencies
+1,555 GB/s; both 312 TFLOPS dense bf16 and 600 GB/s NVLink 3).
+Efficiencies (eta_bw = 0.8 of peak bandwidth, eta_fl = 0.5 of peak FLOPS) and latencies
 (alpha_ar = 8 us per all-reduce, alpha_p2p = 30 us per stage hand-off) are typical measured fractions, not
 measurements of ours; override them with measured numbers through :class:`ProfileOverride`.
 

@@ -7,7 +7,8 @@ server has no threads to lose in a fork). It imports both CLIs and what their co
 line on stdin and answers one JSON line on stdout:
 
     {"program": "kvcore" | "kvplan-dev", "argv": [...], "cwd": DIR}
-    -> {"status": exit code | null, "signal": number | null, "stdout": ..., "stderr": ..., "cpu_s": ..., "maxrss_kib": ...}
+    -> {"status": exit code | null, "signal": number | null, "stdout": ..., "stderr": ...,
+        "cpu_s": ..., "maxrss_kib": ..., "server_rss_kib": ...}
 
 Each request runs in a fresh fork with ``RLIMIT_CPU`` = :data:`CPU_LIMIT_S` CPU seconds (a run that keeps working
 past it is killed by SIGXCPU: a hang, counted as such, whatever the machine's load) and ``RLIMIT_AS`` = the

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import tracemalloc
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pytest
 
 from kvcore import csvstream
 from kvcore.errors import InputError
-from kvcore.traces import load_lengths, load_trace
+from kvcore.traces import Trace, load_lengths, load_trace
 
 LINES = 200_000
 SLACK = 4 * 1024**2  # bytes in transit: one read block, its decoded lines, one chunk of pending floats per column
@@ -46,12 +47,14 @@ def test_load_trace_peak_is_bounded_by_the_arrays(tmp_path: Path) -> None:
     path = tmp_path / "wide.csv"
     _wide_trace(path, LINES)
     size = path.stat().st_size
-    peak, trace = _peak(load_trace, path)
-    arrays = sum(a.nbytes for a in (trace.arrival_s, trace.input_tokens, trace.output_tokens))  # type: ignore[attr-defined]
+    peak, result = _peak(load_trace, path)
+    trace = cast(Trace, result)
+    assert trace.arrival_s is not None
+    arrays = sum(a.nbytes for a in (trace.arrival_s, trace.input_tokens, trace.output_tokens))
     assert arrays == 3 * 8 * LINES
     assert peak <= 2 * arrays + SLACK, f"peak {peak / 1e6:.1f} MB for {arrays / 1e6:.1f} MB of arrays"
     assert peak < size / 2, f"peak {peak / 1e6:.1f} MB for a {size / 1e6:.1f} MB file"
-    assert trace.output_tokens[-1] == ((LINES - 1) * 7) % 3000  # type: ignore[attr-defined]
+    assert trace.output_tokens[-1] == ((LINES - 1) * 7) % 3000
 
 
 def test_load_lengths_peak_is_bounded_by_the_array(tmp_path: Path) -> None:
@@ -84,7 +87,8 @@ def test_chunked_columns_match_numpy(tmp_path: Path, monkeypatch: pytest.MonkeyP
     data = rng.integers(0, 10_000, size=(5_000, 3)).astype(np.float64)
     data[:, 0] = np.cumsum(data[:, 0])
     path = tmp_path / "t.csv"
-    path.write_text("arrival_s,input_tokens,output_tokens\n" + "".join(f"{a:.0f},{b:.0f},{c:.0f}\n" for a, b, c in data))
+    rows = "".join(f"{a:.0f},{b:.0f},{c:.0f}\n" for a, b, c in data)
+    path.write_text("arrival_s,input_tokens,output_tokens\n" + rows)
     monkeypatch.setattr("kvcore.traces.CHUNK", 333)  # several chunks and a partial one
     t = load_trace(path)
     assert t.arrival_s is not None

@@ -3,7 +3,7 @@ engine core, scheduler, stat loggers, ``/metrics``) runs on a machine without a 
 
 Use it with ``--distributed-executor-backend kvplan_dev.vllm_fake.TokenFabricatingExecutor`` plus
 ``--skip-tokenizer-init --enforce-eager --num-gpu-blocks-override N`` and ``VLLM_TARGET_DEVICE=cpu``, on a model
-directory that holds only a small ``config.json`` (:func:`write_model_dir`). Prompts are token ids.
+directory that holds only a small ``config.json`` (:func:`kvplan_dev.vllm_cpu.write_model_dir`). Prompts are token ids.
 
 What it fabricates, like vLLM's own model runner: a request scheduled in a step gets one sampled token when,
 after the step, its computed tokens reach all its known tokens (prompt plus the tokens sampled so far); a step
@@ -30,7 +30,6 @@ import json
 import os
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -44,34 +43,13 @@ from vllm.v1.worker.worker_base import CompilationTimes
 #: The token every fabricated step samples (any id below the model's vocabulary size; never an EOS that matters,
 #: since requests set ``ignore_eos``).
 FABRICATED_TOKEN_ID = 7
-#: KV layout of the one fabricated attention layer (tiny: the memory is never touched).
+#: KV layout of the one fabricated attention layer (tiny: the memory is never touched), as in write_model_dir.
 _NUM_KV_HEADS = 1
 _HEAD_SIZE = 64
 #: Bytes reported as free for the KV cache; ``--num-gpu-blocks-override`` sets the real block count.
 _AVAILABLE_BYTES = 1 << 34
 ENV_STEP_LOG = "KVPLAN_FAKE_STEP_LOG"
 ENV_ASYNC = "KVPLAN_FAKE_ASYNC_SCHEDULING"
-
-
-def write_model_dir(path: Path, *, max_position_embeddings: int = 32768, vocab_size: int = 32000) -> Path:
-    """A model directory holding only ``config.json`` (a one-layer Llama shape; no weights, no tokenizer)."""
-    path.mkdir(parents=True, exist_ok=True)
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": _NUM_KV_HEADS * _HEAD_SIZE,
-        "intermediate_size": 128,
-        "num_attention_heads": _NUM_KV_HEADS,
-        "num_key_value_heads": _NUM_KV_HEADS,
-        "num_hidden_layers": 1,
-        "vocab_size": vocab_size,
-        "max_position_embeddings": max_position_embeddings,
-        "torch_dtype": "float16",
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-    }
-    (path / "config.json").write_text(json.dumps(config, indent=1) + "\n")
-    return path
 
 
 @dataclass
@@ -218,11 +196,17 @@ class TokenFabricatingExecutor(Executor):
         kwargs: dict[str, Any] | None = None,
         non_block: bool = False,
     ) -> Any:
-        fn = getattr(self._worker, method) if isinstance(method, str) else (lambda *a, **k: method(self._worker, *a, **k))
+        if isinstance(method, str):
+            fn = getattr(self._worker, method)
+        else:
+            def fn(*a: Any, **k: Any) -> Any:
+                return method(self._worker, *a, **k)
         result = [fn(*args, **(kwargs or {}))]
         return _done(result) if non_block else result
 
-    def execute_model(self, scheduler_output: SchedulerOutput, non_block: bool = False) -> Any:  # type: ignore[override]
+    def execute_model(  # type: ignore[override]
+        self, scheduler_output: SchedulerOutput, non_block: bool = False
+    ) -> Any:
         # Like the GPU runner: an empty step returns an empty output at once; otherwise execute_model returns None
         # and sample_tokens returns the step's output.
         if scheduler_output.total_num_scheduled_tokens == 0:
@@ -246,7 +230,9 @@ class TokenFabricatingExecutor(Executor):
         with open(self._step_log, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(record) + "\n")
 
-    def sample_tokens(self, grammar_output: GrammarOutput | None, non_block: bool = False) -> Any:  # type: ignore[override]
+    def sample_tokens(  # type: ignore[override]
+        self, grammar_output: GrammarOutput | None, non_block: bool = False
+    ) -> Any:
         output = self._fabricator.run(self._pending.pop(0))
         return _done(output) if non_block else output
 

@@ -2,7 +2,7 @@
 against a real ``vllm serve`` sees the burst scheduled in one step whatever the machine's speed (HTTP requests
 reach the engine over several steps otherwise).
 
-``KVPLAN_HOLD_FILE=<path>``: while the file holds an integer N (a new version of the file each time: it is
+``KVPLAN_HOLD_FILE=<path>``: while the file starts with an integer N (then anything, e.g. a burst number: it is
 re-read when its inode, size or mtime change) and fewer than N requests wait, the scheduler runs its step in
 vLLM's own ``PAUSED_ALL`` state (nothing scheduled, nothing admitted); once N wait, the hold is released for good
 (until the file changes again). The scheduling decisions themselves are the wrapped class's: the hold only picks
@@ -49,7 +49,7 @@ class BurstHold:
         self._hold_seen = ident
         try:
             with open(self._hold_path, encoding="utf-8") as fh:
-                self._hold_target = int(fh.read().strip())
+                self._hold_target = int(fh.read().split()[0])
         except (OSError, ValueError):
             self._hold_target = None
 

@@ -66,9 +66,14 @@ class ReservationGateMixin:
         self._kvplan_allocate = manager.allocate_slots
         self._kvplan_signature = inspect.signature(self._kvplan_allocate)
         manager.allocate_slots = self._kvplan_allocate_slots  # the instance attribute shadows the method
-        logger.info("kvplan: reservation gate on (%s, file %s, checked every %d steps); %s",
-                    type(self).__name__, self.kvplan_source.path, self.kvplan_source.check_every,
-                    self.kvplan_source.current.describe())
+        async_on = bool(getattr(self, "vllm_config").scheduler_config.async_scheduling)
+        logger.info("kvplan: reservation gate on (%s, async scheduling %s, file %s, checked every %d steps); %s",
+                    type(self).__name__, "on" if async_on else "off", self.kvplan_source.path,
+                    self.kvplan_source.check_every, self.kvplan_source.current.describe())
+        if async_on and not isinstance(self, AsyncScheduler):
+            logger.warning("kvplan: async scheduling is on but %s is vLLM's synchronous Scheduler; use "
+                           "--scheduler-cls kvplan_vllm.scheduler.AsyncReservationScheduler (or "
+                           "--no-async-scheduling)", type(self).__name__)
 
     # -- the hook ---------------------------------------------------------------------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:

@@ -5,7 +5,8 @@ token-fabricating executor, and reports what happened. Executed by the tests in 
 Scenario (JSON): ``workdir``, ``engine`` (num_blocks, block_size, max_model_len, max_num_seqs,
 max_num_batched_tokens, prefix_caching, policy), ``reservations`` (file content or null), ``file_updates``
 (``[{"step": s, "content": str | null}]``, written ConfigMap-style before engine-loop iteration ``s``; null
-removes the file), ``requests`` (``[{"id", "prompt": [token ids], "max_tokens", "arrival_step", "xargs", "priority"}]``),
+removes the file), ``requests`` (``[{"id", "prompt": [token ids], "max_tokens", "arrival_step", "xargs",
+"priority"}]``),
 ``variants`` (``[{"name", "scheduler_cls", "async"}]``), ``max_steps``.
 
 The clock is the engine loop's iteration (one ``EngineCore.step_fn`` call; it schedules at most once; requests
@@ -174,7 +175,7 @@ def run_variant(scenario: dict[str, Any], variant: dict[str, Any], model_dir: Pa
 
 
 def main() -> None:
-    from kvplan_dev.vllm_fake import write_model_dir
+    from kvplan_dev.vllm_cpu import write_model_dir
 
     scenario = json.loads(Path(sys.argv[1]).read_text())
     model_dir = write_model_dir(Path(scenario["workdir"]) / "model",

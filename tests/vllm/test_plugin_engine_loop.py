@@ -145,6 +145,8 @@ def test_burst_is_admitted_exactly_as_the_reservations_allow(engine_driver: Driv
         assert (granted, refused) == (7, first_done + 1)
         unknown = [line for line in run["log"] if "names no class" in line]
         assert len(unknown) == 1 and "'nope'" in unknown[0] and "'chat'" in unknown[0]
+        mode = "on" if variant["async"] else "off"
+        assert sum(f"reservation gate on ({run['scheduler']}, async scheduling {mode}" in x for x in run["log"]) == 1
     stock = result["stock-sync"]["requests"]
     assert all(r["admitted"][0] == 0 for r in stock.values())
     assert sum(r["preemptions"] for r in stock.values()) >= 1

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvplan_dev.process import ManagedProcess, _start_ticks, free_port, live_children, wait_until
+from kvplan_dev.vllm_overlay import vllm_env
 
 EXECUTOR = "kvplan_dev.vllm_fake.TokenFabricatingExecutor"
 #: One attention layer of one KV head of 64: tiny, the memory is never touched.
@@ -80,7 +81,7 @@ class VllmServer:
         caller; readiness itself is the condition."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port()
-        env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "PYTHONSAFEPATH": "1", **self.env}
+        env = vllm_env(self.env)
         began = time.monotonic()
         self.process = ManagedProcess("vllm-serve", self.argv(), self.log_path, env=env)
         wait_until(self._healthy, timeout_s=ready_guard_s, what="vllm serve /health", proc=self.process, every_s=0.5)

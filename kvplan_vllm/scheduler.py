@@ -55,6 +55,8 @@ class ReservationGateMixin:
         self.kvplan_source.check()
         #: Admissions the gate refused (each one stopped admission for its step).
         self.kvplan_refusals = 0
+        #: (running requests counted, sum of their claims) inside a schedule() call, else None.
+        self._kvplan_step: tuple[int, int] | None = None
         self._kvplan_unknown: set[str] = set()
         manager = self.kv_cache_manager
         self._kvplan_groups = [(m.req_to_blocks, int(m.block_size)) for m in manager.coordinator.single_type_managers]
@@ -78,7 +80,14 @@ class ReservationGateMixin:
     # -- the hook ---------------------------------------------------------------------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         self.kvplan_source.tick()
-        return super().schedule(*args, **kwargs)  # type: ignore[misc]
+        # Within one schedule() call the waiting loop only appends admitted requests to `running` (vLLM preempts
+        # only in the running loop, before it), so the running claims are summed once per step and extended by
+        # each admission (see _kvplan_claims_sum).
+        self._kvplan_step = (0, 0)
+        try:
+            return super().schedule(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            self._kvplan_step = None
 
     def _kvplan_allocate_slots(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         if request.status in _ADMITTING and not self.kvplan_admits(request, args, kwargs):
@@ -108,19 +117,42 @@ class ReservationGateMixin:
 
     def _kvplan_generated(self, request: Request) -> int:
         # Output tokens held or being computed (async scheduling counts in-flight tokens as placeholders).
-        return int(request.num_output_tokens) + int(getattr(request, "num_output_placeholders", 0))
+        return int(request.num_output_tokens) + int(request.num_output_placeholders)
+
+    def _kvplan_claim(self, r: Request) -> int:
+        _, reserve = self.kvplan_class(r)
+        generated = self._kvplan_generated(r)
+        return sum(gate.running_claim(r.num_prompt_tokens, generated, reserve, len(blocks.get(r.request_id, ())), bs)
+                   for blocks, bs in self._kvplan_groups)
 
     def kvplan_running_claims(self) -> list[int]:
         """Outstanding claim (blocks) of every running request."""
-        claims = []
-        for r in self.running:
-            _, reserve = self.kvplan_class(r)
-            generated = self._kvplan_generated(r)
-            claims.append(sum(
-                gate.running_claim(r.num_prompt_tokens, generated, reserve, len(blocks.get(r.request_id, ())), bs)
-                for blocks, bs in self._kvplan_groups
-            ))
-        return claims
+        return [self._kvplan_claim(r) for r in self.running]
+
+    def _kvplan_claims_sum(self) -> int:
+        """Sum of the running claims: in a schedule() call, the requests counted at the step's first admission
+        attempt plus those admitted since; outside one, all of them."""
+        step = self._kvplan_step
+        running = self.running
+        if step is None or step[0] > len(running):
+            return sum(self.kvplan_running_claims())
+        counted, total = step
+        if len(self._kvplan_groups) != 1:
+            for r in running[counted:]:
+                total += self._kvplan_claim(r)
+        else:
+            # The usual case, one KV group: the same sum as _kvplan_claim's, with the per-request lookups inlined
+            # (this loop runs over every running request once per step with a waiting head).
+            blocks, block_size = self._kvplan_groups[0]
+            version = self.kvplan_source.state.version
+            claim = gate.running_claim
+            for r in running[counted:]:
+                cached = r.__dict__.get(_CACHE_ATTR)
+                reserve = cached[2] if cached is not None and cached[0] == version else self.kvplan_class(r)[1]
+                generated = r.num_output_tokens + r.num_output_placeholders
+                total += claim(r.num_prompt_tokens, generated, reserve, len(blocks.get(r.request_id, ())), block_size)
+        self._kvplan_step = (len(running), total)
+        return total
 
     def kvplan_admits(self, request: Request, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> bool:
         """The gate for ``request`` with the arguments vLLM passes to ``allocate_slots`` (prefix-cache hits)."""
@@ -138,7 +170,7 @@ class ReservationGateMixin:
         generated = self._kvplan_generated(request)
         own = sum(gate.waiting_claim(request.num_prompt_tokens, generated, reserve, cached_tokens, bs)
                   for _, bs in self._kvplan_groups)
-        return gate.admits(free, self.kvplan_running_claims(), own)
+        return gate.admits(free, (self._kvplan_claims_sum(),), own)
 
     def _kvplan_log_unknown(self, name: object, res: Reservations) -> None:
         key = repr(name)

@@ -1,5 +1,5 @@
 """kvplan's reservation-gated schedulers inside vLLM 0.33's own engine loop, on CPU: ``EngineCore`` in process with
-kvplan's token-fabricating executor (``tests/vllm/engine_driver.py``), driven by ``EngineCore.step`` for
+kvplan's token-fabricating executor (``kvplan_dev/vllm_engine_driver.py``), driven by ``EngineCore.step`` for
 ``ReservationScheduler`` and by ``step_with_batch_queue`` (the GPU loop, async scheduling) for
 ``AsyncReservationScheduler``; vLLM's stock schedulers on the same inputs for comparison.
 
@@ -122,14 +122,17 @@ def test_burst_is_admitted_exactly_as_the_reservations_allow(engine_driver: Driv
     blocks: r0-r4 fit (60 blocks), a sixth would need 72. r5 names the unknown class "nope" and r6 names none (no
     priority map, no rules): both get the fleet default, chat, and wait until r0-r4 have finished (their 160th
     token is sampled in iteration 159; under async scheduling the engine learns it one iteration later). Nothing
-    is ever preempted. Stock vLLM admits all seven at once (3 blocks each) and must preempt as they grow to 12."""
+    is ever preempted. Stock vLLM admits all seven at once (3 blocks each) and must preempt as they grow to 12;
+    the gated scheduler with no reservation file does exactly what stock vLLM does."""
     table = Table({"chat": 160, "batch": 400}, "chat")
     rng = np.random.default_rng(7)
     requests = [{"id": f"r{i}", "prompt": prompt(i, 32, rng), "max_tokens": 160, "arrival_step": 0,
                  "xargs": {"kvplan_class": "nope"} if i == 5 else (None if i == 6 else {"kvplan_class": "chat"})}
                 for i in range(7)]
+    no_file = {"name": "gated-no-file", "scheduler_cls": GATED[0]["scheduler_cls"], "async": False,
+               "reservations": None}
     result = engine_driver({"engine": engine(65), "reservations": table.document("burst"), "requests": requests,
-                            "variants": GATED + STOCK[:1], "max_steps": 5000})
+                            "variants": GATED + STOCK[:1] + [no_file], "max_steps": 5000})
     for variant in GATED:
         run = result[variant["name"]]
         assert run["complete"] and run["scheduler"] == variant["scheduler_cls"].rsplit(".", 1)[1]
@@ -150,6 +153,11 @@ def test_burst_is_admitted_exactly_as_the_reservations_allow(engine_driver: Driv
     stock = result["stock-sync"]["requests"]
     assert all(r["admitted"][0] == 0 for r in stock.values())
     assert sum(r["preemptions"] for r in stock.values()) >= 1
+    # Without a reservation file the gated scheduler is vLLM's, decision for decision; it says so once.
+    bare = result["gated-no-file"]
+    assert bare["requests"] == stock and bare["refusals"] == 0
+    problems = [line for line in bare["log"] if "reservation file problem" in line]
+    assert len(problems) == 1 and "missing" in problems[0] and "no reservations in force" in problems[0]
 
 
 def random_workload(seed: int, n: int, table: Table, *, over_reserve: bool, shared_prefix: bool,
@@ -249,3 +257,21 @@ def test_outputs_within_reserve_are_never_preempted(engine_driver: Driver) -> No
         check_attempts(run, requests, lambda call: T0, capacity=1024)
     for variant in STOCK:
         assert sum(r["preemptions"] for r in result[variant["name"]]["requests"].values()) > 0, variant["name"]
+
+
+def test_gate_under_the_priority_policy(engine_driver: Driver) -> None:
+    """Seed 5: ``--scheduling-policy priority`` (the waiting queue ordered by priority, the preemption victim the
+    largest (priority, arrival)); classes mostly from the priority map, outputs around their reserves. Every
+    admission attempt still follows the gate exactly, in the sync and the async loop."""
+    requests = random_workload(5, 80, T0, over_reserve=True, shared_prefix=False, horizon=400)
+    rng = np.random.default_rng(5)
+    for req in requests:
+        if req["xargs"] is None:
+            req["priority"] = int(rng.choice([0, 3, 7]))
+    result = engine_driver({"engine": {**engine(97), "policy": "priority"}, "reservations": T0.document("t0"),
+                            "requests": requests, "variants": GATED, "max_steps": 200000})
+    for variant in GATED:
+        run = result[variant["name"]]
+        assert run["complete"], variant["name"]
+        granted, refused = check_attempts(run, requests, lambda call: T0, capacity=1024)
+        assert refused > 0 and any(a["status"] == "PREEMPTED" for a in run["attempts"]), variant["name"]

@@ -1,13 +1,15 @@
 """Runs vLLM 0.33's own ``EngineCore`` in this process, on CPU, with a given scheduler class and kvplan's
-token-fabricating executor, and reports what happened. Executed by the tests in the vLLM environment:
-``python engine_driver.py scenario.json`` writes the result to the scenario's ``out`` path (vLLM logs to stdout).
+token-fabricating executor, and reports what happened (dev/test tooling, run in a vLLM environment by
+:func:`kvplan_dev.vllm_overlay.run_engine_driver`): ``python -m kvplan_dev.vllm_engine_driver scenario.json`` writes
+the result to the scenario's ``out`` path (vLLM logs to stdout).
 
 Scenario (JSON): ``workdir``, ``engine`` (num_blocks, block_size, max_model_len, max_num_seqs,
 max_num_batched_tokens, prefix_caching, policy), ``reservations`` (file content or null), ``file_updates``
 (``[{"step": s, "content": str | null}]``, written ConfigMap-style before engine-loop iteration ``s``; null
 removes the file), ``requests`` (``[{"id", "prompt": [token ids], "max_tokens", "arrival_step", "xargs",
 "priority"}]``),
-``variants`` (``[{"name", "scheduler_cls", "async"}]``), ``max_steps``.
+``variants`` (``[{"name", "scheduler_cls", "async"}]``, optionally ``"reservations"`` to start that variant with
+another file content or none), ``max_steps``, ``record_attempts`` (default true; false for timing runs).
 
 The clock is the engine loop's iteration (one ``EngineCore.step_fn`` call; it schedules at most once; requests
 arrive at ``arrival_step`` iterations). Result per variant: per request the iterations that admitted it, the one
@@ -24,6 +26,7 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +62,9 @@ def run_variant(scenario: dict[str, Any], variant: dict[str, Any], model_dir: Pa
 
     eng = scenario["engine"]
     volume = Path(scenario["workdir"]) / variant["name"] / "volume"
-    if scenario.get("reservations") is not None:
-        write_configmap_volume(volume, {"reservations.json": scenario["reservations"]})
+    initial = variant["reservations"] if "reservations" in variant else scenario.get("reservations")
+    if initial is not None:
+        write_configmap_volume(volume, {"reservations.json": initial})
     os.environ["KVPLAN_RESERVATIONS_FILE"] = str(volume / "reservations.json")
     os.environ["KVPLAN_RESERVATIONS_CHECK_STEPS"] = "1"
     args = EngineArgs(
@@ -110,6 +114,7 @@ def run_variant(scenario: dict[str, Any], variant: dict[str, Any], model_dir: Pa
 
     manager = sched.kv_cache_manager
     inner_allocate = manager.allocate_slots
+    record_attempts = bool(scenario.get("record_attempts", True))
 
     def allocate(request: Any, *a: Any, **k: Any) -> Any:
         if request.status not in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
@@ -131,8 +136,24 @@ def run_variant(scenario: dict[str, Any], variant: dict[str, Any], model_dir: Pa
         attempts.append(record)
         return result
 
-    manager.allocate_slots = allocate
+    if record_attempts:
+        manager.allocate_slots = allocate
 
+    gate_time = {"seconds": 0.0, "calls": 0}
+    if hasattr(sched, "kvplan_admits"):
+        inner_admits = sched.kvplan_admits
+
+        def admits(*a: Any, **k: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return inner_admits(*a, **k)
+            finally:
+                gate_time["seconds"] += time.perf_counter() - t0
+                gate_time["calls"] += 1
+
+        sched.kvplan_admits = admits
+
+    began = time.perf_counter()
     pending = sorted(scenario["requests"], key=lambda r: (r["arrival_step"], r["id"]))
     updates = sorted(scenario.get("file_updates", []), key=lambda u: u["step"])
     max_steps = int(scenario.get("max_steps", 100000))
@@ -164,13 +185,15 @@ def run_variant(scenario: dict[str, Any], variant: dict[str, Any], model_dir: Pa
                     per_req[o.request_id]["finished"] = clock["i"]
                     unfinished -= 1
         clock["i"] += 1
+    seconds = time.perf_counter() - began
     refusals = int(getattr(sched, "kvplan_refusals", 0))
     core.shutdown()
     logging.getLogger("vllm.kvplan").removeHandler(capture)
     return {
         "requests": per_req, "attempts": attempts, "schedule_calls": clock["schedules"], "iterations": clock["i"],
         "complete": unfinished == 0, "refusals": refusals, "log": capture.lines,
-        "async_loop": core.batch_queue is not None, "scheduler": type(sched).__name__,
+        "async_loop": core.batch_queue is not None, "scheduler": type(sched).__name__, "seconds": seconds,
+        "gate_seconds": gate_time["seconds"], "gate_calls": gate_time["calls"],
     }
 
 

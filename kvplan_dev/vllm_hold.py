@@ -46,12 +46,13 @@ class BurstHold:
         ident = (st.st_ino, st.st_size, st.st_mtime_ns)
         if ident == self._hold_seen:
             return
-        self._hold_seen = ident
         try:
             with open(self._hold_path, encoding="utf-8") as fh:
-                self._hold_target = int(fh.read().split()[0])
-        except (OSError, ValueError):
-            self._hold_target = None
+                target = int(fh.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return  # caught mid-write: read it again next step
+        self._hold_seen = ident
+        self._hold_target = target
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         self._hold_refresh()

@@ -55,6 +55,7 @@ class ReservationGateMixin:
         self.kvplan_source.check()
         #: Admissions the gate refused (each one stopped admission for its step).
         self.kvplan_refusals = 0
+        self._kvplan_failed = False
         #: (running requests counted, sum of their claims) inside a schedule() call, else None.
         self._kvplan_step: tuple[int, int] | None = None
         self._kvplan_unknown: set[str] = set()
@@ -90,9 +91,17 @@ class ReservationGateMixin:
             self._kvplan_step = None
 
     def _kvplan_allocate_slots(self, request: Request, *args: Any, **kwargs: Any) -> Any:
-        if request.status in _ADMITTING and not self.kvplan_admits(request, args, kwargs):
-            self.kvplan_refusals += 1
-            return None
+        if request.status in _ADMITTING:
+            try:
+                admitted = self.kvplan_admits(request, args, kwargs)
+            except Exception:  # noqa: BLE001 - the gate must never take the engine down: fail open, say so once
+                admitted = True
+                if not self._kvplan_failed:
+                    self._kvplan_failed = True
+                    logger.exception("kvplan: gate error; admitting as vLLM would until the engine restarts")
+            if not admitted:
+                self.kvplan_refusals += 1
+                return None
         return self._kvplan_allocate(request, *args, **kwargs)
 
     # -- the rule, on vLLM's objects ----------------------------------------------------------------------------

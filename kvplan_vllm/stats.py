@@ -82,6 +82,7 @@ class KVPlanStatLogger(StatLoggerBase):
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         self.metrics = _metrics(self.max_model_len)
         self.source = _source()
+        self._failed = False
 
     def record(self, scheduler_stats: SchedulerStats | None, iteration_stats: IterationStats | None,
                mm_cache_stats: Any = None, engine_idx: int = 0) -> None:
@@ -90,11 +91,17 @@ class KVPlanStatLogger(StatLoggerBase):
             return
         res = self.source.current
         for done in iteration_stats.finished_requests:
-            klass, _ = class_in_api_server(res, done.request_id, int(done.num_prompt_tokens))
-            labels = (klass, self.model_name)
-            self.metrics.output_tokens.labels(*labels).observe(int(done.num_generation_tokens))
-            self.metrics.requests.labels(*labels).inc()
-            self.metrics.preemptions.labels(*labels).inc(int(done.num_preemptions))
+            try:
+                klass, _ = class_in_api_server(res, done.request_id, int(done.num_prompt_tokens))
+                labels = (klass, self.model_name)
+                self.metrics.output_tokens.labels(*labels).observe(int(done.num_generation_tokens))
+                self.metrics.requests.labels(*labels).inc()
+                self.metrics.preemptions.labels(*labels).inc(max(0, int(done.num_preemptions)))
+            except Exception:  # noqa: BLE001 - a stat logger must never break vLLM's output loop; say so once
+                if not self._failed:
+                    self._failed = True
+                    logger.exception("kvplan: stat logger error on request %r; skipping such requests",
+                                     done.request_id)
 
     def log_engine_initialized(self) -> None:
         if self.engine_index == 0:

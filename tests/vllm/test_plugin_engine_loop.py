@@ -106,6 +106,7 @@ def check_attempts(result: dict[str, Any], requests: list[dict[str, Any]], table
             refused += 1
             last_call_refused = a["call"]
     assert not mismatches, f"{len(mismatches)} of {len(result['attempts'])} attempts differ; first: {mismatches[:3]}"
+    assert not [line for line in result["log"] if "gate error" in line], "the gate raised (and failed open)"
     return granted, refused
 
 

@@ -103,22 +103,31 @@ class VllmServer:
             frontier += kids
         return found
 
-    def stop(self) -> list[int]:
-        """SIGTERM the server (vLLM stops its engine core), then end any descendant still alive, by PID. Returns
-        the descendants that had to be signalled (should be none)."""
+    def stop(self, grace_s: float = 30.0) -> list[int]:
+        """SIGTERM the server (vLLM then stops its engine core), wait up to ``grace_s`` for every descendant to
+        exit, then SIGTERM and SIGKILL (by PID, start time checked) those still alive. Returns the PIDs still alive
+        at the end (none, unless a process ignores SIGKILL)."""
         if self.process is None:
             return []
-        descendants = [(pid, _start_ticks(pid)) for pid in self.children()]
-        self.process.stop(grace_s=30.0)
-        time.sleep(0)  # nothing to wait for: the engine core exits with its parent (vLLM's death pipe)
-        left = [pid for pid, ticks in descendants if ticks is not None and _start_ticks(pid) == ticks]
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        descendants = [(pid, ticks) for pid in self.children() if (ticks := _start_ticks(pid)) is not None]
+        self.process.stop(grace_s=grace_s)
         self.process = None
-        return left
+
+        def alive() -> list[int]:
+            return [pid for pid, ticks in descendants if _start_ticks(pid) == ticks]
+
+        for sig in (None, signal.SIGTERM, signal.SIGKILL):
+            for pid in alive() if sig is not None else []:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + grace_s
+            while alive() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if not alive():
+                return []
+        return alive()
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

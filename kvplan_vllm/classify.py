@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from kvplan_vllm.reservations import Reservations
+from kvcore.reservation_file import Reservations
 
 #: The ``vllm_xargs`` key naming a request's class.
 XARGS_KEY = "kvplan_class"

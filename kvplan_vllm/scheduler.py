@@ -32,7 +32,7 @@ from vllm.v1.request import Request, RequestStatus
 
 from kvcore.sim import gate
 from kvplan_vllm.classify import UNKNOWN_TO_DEFAULT, XARGS_KEY, class_in_engine
-from kvplan_vllm.reservations import Reservations
+from kvcore.reservation_file import Reservations
 from kvplan_vllm.source import ReservationSource, logger
 
 _ADMITTING = (RequestStatus.WAITING, RequestStatus.PREEMPTED)

@@ -26,7 +26,7 @@ from kvplan_vllm.classify import (
     class_in_engine,
     class_in_request_id,
 )
-from kvplan_vllm.reservations import (
+from kvcore.reservation_file import (
     NO_RESERVATIONS,
     PromptLengthRule,
     Reservations,

@@ -110,7 +110,7 @@ def serve(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield Serve(server, volume, hold, steps, Sent(), np.random.default_rng(20261130))
     finally:
         left = server.stop()
-        assert left == [], f"processes of vllm serve still running after it stopped: {left}"
+        assert left == [], f"processes of vllm serve still running after SIGKILL: {left}"
 
 
 def complete(s: Serve, rid: str, prompt: list[int], tokens: int, xargs: dict[str, Any] | None) -> dict[str, Any]:

@@ -1,8 +1,10 @@
-"""The reservation file ``kvplan.reservations.v1``: what kvplan's vLLM plugins read, and its validation.
+"""The reservation file ``kvplan.reservations.v1``: per-class reservations, the fleet default and the class rules
+that kvplan's vLLM plugins (``kvplan_vllm``) read, and its validation.
 
-The operator writes it into the KVPlan's state ConfigMap (key ``reservations.json``); the serving pod mounts that
-ConfigMap as a volume and the plugins read the file (``docs/vllm-plugins.md``). Pure: no vLLM, no I/O here
-(:mod:`kvplan_vllm.source` reads the file).
+One definition for both sides, like :mod:`kvcore.series`: the operator writes the document
+(:func:`render_reservations`) into the KVPlan's state ConfigMap (key ``reservations.json``); the serving pod mounts
+that ConfigMap as a volume and the plugins parse it (:func:`parse_reservations`; ``docs/vllm-plugins.md``). Pure:
+no I/O (``kvplan_vllm.source`` reads the file).
 
 .. code-block:: json
 
@@ -27,6 +29,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping
 
+from kvcore.errors import InputError
+
 #: The document's format and version; another value is refused (the plugin keeps its last good values).
 FORMAT = "kvplan.reservations.v1"
 #: A class name, as the KVPlan CRD allows it (a DNS label of at most 40 characters).
@@ -37,12 +41,18 @@ _CLASS_KEYS = {"reserveTokens"}
 _RULE_KEYS = {"maxPromptTokens", "class"}
 
 
-class ReservationsError(ValueError):
-    """A reservation document that cannot be used; ``problems`` holds every ``field: message``."""
+class ReservationsError(InputError):
+    """A reservation document that cannot be used; ``problems`` holds every ``field: message`` (``field`` is the
+    first one's field)."""
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
-        super().__init__("; ".join(problems))
+        first_field, _, first_message = problems[0].partition(": ")
+        super().__init__(first_field, first_message)
+        self.args = ("; ".join(problems),)
+
+    def __str__(self) -> str:
+        return "; ".join(self.problems)
 
 
 @dataclass(frozen=True)

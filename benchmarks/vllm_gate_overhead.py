@@ -13,8 +13,8 @@ outputs at 1,024), four arriving per iteration (a queue that never drains), one 
 output; 2,048 usable KV blocks of 16 tokens.
 
 Usage: ``python benchmarks/vllm_gate_overhead.py [--requests 1500] [--trace kvcore/data/traces/azure2023_conv.csv]``
-(needs a vLLM 0.33 environment: ``$KVPLAN_VLLM_PYTHON``, default ``/tmp/vllm-probe/bin/python``). Prints a table
-and one JSON line.
+(uses the cached vLLM 0.33 venv of :mod:`kvplan_dev.vllm_env`, installed on first use; ``$KVPLAN_VLLM_PYTHON``
+overrides it). Prints a table and one JSON line.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from kvcore.traces import load_trace
+from kvplan_dev.vllm_env import ensure_vllm_env
 from kvplan_dev.vllm_overlay import OverlayError, make_overlay, run_engine_driver
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +61,8 @@ def main() -> int:
     reqs, reserve = workload(args.trace, args.requests, args.seed)
     doc = json.dumps({"format": "kvplan.reservations.v1", "defaultClass": "chat",
                       "classes": {"chat": {"reserveTokens": reserve}}})
-    base = Path(os.environ.get("KVPLAN_VLLM_PYTHON", "/tmp/vllm-probe/bin/python"))
+    override = os.environ.get("KVPLAN_VLLM_PYTHON")
+    base = Path(override) if override else ensure_vllm_env(progress=lambda m: print(m, file=sys.stderr))
     with tempfile.TemporaryDirectory(prefix="kvplan-gate-bench-") as tmp:
         try:
             python = make_overlay(base, Path(tmp) / "overlay", REPO)

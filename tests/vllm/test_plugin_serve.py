@@ -89,12 +89,12 @@ class Serve:
 
 
 @pytest.fixture(scope="module")
-def serve(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
+def serve(plugin_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
     workdir = tmp_path_factory.mktemp("serve")
     volume, hold, steps = workdir / "kvplan", workdir / "hold", workdir / "steps.jsonl"
     write_configmap_volume(volume, {"reservations.json": reservations("r1", chat=160)})
     server = VllmServer(
-        python=vllm_python, workdir=workdir, num_blocks=BLOCKS, max_model_len=MAX_MODEL_LEN, served_model_name=MODEL,
+        python=plugin_python, workdir=workdir, num_blocks=BLOCKS, max_model_len=MAX_MODEL_LEN, served_model_name=MODEL,
         scheduler_cls="kvplan_dev.vllm_hold.HeldAsyncReservationScheduler",
         env={"KVPLAN_RESERVATIONS_FILE": str(volume / "reservations.json"), "KVPLAN_HOLD_FILE": str(hold),
              "KVPLAN_FAKE_STEP_LOG": str(steps), "KVPLAN_FAKE_ASYNC_SCHEDULING": "1", "VLLM_NO_USAGE_STATS": "1",

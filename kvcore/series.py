@@ -54,9 +54,6 @@ ENVOY_TOKEN_USAGE = "gen_ai_client_token_usage"
 #: The label (and value) selecting output tokens in :data:`ENVOY_TOKEN_USAGE`.
 ENVOY_TOKEN_TYPE = ("gen_ai_token_type", "output")
 
-#: The history sources a KVPlan class may name (``spec.classes[].history.source``).
-HISTORY_SOURCES = ("vllm", "kvplan", "llm-d", "envoy-ai-gateway", "custom")
-
 #: Largest relative bucket width of :func:`kvplan_buckets`: a bucket ``(lo, hi]`` has ``hi <= lo * (1 + w)``.
 KVPLAN_MAX_RELATIVE_WIDTH = 0.10
 

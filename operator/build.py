@@ -189,7 +189,7 @@ def source_notes(obs: Observation) -> list[str]:
                          "the mix of their traffic, not each one's")
     for g in spec.groups:
         cap = obs.capacity.get(g.name)
-        if cap is not None and cap.note and spec.capacity.source == "engine":
+        if cap is not None and cap.note and spec.capacity.from_engine:
             notes.append(f"group {g.name} capacity: {cap.note}")
     notes += capacity_overrides(spec, obs.capacity)[1]
     if spec.prometheus.tls is not None and spec.prometheus.tls.insecure_skip_verify:

@@ -230,7 +230,7 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
         prom = deps.prom_factory(conn)
         classes = observe_histories(prom, spec, run.namespace, now=run.now)
         engines = None
-        if spec.capacity.source == "engine":
+        if spec.capacity.from_engine:
             engines = engine_capacity(prom.query(capacity_query(spec, run.namespace, window_seconds(spec)),
                                                  at=run.now), spec)
     except PromError as exc:

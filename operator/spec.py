@@ -14,6 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from kvcore.catalogue import HistorySource as SourceName  # the history sources' names (one catalogue)
+
 #: Default node selector per GPU type (the NVIDIA GPU feature-discovery product label).
 DEFAULT_NODE_SELECTORS: dict[str, dict[str, str]] = {
     "A100-80GB": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
@@ -38,8 +40,7 @@ HEADER_VALUE = r"^[ -~]*$"
 #: Prometheus host and out of the spec), and the rest belong to HTTP itself.
 FORBIDDEN_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "host", "content-length",
                                "transfer-encoding", "connection", "accept", "te", "upgrade"})
-#: The history sources (``kvcore.series.HISTORY_SOURCES``).
-SourceName = Literal["vllm", "kvplan", "llm-d", "envoy-ai-gateway", "custom"]
+
 #: Sane bounds of the durations, seconds (the CRD's CEL rules say the same). A re-plan more often than every 10 s
 #: would only re-read the same scrape; a lookback under 5 min has too few requests for a tail, over 30 d makes each
 #: query scan a month of samples.
@@ -298,9 +299,9 @@ class Replan(_Model):
 class Capacity(_Model):
     """Where M(z), the KV capacity of a replica, comes from."""
 
-    source: Literal["engine", "profile"] = Field("engine", description="engine: vLLM's own vllm:cache_config_info "
-                                                 "for the running layout, the profile scaled by observed/profile for "
-                                                 "the others; profile: the roofline profile (and spec.profiles).")
+    from_engine: bool = Field(True, description="True: vLLM's own vllm:cache_config_info for the running layout, "
+                              "the profile scaled by engine/profile for the others; False: the roofline profile (and "
+                              "spec.profiles) only.")
 
 
 class ProfileOverride(_Model):

@@ -2,7 +2,7 @@
 an ``InputError`` -> the CR's (``groups[0].gpu_type`` -> ``spec.groups[0].nodePool.gpuType``). Pure; the only
 module that knows both vocabularies.
 
-Capacity from the engine (``spec.capacity.source: engine``, the default): for a group whose engines reported
+Capacity from the engine (``spec.capacity.fromEngine: true``, the default): for a group whose engines reported
 their KV size (:mod:`kvplan_operator.sources.capacity`) while it runs layout z0, M(z0) is that size, and every
 other allowed layout z gets ``M(z) = profile(z) x engine(z0) / profile(z0)`` (tokens; the profile is the roofline,
 or ``spec.profiles`` where given): the engine's overheads (activation memory, CUDA graphs, its own
@@ -79,8 +79,8 @@ def capacity_view(spec: KVPlanSpec, engines: Mapping[str, EngineCapacity] | None
         if eng is not None:
             extra = {"engines": eng.engines, "usage": eng.usage, "preemptions_per_s": eng.preemptions_per_s}
         why = ""
-        if spec.capacity.source == "profile":
-            why = "spec.capacity.source is profile"
+        if not spec.capacity.from_engine:
+            why = "spec.capacity.fromEngine is false"
         elif engines is None:
             why = "not read"
         elif eng is None or eng.kv_tokens is None:

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 from kvplan_dev.pytest_fixtures import (  # noqa: F401 - imported fixtures are registered by name
     check_no_leftover_processes,
@@ -31,8 +31,11 @@ from kvplan_dev.pytest_fixtures import (  # noqa: F401 - imported fixtures are r
 # Property tests draw the same examples on every run unless asked to explore, so CI cannot pass or fail by luck of
 # the draw; `HYPOTHESIS_PROFILE=explore` (random seeds, example database) is for hunting new counterexamples, which
 # then go into the test as explicit `@example`s.
-settings.register_profile("deterministic", derandomize=True, database=None)
-settings.register_profile("explore", derandomize=False)
+# Neither profile has a per-example deadline or the too-slow health check: both are wall-clock limits, which a
+# loaded machine trips (a correctness test must not depend on the machine's load).
+settings.register_profile("deterministic", derandomize=True, database=None, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("explore", derandomize=False, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 REPO = Path(__file__).resolve().parent.parent

@@ -21,18 +21,25 @@ trace names its line).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from kvcore.bounds import MAX_RATIO, MAX_SEED, MAX_TOKENS
+from kvcore.cli.args import int_arg
 from kvcore.cli.output import format_table, print_json, progress
 from kvcore.errors import InputError
 from kvcore.evaluate import DEFAULT_METHODS, DEFAULT_RHOS, DEFAULT_SHIFTS, PROTOCOLS, evaluate
 from kvcore.evaluate.report import write_report
+from kvcore.slo import RHO_MAX
 from kvcore.traces import load_trace
 
+#: Largest --load (a fraction of the profile's capacity): past a few times capacity every queue only grows.
+MAX_LOAD = 10.0
 
-def _floats(text: str, flag: str) -> list[float]:
+
+def _floats(text: str, flag: str, top: float) -> list[float]:
     out = []
     for i, part in enumerate(p.strip() for p in text.split(",")):
         if not part:
@@ -43,6 +50,8 @@ def _floats(text: str, flag: str) -> list[float]:
             raise InputError(flag, f"{part!r} is not a number") from None
         if not (v > 0 and v != float("inf")):
             raise InputError(flag, f"{part!r} must be a finite number > 0")
+        if v > top:
+            raise InputError(flag, f"{part!r} must be at most {top:g}")
         out.append(v)
     return out
 
@@ -62,7 +71,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--method", default=",".join(DEFAULT_METHODS), help="comma-separated policies")
     p.add_argument("--lmax", type=float, default=None, help="L_max in tokens (default: the trace's longest output)")
     p.add_argument("--simulate", action="store_true", help="also replay each row through the simulator")
-    p.add_argument("--seed", type=int, default=0, help="seed of the simulator's generator (default 0)")
+    p.add_argument("--seed", type=int_arg(low=0, high=MAX_SEED), default=0,
+                   help="seed of the simulator's generator (default 0)")
     p.add_argument("--out", type=Path, default=None, help="write CSV, Markdown and PNG plots into this directory")
     p.add_argument("--engine", choices=("reservation", "vllm"), default="reservation",
                    help="reservation (default): the reservation-policy evaluation; vllm: stock vLLM vs kvplan's knobs "
@@ -79,10 +89,10 @@ def _run_engine(args: argparse.Namespace) -> int:
     from kvcore.evaluate.engine import evaluate_engine
     from kvcore.evaluate.engine_report import ROW_KEYS, main_rows, row_dict, write_report
 
-    rhos = _floats(args.rho, "--rho") if args.rho is not None else [10.0]
+    rhos = _floats(args.rho, "--rho", RHO_MAX) if args.rho is not None else [10.0]
     if len(rhos) != 1:
         raise InputError("--rho", f"--engine vllm takes one rho, got {len(rhos)}")
-    loads = _floats(args.load, "--load")
+    loads = _floats(args.load, "--load", MAX_LOAD)
     trace = load_trace(args.trace)
     show = not args.no_progress
 
@@ -112,8 +122,13 @@ def _run_engine(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.engine == "vllm":
         return _run_engine(args)
-    rhos = _floats(args.rho if args.rho is not None else _fmt(DEFAULT_RHOS), "--rho")
-    shifts = _floats(args.shift, "--shift")
+    rhos = _floats(args.rho if args.rho is not None else _fmt(DEFAULT_RHOS), "--rho", RHO_MAX)
+    shifts = _floats(args.shift, "--shift", MAX_RATIO)
+    if args.lmax is not None and args.lmax > MAX_TOKENS and math.isfinite(args.lmax):
+        raise InputError("--lmax", f"must be at most {MAX_TOKENS:g} tokens (kvcore.bounds.MAX_TOKENS), got "
+                                   f"{args.lmax:g}")
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise InputError("--out", f"{args.out} exists and is not a directory")
     methods = [m.strip() for m in args.method.split(",") if m.strip()]
     if not methods:
         raise InputError("--method", "no policy given")

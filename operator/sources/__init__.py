@@ -92,7 +92,7 @@ def series_text(metrics: tuple[str, ...], selector: str) -> str:
 
 
 def registry() -> dict[str, Source]:
-    """Every source by name (the names of ``kvcore.series.HISTORY_SOURCES``)."""
+    """Every source by name (exactly ``kvcore.catalogue.HISTORY_SOURCES``)."""
     from .labelled import CUSTOM, ENVOY, KVPLAN, LLMD
     from .vllm import VLLM
 

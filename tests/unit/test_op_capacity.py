@@ -4,7 +4,7 @@ spellings); vLLM's labels read as its KV size (kv_cache_size_tokens first, else 
 "None" before profiling = not reported); per group the smallest engine, mean usage, summed preemptions; M(z) of
 the running layout = the engine's number and the other layouts scaled by engine/profile, passed to kvcore as
 profile overrides (groups sharing a profile share the smaller value, with a note); the profile when the engine
-has not reported, the Deployment is rolling out or spec.capacity.source is profile, each with its reason; and
+has not reported, the Deployment is rolling out or spec.capacity.fromEngine is false, each with its reason; and
 status showing both numbers with usage and preemptions, end to end through a reconcile."""
 
 from __future__ import annotations
@@ -130,16 +130,16 @@ def test_groups_sharing_a_profile_take_the_smaller_engine_with_a_note():
 
 
 @pytest.mark.parametrize(
-    ("running", "settled", "source", "needle"),
+    ("running", "settled", "engine", "needle"),
     [
-        pytest.param({"interactive": (4, 1)}, {"interactive": "it is rolling out"}, "engine", "rolling out",
+        pytest.param({"interactive": (4, 1)}, {"interactive": "it is rolling out"}, True, "rolling out",
                      id="rollout"),
-        pytest.param({"interactive": None}, {}, "engine", "layout is unknown", id="no-deployment"),
-        pytest.param({"interactive": (4, 1)}, {}, "profile", "spec.capacity.source is profile", id="opt-out"),
+        pytest.param({"interactive": None}, {}, True, "layout is unknown", id="no-deployment"),
+        pytest.param({"interactive": (4, 1)}, {}, False, "spec.capacity.fromEngine is false", id="opt-out"),
     ],
 )
-def test_profile_fallbacks_say_why(running, settled, source, needle):
-    raw = copy.deepcopy(SPEC) | {"capacity": {"source": source}}
+def test_profile_fallbacks_say_why(running, settled, engine, needle):
+    raw = copy.deepcopy(SPEC) | {"capacity": {"fromEngine": engine}}
     spec = parse_spec(raw)
     caps = engine_capacity({"resultType": "vector", "result": ENGINES}, spec)
     cap = capacity_view(spec, caps, running, settled)["interactive"]

@@ -13,7 +13,9 @@ import pytest
 
 from kvplan_operator import conditions as C
 from kvplan_operator.prom import PromError
-from kvplan_operator.sources import observe_histories, plan_queries
+from kvcore import catalogue
+from kvcore.series import SOURCE_LAYOUTS
+from kvplan_operator.sources import observe_histories, plan_queries, registry
 from kvplan_operator.spec import InvalidSpec, parse_spec
 from test_op_history import MATRIX, T, RecordedProm  # type: ignore[import-not-found]
 
@@ -198,3 +200,9 @@ def test_single_group_needs_no_group_and_old_specs_still_parse():
     both = spec([cls("a", {"group": "batch"}, arrivalRate=1.0, arrivalRateQuery="x")])
     with pytest.raises(InvalidSpec, match="at most one of arrivalRate or arrivalRateQuery"):
         parse_spec(both)
+
+
+def test_every_catalogue_source_is_registered_with_a_known_layout():
+    sources = registry()
+    assert tuple(sources) == catalogue.HISTORY_SOURCES
+    assert all(s.layout in SOURCE_LAYOUTS for name, s in sources.items() if name != "custom")

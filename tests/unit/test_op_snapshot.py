@@ -38,19 +38,22 @@ def test_matrix_to_windows_to_history():
     assert rows[1][2] == [0.0, 0.0, 0.0, 0.0]  # NaN counts as 0
     hist, total = history_from_windows(rows, max_model_len=2048)
     assert hist is not None and len(hist.windows) == 2  # the empty middle window is dropped
-    w0 = hist.windows[0]
-    np.testing.assert_allclose(w0.values, [10, 100, 1000, 2048])  # +Inf capped at max_model_len
-    np.testing.assert_allclose(w0.weights, np.array([2, 4, 4, 2]) / 12)
-    np.testing.assert_allclose(hist.windows[1].values, [10, 100, 1000])
+    # Each bucket keeps its share; inside it the within-bucket model spreads it (kvcore.binned_model); +Inf is
+    # closed at max_model_len.
+    edges = [0, 10, 100, 1000, 2048]
+    for w, shares in ((hist.windows[0], [2, 4, 4, 2]), (hist.windows[1], [1, 3, 1, 0])):
+        got = [w.weights[(w.values > lo) & (w.values <= hi)].sum() for lo, hi in zip(edges[:-1], edges[1:])]
+        np.testing.assert_allclose(got, np.array(shares) / sum(shares), atol=1e-12)
+    assert hist.windows[0].max() <= 2048 and hist.windows[1].max() <= 1000
     assert total == 17
 
 
-def test_non_monotone_counts_use_running_max():
-    rows = [(0.0, ["+Inf", "10", "100"], [5.0, 3.0, 2.0])]  # scrape skew: le=100 dipped below le=10
+def test_decreasing_counts_are_not_read():
+    # le=100 below le=10: kvcore refuses such a window (a running max would pile requests into the lowest bucket);
+    # today the operator skips it (issue 14 item 1 gives it a named reason).
+    rows = [(0.0, ["+Inf", "10", "100"], [5.0, 3.0, 2.0])]
     hist, total = history_from_windows(rows, max_model_len=500)
-    assert hist is not None
-    np.testing.assert_allclose(hist.windows[0].values, [10, 500])
-    np.testing.assert_allclose(hist.windows[0].weights, [3 / 5, 2 / 5])
+    assert hist is None and total == 0.0
 
 
 def test_no_data_gives_no_history():

@@ -66,10 +66,13 @@ class Buckets:
 
 def check_max_model_len(max_model_len: float) -> float:
     """``max_model_len`` as a float; :class:`InputError` unless a positive finite number of tokens."""
-    if max_model_len is None or not isinstance(max_model_len, (int, float)) or not math.isfinite(max_model_len) \
-            or max_model_len <= 0:
+    try:
+        value = float(max_model_len)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
         raise InputError("max_model_len", f"must be a positive number of tokens, got {max_model_len}")
-    return float(max_model_len)
+    return value
 
 
 def _parse_bounds(bounds: Sequence[float | str]) -> FloatArray:

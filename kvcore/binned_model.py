@@ -21,7 +21,7 @@ Samples: each bucket is cut into at most :data:`MAX_SLICES` slices whose edges a
 edges are (output lengths are whole tokens, so a bucket up to MAX_SLICES tokens wide is represented token by
 token, exactly), and each slice's share of the bucket goes to one sample at the slice's upper edge. The open
 ``+Inf`` bucket is closed at ``max_model_len`` (:mod:`kvcore.binned`) and gets the same treatment: the spline
-continues the trend of the last finite buckets towards ``max_model_len``; :mod:`kvcore.binned_radius` bounds what
+continues the trend of the last finite buckets towards ``max_model_len``; :mod:`kvcore.binned_bound` bounds what
 that may hide.
 """
 
@@ -101,14 +101,15 @@ def slice_edges(lower: float, upper: float, max_slices: int = MAX_SLICES) -> Flo
     return np.unique(np.round(edges)) if whole else edges
 
 
-def slice_weights(buckets: Buckets, model: Model = DEFAULT_MODEL, *,
-                  max_slices: int = MAX_SLICES) -> tuple[FloatArray, FloatArray, FloatArray]:
+def slice_weights(buckets: Buckets, model: Model = DEFAULT_MODEL, *, max_slices: int = MAX_SLICES,
+                  shape_fn: Shape | None = None) -> tuple[FloatArray, FloatArray, FloatArray]:
     """The model's samples: ``(values, weights, bucket)`` with values in tokens (each slice's upper edge), weights
     summing to 1 and ``bucket`` the index of the bucket each sample came from. Empty buckets give no samples; a
-    bucket of zero width (a bound at or above ``max_model_len``) gives one sample at its edge."""
+    bucket of zero width (a bound at or above ``max_model_len``) gives one sample at its edge. ``shape_fn``, when
+    given, replaces the model's shape (e.g. a fitted distribution's CDF, as benchmarks/binning.py compares)."""
     model = check_model(model)
     total = buckets.total
-    g = None if model == "upper" else shape(buckets, model)
+    g = shape_fn if shape_fn is not None else (None if model == "upper" else shape(buckets, model))
     values: list[FloatArray] = []
     weights: list[FloatArray] = []
     index: list[FloatArray] = []
@@ -132,10 +133,10 @@ def slice_weights(buckets: Buckets, model: Model = DEFAULT_MODEL, *,
 
 
 def bucket_samples(buckets: Buckets, model: Model = DEFAULT_MODEL, *, field: str = "histogram",
-                   max_slices: int = MAX_SLICES) -> Samples:
-    """Weighted samples for these buckets under ``model``, carrying the number of requests counted
+                   max_slices: int = MAX_SLICES, shape_fn: Shape | None = None) -> Samples:
+    """Weighted samples for these buckets under ``model`` (or ``shape_fn``, see :func:`slice_weights`), carrying the number of requests counted
     (:attr:`Samples.observations`, so the radius rule's sampling error scales with requests, not samples) and the
     worst-case distance from them to those requests (:attr:`Samples.binning`, :mod:`kvcore.binned_bound`)."""
-    values, weights, index = slice_weights(buckets, model, max_slices=max_slices)
+    values, weights, index = slice_weights(buckets, model, max_slices=max_slices, shape_fn=shape_fn)
     bound = binning_bound(buckets, values, weights, index)
     return Samples.from_arrays(values, weights, field=field, observations=buckets.total, binning=bound)

@@ -8,8 +8,8 @@ lengths, so the evaluation can train a policy on exactly what the operator would
 
 What to place inside each bucket is the job of :mod:`kvcore.binned_model`.
 
-Bad input is an :class:`~kvcore.errors.InputError` naming the field; nothing is silently repaired except
-floating-point noise (see :data:`DECREASE_TOLERANCE`).
+Bad input is an :class:`~kvcore.errors.InputError` naming the field; nothing is repaired except scrape
+skew (see :data:`SKEW_REQUESTS`).
 """
 
 from __future__ import annotations
@@ -24,13 +24,21 @@ import numpy.typing as npt
 from kvcore.errors import InputError
 from kvcore.samples import FloatArray, as_float_array
 
-DECREASE_TOLERANCE = 1e-9
-"""How far (relative to the largest cumulative count) one cumulative bucket may sit below a lower one and still be
-read as floating-point noise, dimensionless. Within one scrape every bucket of a histogram is read at the same
-instant, and ``increase()`` extrapolates every bucket over the same sampled interval, so a real decrease is never
-noise: ``sum by (le)`` over pods only adds round-off (relative ~1e-15). A larger decrease means counts and bounds
-do not belong together (e.g. counts listed in the reverse order of their bounds) and is refused; silently taking a
-running max would pile every request into the lowest bucket."""
+SKEW_REQUESTS = 1.0
+"""A cumulative count may sit this many requests below a lower bucket's ...
+
+Prometheus' ``increase()`` handles counter resets per series: when a pod restarts between two scrapes, a bucket
+whose new value happens to exceed its old one shows no reset and is under-counted, while a lower bucket that fell
+is counted in full, so after ``sum by (le)`` a higher bucket can come out a little below a lower one. Such a dip
+(at most :data:`SKEW_REQUESTS` requests plus :data:`SKEW_FRACTION` of the window's requests) is skew, repaired by
+a running max. A larger decrease means the counts and the bounds do not belong together (e.g. counts listed in
+the reverse order of their bounds) and is refused: a running max would pile every request into the lowest bucket
+(an operator reservation once fell from 2,048 to 10 tokens that way). The operator's histogram check
+(``kvplan_operator.history``) uses the same two numbers."""
+
+SKEW_FRACTION = 0.01
+"""... plus this fraction of the window's requests (its largest cumulative count); dimensionless. See
+:data:`SKEW_REQUESTS`."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,8 +104,9 @@ def buckets_from_cumulative(
         cumulative_counts: requests at or below each bound (e.g. ``increase(..._bucket[w])`` per ``le``).
         max_model_len: the longest possible output, tokens; closes the ``+Inf`` bucket and caps larger bounds.
 
-    Steps: sort the (bound, count) pairs by bound; check that the counts do not decrease (up to
-    :data:`DECREASE_TOLERANCE`), then difference them into per-bucket counts. Without a ``+Inf`` bucket, requests
+    Steps: sort the (bound, count) pairs by bound; check that the counts do not decrease (beyond the scrape skew
+    :data:`SKEW_REQUESTS` + :data:`SKEW_FRACTION` of the total, which a running max repairs), then difference them
+    into per-bucket counts. Without a ``+Inf`` bucket, requests
     above the largest bound are unknown and not counted.
 
     Raises:
@@ -124,18 +133,20 @@ def buckets_from_cumulative(
     dup = np.flatnonzero(np.diff(b) == 0)
     if dup.size:
         raise InputError("bounds", f"duplicate le bound {b[dup[0]]:g}")
-    tol = DECREASE_TOLERANCE * max(1.0, float(c.max()))
-    drop = np.flatnonzero(np.diff(c) < -tol)
+    tol = SKEW_REQUESTS + SKEW_FRACTION * float(c.max())
+    drop = np.flatnonzero(np.maximum.accumulate(c)[:-1] - c[1:] > tol)
     if drop.size:
         j = int(drop[0]) + 1
+        k = int(np.argmax(c[:j]))
         what = "the +Inf bucket" if math.isinf(b[j]) else f"le={b[j]:g}"
         raise InputError(
             f"cumulative_counts[{int(order[j])}]",
-            f"cumulative count decreases: {what} has {c[j]:g} requests but le={b[j - 1]:g} has {c[j - 1]:g}",
+            f"cumulative count decreases: {what} has {c[j]:g} requests but le={b[k]:g} has {c[k]:g} (more than the "
+            f"{tol:g} requests scrape skew explains)",
             hint="a bucket counts every request at or below its bound, so counts never fall as le grows; "
             "are the counts listed in the same order as their bounds?",
         )
-    c = np.maximum.accumulate(c)  # only round-off is left to smooth (tolerance above)
+    c = np.maximum.accumulate(c)  # only scrape skew is left to repair (tolerance above)
     counts = np.diff(c, prepend=0.0)
     open_top = bool(math.isinf(b[-1]))
     upper = np.minimum(b, mml)

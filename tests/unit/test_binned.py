@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy.stats import wasserstein_distance
 
-from kvcore.binned import DECREASE_TOLERANCE, Buckets, bin_lengths, buckets_from_cumulative, cumulative_from_lengths
+from kvcore.binned import SKEW_FRACTION, SKEW_REQUESTS, Buckets, bin_lengths, buckets_from_cumulative, cumulative_from_lengths
 from kvcore.binned_bound import support_floor
 from kvcore.binned_model import MODELS, bucket_samples, shape, slice_edges
 from kvcore.errors import InputError
@@ -95,8 +95,9 @@ def test_counts_reversed_against_their_bounds_are_refused_not_piled_into_one_buc
 @pytest.mark.parametrize(
     ("bounds", "counts", "field", "needle"),
     [
-        pytest.param([1, 2, 5, INF], [2, 1, 4, 4], "cumulative_counts[1]", "decreases: le=2 has 1", id="decrease"),
-        pytest.param([1, 2, 5, INF], [1, 2, 9, 7], "cumulative_counts[3]", "the +Inf bucket has 7",
+        pytest.param([1, 2, 5, INF], [5, 2, 6, 6], "cumulative_counts[1]", "decreases: le=2 has 2 requests but le=1 "
+                     "has 5", id="decrease"),
+        pytest.param([1, 2, 5, INF], [1, 2, 9, 6], "cumulative_counts[3]", "the +Inf bucket has 6",
                      id="inf-below-last-finite"),
         pytest.param([1, 2, INF], [1, float("nan"), 3], "cumulative_counts[1]", "finite", id="nan-count"),
         pytest.param([1, 2, INF], [1, float("inf"), 3], "cumulative_counts[1]", "finite", id="infinite-count"),
@@ -125,13 +126,25 @@ def test_max_model_len_must_be_positive(mml: float) -> None:
     assert info.value.field == "max_model_len"
 
 
-def test_round_off_dips_are_tolerated_and_real_ones_are_not() -> None:
-    total = 1e6
-    tiny = total * DECREASE_TOLERANCE / 10
-    b = buckets_from_cumulative([1, 2, INF], [5e5, 5e5 - tiny, total], max_model_len=10)
-    assert b.counts.tolist() == [5e5, 0.0, 5e5]
-    with pytest.raises(InputError):
-        buckets_from_cumulative([1, 2, INF], [5e5, 5e5 - 1.0, total], max_model_len=10)
+@pytest.mark.parametrize(
+    ("counts", "ok"),
+    [
+        pytest.param([500.0, 499.0, 1000.0], True, id="one-request"),
+        pytest.param([500.0, 489.5, 1000.0], True, id="one-plus-one-percent"),
+        pytest.param([500.0, 488.5, 1000.0], False, id="beyond-skew"),
+        pytest.param([500.0, 520.0, 480.0], False, id="inf-below-skew"),
+    ],
+)
+def test_scrape_skew_is_repaired_and_larger_dips_refused(counts: list[float], ok: bool) -> None:
+    """A dip of at most SKEW_REQUESTS + SKEW_FRACTION x the window's requests is skew (running max); more is not."""
+    tol = SKEW_REQUESTS + SKEW_FRACTION * max(counts)
+    assert tol == pytest.approx(11.0 if max(counts) == 1000 else 6.2)
+    if ok:
+        b = buckets_from_cumulative([1, 2, INF], counts, max_model_len=10)
+        assert b.counts.tolist() == [500.0, 0.0, 500.0]
+    else:
+        with pytest.raises(InputError, match="scrape skew explains"):
+            buckets_from_cumulative([1, 2, INF], counts, max_model_len=10)
 
 
 def test_bounds_above_max_model_len_are_capped() -> None:

@@ -50,8 +50,9 @@ def test_class_histories_read_each_window_like_histogram_to_samples() -> None:
 @pytest.mark.parametrize(
     ("bad", "field", "needle"),
     [
-        pytest.param({"100": ["6", "0", "0"]}, "chat.windows[2].le=100", "decreases", id="decreasing"),
-        pytest.param({"+Inf": ["12", "0", "4"]}, "chat.windows[2].le=+Inf", "the +Inf bucket", id="inf-below"),
+        pytest.param({"10": ["2", "0", "5"], "100": ["6", "0", "1"]}, "chat.windows[2].le=100", "decreases",
+                     id="decreasing"),
+        pytest.param({"+Inf": ["12", "0", "2"]}, "chat.windows[2].le=+Inf", "the +Inf bucket", id="inf-below"),
         pytest.param({"1000": ["10", "0", "NaN"]}, "chat.windows[2].le=1000", "finite", id="nan"),
     ],
 )

@@ -13,7 +13,7 @@ binning term (``RadiusPolicy.binning`` none / open / all, and the true distance 
 in place of the worst case, which no rule can know). ``--mixture LAYOUT`` adds a fitted two-component lognormal
 mixture per window as the within-bucket shape (binned maximum likelihood, Nelder-Mead from three starts): slow
 (about 20 minutes here), so not part of ``paper_tables.py``. ``benchmarks/paper_tables.py`` embeds the rest as
-section 5 of docs/results.md.
+section 6 of docs/results.md.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@
 3. Issue 5's gm table: SAA, DRO eps = 0.15 E (paper), DRO eps = 0.02 E, P95, P99 and the new default, split and
    rolling x shift 1.0 / 1.5 / 2.5, on the traces with timestamps and, separately, on the one without.
 4. Table V style ablation of the joint planner (:mod:`ablation` beside this file) under a 2.5x shift.
-5. Issue 14: what histogram buckets cost the default policy, per layout, within-bucket model and radius binning
-   term (:mod:`binning` beside this file).
+6. Issue 14: what histogram buckets cost the default policy, per layout, within-bucket model and radius binning
+   term (:mod:`binning` beside this file). Section 5 is ``benchmarks/engine_results.py``'s, kept as it is.
 
 Everything is measured in this one run; ratios compare numbers from the same run. ``--quick`` uses fewer rho and
 shift values (for a smoke test), never for the committed results.
@@ -382,12 +382,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         issue5=ISSUE5_REPORTED, regret=_regret_table(evs), cost_tables=_cost_tables(evs), paper_iv=PAPER_TABLE_IV,
         sim=sim_md, fleet=fleet.model_dump(), ablation=ablation_md, ablation_notes=ABLATION_NOTES,
         imgs="\n".join(f"![{p.stem}](img/{p.name})" for p in imgs), oracle=oracle, oracle_vs_paper=oracle_vs_paper,
-        disagree=_disagreements(evs), binning=binning_md,
+        disagree=_disagreements(evs), binning=binning_md, engine_place=ENGINE_PLACE,
     )
+    # keep the section benchmarks/engine_results.py owns (between its markers), as section 5, when rewriting the rest
+    old = (args.out / "results.md").read_text(encoding="utf-8") if (args.out / "results.md").exists() else ""
+    begin, end = "<!-- engine:begin -->", "<!-- engine:end -->"
+    engine = old[old.index(begin): old.index(end) + len(end)] + "\n\n" if begin in old and end in old else ""
+    md = md.replace(ENGINE_PLACE, engine)
     (args.out / "results.md").write_text(md, encoding="utf-8")
     print(f"wrote {args.out / 'results.md'} and {len(imgs)} images in {elapsed:.0f} s", file=sys.stderr)
     return 0
 
+
+ENGINE_PLACE = "<!-- engine section (benchmarks/engine_results.py) -->\n"
+"""Where the section ``benchmarks/engine_results.py`` owns goes (section 5), replaced by it when present."""
 
 RESULTS_TEMPLATE = """# Results: the paper's tables on the shared traces
 
@@ -501,7 +509,7 @@ about reservations for that trace.
 
 {ablation}
 
-## 5. Issue 14: training on histogram buckets instead of raw lengths
+{engine_place}## 6. Issue 14: training on histogram buckets instead of raw lengths
 
 What the operator sees is not the output lengths but, per history window, how many requests fell in each bucket
 of the exporter's layout: vLLM's 1-2-5 buckets (`vllm:request_generation_tokens`), the Envoy AI Gateway's powers

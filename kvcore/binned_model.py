@@ -11,7 +11,7 @@ requests at or below x. Every model therefore keeps each bucket's count exactly;
 - ``spline``: a monotone cubic (PCHIP, Fritsch-Carlson) through the cumulative counts at the bucket edges, in x;
 - ``log-spline`` (the default): the same spline in log(1 + x).
 
-The default was chosen by measurement on the shared traces (docs/results.md, section 5; docs/model.md, "Histogram
+The default was chosen by measurement on the shared traces (docs/results.md, section 6; docs/model.md, "Histogram
 buckets"), for a reason that holds beyond them: bucket layouts in use (vLLM's 1-2-5, powers of 4, kvplan's fine
 layout) are geometric, so edges are evenly spaced in log(1 + x), where a smooth interpolant of the cumulative counts
 is least distorted; PCHIP stays monotone (so it is a CDF), reproduces every cumulative count, is flat across empty

@@ -1,6 +1,7 @@
 """``kvplan-dev``: the developer CLI for the local control plane, tool builds and the demo.
 
 - ``kvplan-dev tools ensure``: install/build every binary (first time: tens of minutes; then instant).
+- ``kvplan-dev tools ensure --vllm``: install the cached ``vllm==0.33.0`` venv (:mod:`kvplan_dev.vllm_env`).
 - ``kvplan-dev cluster up [--prometheus] [--backfill TRACE] [--json]``: start etcd + kube-apiserver (and
   Prometheus), print one JSON object, and exit leaving them running; state (PIDs) in ``~/.cache/kvplan/run/``.
 - ``kvplan-dev cluster down`` / ``cluster status``: stop exactly those PIDs / report them.
@@ -135,14 +136,19 @@ def cluster_status(args: argparse.Namespace) -> int:
 
 
 def tools_ensure(args: argparse.Namespace) -> int:
-    """Install/build every binary; print their paths as JSON."""
+    """Install/build every binary (with ``--vllm``: only the cached vLLM venv); print their paths as JSON."""
     started = time.monotonic()
     try:
-        tools = ensure_tools(progress=_err)
+        if args.vllm:
+            from kvplan_dev.vllm_env import VLLM_VERSION, ensure_vllm_env
+
+            paths = {"vllm_python": str(ensure_vllm_env(progress=_err)), "vllm": VLLM_VERSION}
+        else:
+            paths = ensure_tools(progress=_err).as_dict()
     except BuildError as exc:
         _err(f"kvplan-dev tools ensure: FAILED\n{exc}")
         return 1
-    print(json.dumps({**tools.as_dict(), "seconds": round(time.monotonic() - started, 1)}, indent=2))
+    print(json.dumps({**paths, "seconds": round(time.monotonic() - started, 1)}, indent=2))
     return 0
 
 
@@ -175,7 +181,10 @@ def parser() -> argparse.ArgumentParser:
     cl_sub.add_parser("status", help="show what `up` started").set_defaults(func=cluster_status)
     tl = sub.add_parser("tools", help="binaries")
     tl_sub = tl.add_subparsers(dest="action", required=True)
-    tl_sub.add_parser("ensure", help="install/build every binary").set_defaults(func=tools_ensure)
+    ensure = tl_sub.add_parser("ensure", help="install/build every binary")
+    ensure.add_argument("--vllm", action="store_true",
+                        help="install only the cached vllm==0.33.0 venv the parity tier runs (~4.6 GB download)")
+    ensure.set_defaults(func=tools_ensure)
     for name in ("kubectl", "helm"):
         tool = sub.add_parser(name, help=f"run the project's {name}: kvplan-dev {name} -- ARGS")
         tool.add_argument("args", nargs=argparse.REMAINDER)

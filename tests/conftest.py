@@ -1,7 +1,8 @@
 """Shared pytest configuration.
 
 Tiers: ``tests/unit`` (pure, fast), ``tests/integration`` (real kube-apiserver + etcd and real Prometheus on
-loopback, marked ``integration``), ``tests/e2e`` (operator under KopfRunner and helm, marked ``e2e``).
+loopback, marked ``integration``), ``tests/e2e`` (operator under KopfRunner and helm, marked ``e2e``), ``tests/vllm``
+(the real vllm==0.33.0 on CPU from its cached venv, marked ``vllm``).
 
 The control-plane fixtures (``cluster``, ``namespace``, ``prometheus``, ``kube_api``) come from
 :mod:`kvplan_dev.pytest_fixtures` and are registered here once, for every tier. Nothing in them skips: a binary that
@@ -24,6 +25,7 @@ from kvplan_dev.pytest_fixtures import (  # noqa: F401 - imported fixtures are r
     namespace,
     prebuild_tools,
     prometheus,
+    vllm_python,
 )
 
 # Property tests draw the same examples on every run unless asked to explore, so CI cannot pass or fail by luck of
@@ -47,7 +49,8 @@ def traces_dir() -> Path:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Build missing binaries once, before the first integration/e2e test runs (not under the per-test timeout)."""
+    """Build missing binaries (and the vLLM venv) once, before the first integration/e2e/vllm test runs (not under
+    the per-test timeout)."""
     prebuild_tools(session)
 
 

@@ -96,3 +96,12 @@ def test_cli_rows_gain_observe(tmp_path: Path, capsys: pytest.CaptureFixture[str
         main(["evaluate", "--trace", str(p), "--observe", "histogram", "--no-progress"])
     assert stop.value.code == 2
     assert "argument --observe: invalid choice: 'histogram'" in capsys.readouterr().err
+
+
+def test_engine_evaluation_refuses_observe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "trace.csv"
+    p.write_text("arrival_s,input_tokens,output_tokens\n0,10,5\n1,10,7\n")
+    rc = main(["evaluate", "--trace", str(p), "--engine", "vllm", "--observe", "vllm", "--no-progress"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "--observe" in err and "Traceback" not in err

@@ -11,9 +11,10 @@ reason (the last good plan stays in force):
 
 - ``InvalidHistogram``: a count that is NaN, infinite, negative or above :data:`MAX_COUNT`; an ``le`` that is not a
   number or is negative; cumulative counts that *decrease* with ``le`` by more than scrape skew explains
-  (:data:`SKEW_REQUESTS` requests plus :data:`SKEW_FRACTION` of the window's total) -- reversed buckets would put
-  every request in the lowest bucket and shrink reservations to nothing -- named specially when the ``+Inf``
-  bucket is the one below the last finite bucket. A dip within that tolerance is repaired by the running max;
+  (kvcore's own tolerance: ``kvcore.binned.SKEW_REQUESTS`` requests plus ``SKEW_FRACTION`` of the window's
+  total) -- reversed buckets would put every request in the lowest bucket and shrink reservations to nothing --
+  named specially when the ``+Inf`` bucket is the one below the last finite bucket. A dip within that tolerance is
+  repaired by kvcore's running max;
 - ``TooManySeries``: more than :data:`MAX_SERIES` series, or more than :data:`MAX_KEYS` values of the class label
   (a request id or user id as class label would otherwise become thousands of plans);
 - ``NoRateData``: no count in the newest window for a class whose arrival rate comes from the source, or an
@@ -21,9 +22,10 @@ reason (the last good plan stays in force):
 - ``InvalidRate``: a rate that is NaN, infinite, negative or above :data:`MAX_RATE`;
 - ``PrometheusBadResponse``: a result of the wrong type or values that are not numbers.
 
-Binning: :func:`class_histories` is the one place where bucket counts become samples (today
-:func:`kvcore.traces.histogram_to_samples` per window; the bucket-aware reading of ``kvcore.binned_history`` will
-replace its body).
+Binning: :func:`class_histories` is the one place where bucket counts become samples:
+:func:`kvcore.binned_history.class_histories` reads each window with the within-bucket model and gives every
+window its binning bound for the radius rule. A class whose windows kvcore still refuses is ``InvalidHistogram``
+naming the class, the window and the bucket.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvcore.errors import InputError
-from kvcore.samples import History, Samples
-from kvcore.traces import histogram_to_samples
+from kvcore.binned import SKEW_FRACTION, SKEW_REQUESTS
+from kvcore.binned_history import ClassHistory
+from kvcore.binned_history import class_histories as _binned_histories
+from kvcore.samples import History
 
 from . import conditions as C
 from .prom import PromError
@@ -48,10 +51,6 @@ KEY_LABEL = "kvplan_key"
 MAX_COUNT = 1e15
 #: Largest believable arrival rate, requests/s (a million times a big fleet's load).
 MAX_RATE = 1e9
-#: Scrape skew tolerated in cumulative counts: a dip of at most this many requests ...
-SKEW_REQUESTS = 1.0
-#: ... plus this fraction of the window's total (``increase()`` extrapolates each series on its own).
-SKEW_FRACTION = 0.01
 #: Most values of a class label one query may yield: 256 is the planner's tested scale (issue 16) and four times the
 #: CRD's 64 classes, room for other tenants' classes on a shared label.
 MAX_KEYS = 256
@@ -74,16 +73,6 @@ class ClassObservation:
     arrival_rate: float
     source: str = "vllm"
     rate_from: str = "spec"
-
-
-@dataclass(frozen=True)
-class BinnedHistory:
-    """One key's windows read as samples: the History of the windows that counted requests (None if none did),
-    the requests counted, and how many windows counted some."""
-
-    history: History | None
-    requests: float
-    windows: int
 
 
 def _number(raw: Any, what: str) -> float:
@@ -183,25 +172,15 @@ def windows_from_matrix(data: Mapping[str, Any], *, what: str = "histogram") -> 
 
 
 def class_histories(windows_by_class: Mapping[str, Sequence[Mapping[str, float]]], *,
-                    max_model_len: Mapping[str, float]) -> dict[str, BinnedHistory]:
+                    max_model_len: Mapping[str, float]) -> dict[str, ClassHistory]:
     """THE adapter from the range-query shape (per class, per window, ``le`` -> cumulative count; windows oldest
-    first, ``le`` strings as Prometheus writes them) to per-class histories. Each window with requests becomes one
-    :class:`~kvcore.samples.Samples` (today :func:`kvcore.traces.histogram_to_samples`, which places a bucket's
-    requests at its upper bound); empty windows are skipped. The counts were checked by :func:`windows_by_key`."""
-    out: dict[str, BinnedHistory] = {}
-    for cls, windows in windows_by_class.items():
-        samples: list[Samples] = []
-        total = 0.0
-        for window in windows:
-            counts = list(window.values())
-            if not counts or max(counts) <= 0:
-                continue
-            try:
-                samples.append(histogram_to_samples(list(window), counts, max_model_len=max_model_len[cls]))
-            except InputError:
-                continue  # an all-empty window after the running max; nothing to learn from it
-            total += max(counts)
-        out[cls] = BinnedHistory(History.of(samples) if samples else None, total, len(samples))
+    first, ``le`` strings as Prometheus writes them) to per-class histories: :func:`kvcore.binned_history.
+    class_histories` (the within-bucket model, each window's binning bound; empty windows skipped). The counts were
+    checked by :func:`windows_by_key`; anything kvcore still refuses is ``InvalidHistogram`` naming the class."""
+    out = _binned_histories(windows_by_class, max_model_len=dict(max_model_len))
+    for cls, ch in out.items():
+        if ch.error is not None:
+            raise PromError(C.INVALID_HISTOGRAM, f"class {cls}: {ch.error}")
     return out
 
 

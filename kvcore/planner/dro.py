@@ -11,6 +11,15 @@ evaluation. (Primal view: sup of E_P[Q] over the Wasserstein ball, mass moved to
 fractional knapsack.) Checked against the HiGHS LP (eq. 6 with y fixed) in
 ``tests/unit/test_planner_dro_queueing.py``.
 
+**Closed form where the ball is not binding.** Moving mass w from a sample xi to a point t raises E[Q] by at
+most ``max(cp, cw)`` per token of transport (Q(y, .) is Lipschitz with those slopes), and moving a sample above y to
+L gains exactly cp per token (to 0 from at or below y: exactly cw). So with ``r = max(cp, cw)`` and the transport
+those exact-ratio moves can absorb, ``T(y) = [cp >= cw] sum_{xi_n > y} w_n (L - xi_n) + [cw >= cp] sum_{xi_n <= y}
+w_n xi_n`` tokens, every ``y`` with ``eps < T(y)`` has ``DRO(y) = SAA(y) + r eps`` and the SAA right slope there
+(T only grows or stays as y moves right within a gap between samples). :class:`DroCurve` uses this O(log N) form
+(prefix sums over the sorted samples) where it applies and the full evaluation elsewhere; the two are checked
+against each other in ``tests/unit/test_planner_dro_queueing.py``.
+
 The slope returned is a true subgradient of DRO at y (Danskin for a partial minimum): at gamma*, the y-slopes of
 the active lines just left and right of gamma* are combined with the weights that make the gamma-slope zero; a
 sample equal to y counts as below it.
@@ -101,6 +110,9 @@ class DroCurve:
     y_star: float = 0.0
     min_value: float = 0.0
     cuts: list[tuple[float, float, float]] = field(default_factory=list)
+    _xs: FloatArray = field(default_factory=lambda: np.empty(0))      # sorted samples
+    _cw_le: FloatArray = field(default_factory=lambda: np.zeros(1))   # prefix sums of w, then w xi, over _xs
+    _cwx_le: FloatArray = field(default_factory=lambda: np.zeros(1))
     _cache: dict[float, tuple[float, float]] = field(default_factory=dict)
     _pool: list[tuple[float, float, float]] = field(default_factory=list)
     _pooled_at: int = -1
@@ -110,6 +122,10 @@ class DroCurve:
               ) -> DroCurve:
         xi = np.minimum(np.asarray(samples.values, dtype=np.float64), lmax)
         curve = cls(xi=xi, w=np.asarray(samples.weights, dtype=np.float64), cp=cp, cw=cw, lmax=lmax, eps=eps)
+        order = np.argsort(xi, kind="stable")
+        curve._xs = xi[order]
+        curve._cw_le = np.concatenate(([0.0], np.cumsum(curve.w[order])))
+        curve._cwx_le = np.concatenate(([0.0], np.cumsum(curve.w[order] * curve._xs)))
         if cp > 0 and cw > 0:
             sol = solve_dro_exact(samples, cp=cp, cw=cw, lmax=lmax, eps=eps)
             curve.y_star = float(sol.y)
@@ -130,9 +146,26 @@ class DroCurve:
         hit = self._cache.get(y)
         if hit is not None:
             return hit
-        v, slope, _ = dro_eval(y, self.xi, self.w, cp=self.cp, cw=self.cw, lmax=self.lmax, eps=self.eps)
-        self._cache[y] = (v, slope)
-        return v, slope
+        fast = self._closed_form(y)
+        if fast is None:
+            v, slope, _ = dro_eval(y, self.xi, self.w, cp=self.cp, cw=self.cw, lmax=self.lmax, eps=self.eps)
+            fast = (v, slope)
+        self._cache[y] = fast
+        return fast
+
+    def _closed_form(self, y: float) -> tuple[float, float] | None:
+        """(SAA(y) + max(cp, cw) eps, SAA's right slope) when eps < T(y) (module docstring), else None."""
+        if self._xs.size == 0:
+            return None
+        j = int(np.searchsorted(self._xs, y, side="right"))   # samples <= y
+        w_le, wx_le = float(self._cw_le[j]), float(self._cwx_le[j])
+        w_gt, wx_gt = float(self._cw_le[-1]) - w_le, float(self._cwx_le[-1]) - wx_le
+        cp, cw = self.cp, self.cw
+        cap = (self.lmax * w_gt - wx_gt if cp >= cw else 0.0) + (wx_le if cw >= cp else 0.0)
+        if self.eps > 0.0 and not self.eps < cap:
+            return None
+        saa = cp * (wx_gt - y * w_gt) + cw * (y * w_le - wx_le)
+        return saa + max(cp, cw) * self.eps, cw * w_le - cp * w_gt
 
     def pool(self) -> list[tuple[float, float, float]]:
         """The cut pool without near-duplicates (cuts closer than 1e-6 L in y are kept once)."""

@@ -81,6 +81,8 @@ class ModelSpec:
 GPUS: dict[str, GpuSpec] = {
     # 81,920 MiB as nvidia-smi reports it; 2,039 GB/s HBM2e; 312 TFLOPS bf16 dense; 600 GB/s NVLink 3 (total).
     "A100-80GB": GpuSpec(memory_bytes=81920 * 1024**2, hbm_bytes_s=2039e9, bf16_flops=312e12, nvlink_bytes_s=600e9),
+    # 40,960 MiB HBM2; 1,555 GB/s; same compute and NVLink (NVIDIA A100 datasheet, SXM4 40GB).
+    "A100-40GB": GpuSpec(memory_bytes=40960 * 1024**2, hbm_bytes_s=1555e9, bf16_flops=312e12, nvlink_bytes_s=600e9),
 }
 """Known GPU types. Names are matched exactly."""
 

@@ -142,4 +142,6 @@ def test_closed_form_matches_full_evaluation(cp: float, cw: float) -> None:
                 if 0.0 <= y + h <= lmax:
                     vh, _, _ = dro_eval(float(y + h), curve.xi, curve.w, cp=cp, cw=cw, lmax=lmax, eps=eps)
                     assert vh >= fast[0] + fast[1] * h - 1e-7 * max(1.0, abs(vh))
+        at_l = dro_eval(lmax, curve.xi, curve.w, cp=cp, cw=cw, lmax=lmax, eps=eps)
+        assert curve.value_slope(lmax) == pytest.approx(at_l[:2], rel=1e-9, abs=1e-9)
     assert used > 100 and skipped > 10

@@ -57,6 +57,12 @@ class LowerBound:
     evaluations: int
 
 
+def priced_load(mu: FloatArray, theta: float, c_slo: float) -> FloatArray:
+    """U = mu (1 - (1 + 2 mu theta / c_slo)^(-1/2)) tokens/s: where c_slo g'(U) = theta, i.e. the load at which a
+    group's marginal queueing cost equals the work price (not clipped to max_utilisation; c_slo > 0)."""
+    return np.asarray(mu * (1.0 - 1.0 / np.sqrt(1.0 + 2.0 * mu * theta / c_slo)), dtype=np.float64)
+
+
 class _Groups:
     """Every feasible (group, layout) as flat arrays, for the closed-form group pieces."""
 
@@ -75,7 +81,7 @@ class _Groups:
         """(sum_k group piece, layout per group, U_k per group) at theta."""
         mu, c, cap = self.mu, self.c, self.cap
         if c > 0:
-            u = np.minimum(mu * (1.0 - 1.0 / np.sqrt(1.0 + 2.0 * mu * theta / c)), cap)
+            u = np.minimum(priced_load(mu, theta, c), cap)
             gap = mu - u
             h = c * u * u / (2.0 * mu * gap) - theta * u
             dh = c * u * (2.0 * mu - u) / (2.0 * mu * gap * gap) - theta

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from kvcore.planner.bound import Dual, DualPoint, LowerBound, lower_bound
+from kvcore.planner.bound import Dual, DualPoint, LowerBound, lower_bound, priced_load
 from kvcore.planner.continuous import ContinuousResult, solve_continuous
 from kvcore.planner.problem import Problem
 from kvcore.planner.state import State, config_of, evaluate
@@ -75,7 +75,7 @@ def _group_loads(prob: Problem, z: tuple[int, ...], work: float) -> FloatArray |
 
     def loads(theta: float) -> FloatArray:
         u = np.zeros(K)
-        u[live] = mu[live] * (1.0 - 1.0 / np.sqrt(1.0 + 2.0 * mu[live] * theta / prob.c_slo))
+        u[live] = priced_load(mu[live], theta, prob.c_slo)
         return np.minimum(u, cap)
 
     lo, hi = 0.0, 1e-6

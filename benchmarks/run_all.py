@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ("reserve", "scale", "multigroup", "sim_speed", "replan", "paper_tables", "radius_ablation")
+ORDER = ("reserve", "scale", "multigroup", "fleet", "sim_speed", "replan", "paper_tables", "radius_ablation")
 
 
 def main() -> int:

@@ -1,25 +1,28 @@
 """The planner for large instances (many classes x many groups): price the work, then build the plan from the
-price and polish it.
+prices and polish it.
 
-The Lagrangian dual of :mod:`.bound` says, at the best work price theta, what each class would reserve and whether
-it is admitted, which layout each group would run and how much work U_k it would carry. Those minimisers nearly
-form a plan, and this module completes one, in four steps, none of which grows faster than C x K:
+The Lagrangian dual of :mod:`.bound` says, at the best prices (theta for work, beta for KV memory-time), what each
+class would reserve and whether it is admitted, which layout each group would run and how much work U_k it would
+carry. Those minimisers nearly form a plan, and this module completes one, in four steps, none of which grows
+faster than C x K:
 
-1. **Layouts and admission** from the dual at theta (ties towards the larger load).
-2. **Loads.** With the classes' work W = sum_i a_i lambda_i (ell_i + y_i) (tokens/s; prefix cached), the group loads
-   are U_k(theta') of the same closed form at the price theta' where they sum to W (bisection; the marginal
-   queueing cost is then equal across groups). If W exceeds what the layouts can carry at max_utilisation, the
-   class side's price is raised until it fits (and classes the dual refuses at that price are refused).
-3. **Routing** by filling: classes sorted by work per request s_i, groups in a fixed order, each group takes the
-   next classes' work up to U_k (a class straddling two groups is split). Every group gets a contiguous range of
-   s, so its requests are alike and its Lambda T is close to the Cauchy-Schwarz value the bound charges; at most
-   C + K - 1 (class, group) pairs carry traffic.
-4. **Reservations and prefix fractions** for that routing: the convex (y, delta) block of
-   :mod:`.continuous`, solved to its certificate with every constraint of the model (KV memory, prefix-cache
-   copies, the true Lambda_k T_k). Steps 3-4 are repeated with the new reservations while the objective falls.
+1. **Layouts and admission** from the dual (ties towards the larger load).
+2. **Loads** (:func:`.fleet_fill.group_loads`): with the classes' work W = sum_i a_i lambda_i (ell_i + y_i)
+   (tokens/s; prefix cached), the group loads are U_k of the dual's closed form at the price where they sum to W
+   (the marginal queueing cost is then equal across groups). If W (or the memory-time it needs) exceeds what the
+   layouts hold, the class side's work price is raised until it fits (classes the dual refuses there are refused).
+3. **Routing** by filling (:func:`.fleet_fill.fill_routing`): classes sorted by work per request s_i, groups in a
+   fixed order, each group takes the next classes' work up to U_k and its KV memory (a class straddling two groups
+   is split). Every group gets a contiguous range of s, so its requests are alike and its Lambda T is close to the
+   Cauchy-Schwarz value the bound charges; at most about C + K pairs carry traffic.
+4. **Reservations and prefix fractions** for that routing: the convex (y, delta) block of :mod:`.continuous`,
+   solved to its certificate with every constraint of the model (KV memory, prefix-cache copies, the true
+   Lambda_k T_k). Steps 3-4 are repeated with the new reservations while the objective falls.
 
-The plan is re-checked by :func:`.state.evaluate` like any other. ``previous`` (the last plan's state) only seeds
-the price search.
+If no routing fits (KV memory short where the pooled dual did not see it; filling then falls back to a routing LP,
+:func:`.fleet_fill.lp_routing`), the work price is doubled and the steps redone, until refusing is cheaper than
+serving any class; if even that fails, every class is refused (always feasible). Refused classes are then retried
+with admission forced. The plan is re-checked by :func:`.state.evaluate` like any other.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from kvcore.planner.bound import Dual, DualPoint, LowerBound, lower_bound, priced_load
+from kvcore.planner.bound import Dual, DualPoint, LowerBound, lower_bound
 from kvcore.planner.continuous import ContinuousResult, solve_continuous
+from kvcore.planner.fleet_fill import MARGIN, fill_routing, group_loads, lp_routing
 from kvcore.planner.problem import Problem
 from kvcore.planner.state import State, config_of, evaluate
 
@@ -43,6 +47,9 @@ ROUNDS = 3
 READMIT = 8
 """Refused classes (largest rate first) each tried once with admission forced: the price refuses whole classes
 where the optimum may carry one more at smaller reservations (an integrality gap the dual cannot see)."""
+ESCALATIONS = 60
+"""At most this many doublings of the work price when no routing fits the groups' KV memory (they stop earlier, at
+the price where refusing any class is cheaper than serving its least work)."""
 STOP_RTOL = 1e-7
 """Stop the rounds when one lowers the objective by less than this fraction."""
 
@@ -59,88 +66,33 @@ class FleetRun:
     solver_errors: list[str] = field(default_factory=list)
 
 
-def _group_loads(prob: Problem, z: tuple[int, ...], work: float) -> FloatArray | None:
-    """Loads U_k (tokens/s) summing to ``work`` with equal marginal queueing cost c g'(U_k); None if the layouts
-    cannot carry it at max_utilisation."""
-    K = prob.n_groups
-    mu = np.array([c.mu if (c := config_of(prob, z, k)) is not None else 0.0 for k in range(K)])
-    cap = prob.umax * mu
-    if work > cap.sum() * (1 - 1e-9):
-        return None
-    if work <= 0:
-        return np.zeros(K)
-    if prob.c_slo <= 0:
-        return np.asarray(cap * (work / cap.sum()), dtype=np.float64)
-    live = mu > 0
-
-    def loads(theta: float) -> FloatArray:
-        u = np.zeros(K)
-        u[live] = priced_load(mu[live], theta, prob.c_slo)
-        return np.minimum(u, cap)
-
-    lo, hi = 0.0, 1e-6
-    while loads(hi).sum() < work and hi < 1e30:
-        lo, hi = hi, hi * 4.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if loads(mid).sum() < work:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-14 * hi:
-            break
-    u = loads(hi)
-    return np.asarray(u * (work / u.sum()), dtype=np.float64)
-
-
-def fill_routing(prob: Problem, a: BoolArray, s: FloatArray, loads: FloatArray) -> FloatArray:
-    """x (requests/s) routing each admitted class's work lambda_i s_i into groups holding ``loads`` (tokens/s),
-    classes in order of s, groups in index order (module docstring, step 3)."""
-    C, K = prob.n_classes, prob.n_groups
-    x = np.zeros((C, K))
-    order = [int(i) for i in np.argsort(s, kind="stable") if a[i] and prob.lam[i] > 0]
-    room = loads.astype(np.float64).copy()
-    groups = [k for k in range(K) if room[k] > 0]
-    g = 0
-    for i in order:
-        left = float(prob.lam[i])   # requests/s still to place
-        while left > 0.0:
-            while g < len(groups) - 1 and room[groups[g]] <= 1e-9 * float(loads[groups[g]]):
-                g += 1
-            k = groups[g] if groups else 0
-            fits = room[k] / s[i] if s[i] > 0 else math.inf
-            if fits >= left or g == len(groups) - 1:   # the last group takes any round-off
-                x[i, k] += left
-                room[k] -= left * s[i]
-                left = 0.0
-            else:
-                x[i, k] += fits
-                room[k] = 0.0
-                left -= fits
-    return x
-
-
 def _start(dual: Dual, point: DualPoint, force: BoolArray | None = None
            ) -> tuple[tuple[int, ...], BoolArray, FloatArray, FloatArray] | None:
-    """(z, a, y, loads) from the dual point; if the classes' work does not fit the layouts at max_utilisation, the
-    least higher price at which it does (bisection on the class side, layouts kept). Classes in ``force`` are
-    admitted whatever the price."""
+    """(z, a, y, loads) from the dual point; if the classes' work (or its memory-time) does not fit the layouts,
+    the least higher work price at which it does (bisection on the class side, layouts kept). Classes in ``force``
+    are admitted whatever the price."""
     prob = dual.prob
     z = point.layout
     ell = np.maximum(prob.lin - prob.lpre, 0.0)
-    cap = prob.umax * sum(c.mu for k in range(prob.n_groups) if (c := config_of(prob, z, k)) is not None)
+    cfgs = [c for k in range(prob.n_groups) if (c := config_of(prob, z, k)) is not None]
+    cap = prob.umax * sum(c.mu for c in cfgs) * (1 - MARGIN)
+    room = sum(c.memory / c.token_interval_s for c in cfgs) * (1 - MARGIN)
     keep = np.zeros(prob.n_classes, dtype=bool) if force is None else force
 
-    def work(p: DualPoint) -> float:
-        return float(np.dot(np.where(p.admitted | keep, prob.lam, 0.0), ell + p.y))
+    def work(p: DualPoint) -> FloatArray:
+        return np.asarray(np.where(p.admitted | keep, prob.lam, 0.0) * (ell + p.y), dtype=np.float64)
 
-    fit = point if work(point) <= cap * (1 - 1e-9) else None
+    def fits(p: DualPoint) -> bool:
+        w = work(p)
+        return float(w.sum()) <= cap and float(np.dot(w, prob.mean_out)) <= room
+
+    fit = point if fits(point) else None
     if fit is None:
         lo, hi = point.theta, max(point.theta, 1e-6)
         for _ in range(60):
             hi *= 2.0
-            p = dual.point(hi)
-            if work(p) <= cap * (1 - 1e-9):
+            p = dual.point(hi, point.beta)
+            if fits(p):
                 fit = p
                 break
             lo = hi
@@ -148,14 +100,14 @@ def _start(dual: Dual, point: DualPoint, force: BoolArray | None = None
             if hi - lo <= 1e-9 * hi:
                 break
             mid = 0.5 * (lo + hi)
-            p = dual.point(mid)
-            if work(p) <= cap * (1 - 1e-9):
+            p = dual.point(mid, point.beta)
+            if fits(p):
                 fit, hi = p, mid
             else:
                 lo = mid
     if fit is None:
         return None
-    loads = _group_loads(prob, z, work(fit))
+    loads = group_loads(prob, z, float(work(fit).sum()))
     return None if loads is None else (z, fit.admitted | keep, fit.y.copy(), loads)
 
 
@@ -175,7 +127,11 @@ def _complete(prob: Problem, z: tuple[int, ...], a: BoolArray, y: FloatArray, lo
     best: _Done | None = None
     errors: list[str] = []
     for rounds in range(1, ROUNDS + 2):
-        x = fill_routing(prob, a, s, loads)
+        x = fill_routing(prob, z, a, s, loads)
+        if x is None and rounds == 1:
+            x = lp_routing(prob, z, a, y)
+        if x is None:
+            break
         res: ContinuousResult = solve_continuous(prob, z, a, x, hint=hint, tol=1e-9)
         if not res.ok:
             errors.append(res.raw_status)
@@ -190,7 +146,7 @@ def _complete(prob: Problem, z: tuple[int, ...], a: BoolArray, y: FloatArray, lo
             break
         hint = (res.y, res.delta)
         s = prob.lin + res.y - np.average(res.delta, axis=1, weights=np.maximum(x, 1e-300)) * prob.lpre
-        nxt = _group_loads(prob, z, float(np.dot(np.where(a, prob.lam, 0.0), s)))
+        nxt = group_loads(prob, z, float(np.dot(np.where(a, prob.lam, 0.0), s)))
         if nxt is None:
             break
         loads = nxt
@@ -199,29 +155,49 @@ def _complete(prob: Problem, z: tuple[int, ...], a: BoolArray, y: FloatArray, lo
     return best if best is not None and math.isfinite(best.total) else None
 
 
+def _plan_at(dual: Dual, point: DualPoint, force: BoolArray | None = None, *, escalate: bool = True
+             ) -> tuple[_Done | None, float]:
+    """Steps 1-4 from ``point``, doubling the work price while no routing fits (if ``escalate``), up to the price
+    at which serving any class's least work costs more than refusing it; (result, factor the price was raised by)."""
+    prob = dual.prob
+    ell = np.maximum(prob.lin - prob.lpre, 0.0)
+    top = 2.0 * prob.c_rej / max(float(ell[prob.lam > 0].min(initial=1.0)), 1e-9)
+    theta, factor = max(point.theta, 1e-9), 1.0
+    for _ in range(ESCALATIONS + 1):
+        p = point if factor == 1.0 else dual.point(theta * factor, point.beta)
+        start = _start(dual, p, force)
+        done = _complete(prob, *start) if start is not None else None
+        if done is not None or theta * factor >= top or not escalate:
+            return done, factor
+        factor *= 2.0
+    return None, factor
+
+
+def _refuse_all(prob: Problem, z: tuple[int, ...]) -> _Done:
+    """The plan that refuses every class: always feasible (no traffic), the last resort."""
+    C, K = prob.n_classes, prob.n_groups
+    st = State(z, np.zeros(C, dtype=bool), np.zeros((C, K)), np.array([c.y_star for c in prob.curves]),
+               np.zeros((C, K)))
+    return _Done(evaluate(prob, st).total, st, 0, [])
+
+
 def run_fleet(prob: Problem, *, previous_theta: float | None = None) -> FleetRun:
     """Plan ``prob`` by the steps of the module docstring; ``previous_theta`` (the price the plan in force reveals,
     :func:`.warm.revealed_price`) is where the price search starts."""
     dual = Dual(prob)
     bound = lower_bound(dual, start=previous_theta)
-    C, K = prob.n_classes, prob.n_groups
-    start = _start(dual, bound.point)
-    best = _complete(prob, *start) if start is not None else None
-    if best is None:
-        st = State(tuple(-1 for _ in range(K)), np.zeros(C, dtype=bool), np.zeros((C, K)), np.zeros(C),
-                   np.zeros((C, K)))
-        why = "no price makes the classes' work fit the groups" if start is None else \
-            "the routing built from the work price is infeasible"
-        return FleetRun(st, math.inf, bound, 0, False, why)
-    log: list[str] = []
+    C = prob.n_classes
+    found, raised = _plan_at(dual, bound.point)
+    best = found if found is not None else _refuse_all(prob, bound.point.layout)
+    log = [] if found is not None else ["no routing fits at any work price: every class refused"]
+    log += [f"work price raised {raised:.3g}x for KV memory"] if raised > 1 and found is not None else []
     refused = sorted((i for i in range(C) if not best.state.a[i] and prob.lam[i] > 0), key=lambda i: -prob.lam[i])
     for j in refused[:READMIT]:
         if best.state.a[j]:
             continue
         force = best.state.a.copy()
         force[j] = True
-        trial = _start(dual, bound.point, force)
-        cand = _complete(prob, *trial) if trial is not None else None
+        cand, _ = _plan_at(dual, bound.point, force, escalate=False)
         if cand is not None and cand.total < best.total * (1 - STOP_RTOL):
             log.append(f"re-admitted {prob.class_names[j]} (the price alone refused it)")
             best = cand

@@ -11,6 +11,7 @@ methods in this process: BCD's time grows with classes x groups x layouts, which
 fleet method above 4,096 of them.
 
     .venv/bin/python benchmarks/fleet.py [--size 256x64x12x2000] [--seeds 0 1 2 3 4] [--bcd 32x8x12x1000] [--json]
+    .venv/bin/python benchmarks/fleet.py --scaling      # cold plans at larger sizes: time and peak memory
 
 Targets: plan_seconds <= 5 cold and <= 1 warm, gap <= 1e-2 on every seed, peak_rss_mb <= 1,024.
 """
@@ -34,11 +35,15 @@ REPO = Path(__file__).resolve().parent.parent
 TARGETS = {"plan_seconds": 5.0, "warm_plan_seconds": 1.0, "gap": 1e-2, "warm_gap": 1e-2, "peak_rss_mb": 1024.0}
 
 
-def run_seed(size: tuple[int, int, int, int], seed: int) -> dict[str, Any]:
+SCALING = ("256x64x12x2000", "1024x64x12x2000", "256x256x12x2000", "1024x256x12x2000", "256x64x12x20000")
+"""``--scaling``: sizes around the target, cold plans of seed 0, for how time and peak memory grow."""
+
+
+def run_seed(size: tuple[int, int, int, int], seed: int, warm: bool = True) -> dict[str, Any]:
     c, k, z, n = size
     cmd = [sys.executable, "-c", "import sys; from kvcore.cli import main; sys.exit(main())", "bench", "fleet",
            "--classes", str(c), "--groups", str(k), "--configs", str(z), "--samples", str(n), "--seed", str(seed),
-           "--warm", "--json"]
+           "--json"] + (["--warm"] if warm else [])
     before = os.getloadavg()[0]
     out = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PYTHONSAFEPATH="1"), cwd=REPO,
                          check=True)
@@ -75,8 +80,14 @@ def main() -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     p.add_argument("--bcd", default="16x4x6x500", metavar="CxKxZxN",
                    help="also compare BCD and the fleet method on this size ('none' to skip)")
+    p.add_argument("--scaling", action="store_true", help="instead: cold plans at the sizes of SCALING")
     p.add_argument("--json", action="store_true", help="print the JSON rows only")
     args = p.parse_args()
+    if args.scaling:
+        rows = [dict(size=text, **run_seed(_size(text), 0, warm=False)) for text in SCALING]
+        cols = ["size", "plan_seconds", "gap", "peak_rss_mb", "load_before", "load_after"]
+        print(json.dumps(rows) if args.json else format_table(cols, [[r[c] for c in cols] for r in rows]))
+        return 0
     size = _size(args.size)
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     rows = [run_seed(size, seed) for seed in args.seeds]

@@ -34,8 +34,9 @@ Method = Literal["auto", "bcd", "fleet"]
 BCD_SIZE = 4096
 """Largest ``classes x groups x feasible layouts (summed over groups)`` planned by BCD under ``method="auto"``.
 One BCD sweep solves the (y, delta) block about twice per (group, layout) and once per class, each block growing
-with classes x groups: 16 classes x 4 groups x 24 layouts (1,536) plans in 1.4 s and 32 x 8 x 96 (24,576) in 17 s on
-the quiet development machine, where the fleet method takes 0.02 s at an objective 8e-6 lower (docs/benchmarks.md).
+with classes x groups: 16 classes x 4 groups x 24 layouts (1,536) plans in 1.4 s and 32 classes x 8 groups x 12
+layouts in 17 s on the quiet development machine, where the fleet method takes 0.02 s at an objective 8e-6 lower
+(docs/benchmarks.md).
 """
 
 _SHOWN_GROUPS = 5

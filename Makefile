@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv tools demo test test-unit test-integration test-e2e bench lint-chart typecheck clean
+.PHONY: venv tools vllm-env demo test test-unit test-integration test-e2e test-vllm parity bench lint-chart typecheck clean
 
 $(STAMP): pyproject.toml setup.py
 	command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (kvplan needs Python 3.11)" >&2; exit 1; }
@@ -24,13 +24,20 @@ venv: $(STAMP)
 tools: venv
 	$(VENV)/bin/kvplan-dev tools ensure
 
+# vllm==0.33.0 and its whole hash-pinned dependency set (requirements/vllm-0.33.0.lock) in its own venv under
+# ~/.cache/kvplan/vllm-0.33.0 ($KVPLAN_CACHE), installed once under a file lock. First time: ~4.3 GB download,
+# 9.4 GB disk, ~10 min (README, "The vLLM environment"); then instant.
+vllm-env: venv
+	$(VENV)/bin/kvplan-dev tools ensure --vllm
+
 # The main job on the embedded default: local control plane + Prometheus backfilled from a bundled trace,
 # the operator, the example KVPlan; prints the plan and what changed; stops everything it started.
 demo: tools
 	$(VENV)/bin/kvplan-dev demo
 
-# The full test suite: unit, typecheck/layering, integration (real apiserver+etcd, real Prometheus), e2e.
-test: tools
+# The full test suite: unit, typecheck/layering, integration (real apiserver+etcd, real Prometheus), e2e, and the
+# vllm tier (kvcore's engine model against vLLM 0.33's own scheduler on CPU).
+test: tools vllm-env
 	$(VENV)/bin/pytest tests
 
 test-unit: venv
@@ -41,6 +48,14 @@ test-integration: tools
 
 test-e2e: tools
 	$(VENV)/bin/pytest -m e2e tests
+
+test-vllm: vllm-env
+	$(VENV)/bin/pytest -m vllm tests
+
+# kvcore's vLLM engine model against vLLM 0.33's own Scheduler on 260 seeded cases; prints one JSON line
+# {"cases": N, "identical": M, "mismatches": [...], "vllm": "0.33.0", ...} (progress on stderr).
+parity: vllm-env
+	$(PY) -m kvplan_dev.parity
 
 bench: venv
 	$(VENV)/bin/python benchmarks/run_all.py

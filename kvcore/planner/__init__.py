@@ -23,6 +23,7 @@ from kvcore.instance import Instance, load_instance
 from kvcore.planmodel import Plan, PlanStatus
 from kvcore.planner.bcd import run_bcd
 from kvcore.planner.fleet import run_fleet
+from kvcore.planner.limits import check_size, size_of
 from kvcore.planner.problem import Problem, compile_problem
 from kvcore.planner.result import build_plan, infeasible_plan
 from kvcore.planner.warm import previous_state, revealed_price
@@ -67,10 +68,12 @@ def plan(instance: Instance, *, previous: Plan | None = None, method: Method = "
     ``previous`` (the plan in force) is diffed against, and the fleet method starts from it.
 
     Raises:
-        InputError: only for bad input, naming the field.
+        InputError: only for bad input, naming the field, or for a size past :mod:`.limits` (refused before any
+            work, with the limit named and the estimated memory and work).
     """
     t0 = time.perf_counter()
     inst = load_instance(instance)
+    check_size(size_of(inst))
     prob = compile_problem(inst)
     why = no_layout_reason(prob)
     if why is not None:

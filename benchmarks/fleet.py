@@ -12,6 +12,7 @@ fleet method above 4,096 of them.
 
     .venv/bin/python benchmarks/fleet.py [--size 256x64x12x2000] [--seeds 0 1 2 3 4] [--bcd 32x8x12x1000] [--json]
     .venv/bin/python benchmarks/fleet.py --scaling      # cold plans at larger sizes: time and peak memory
+    .venv/bin/python benchmarks/fleet.py --two-groups 16 32 64   # BCD vs fleet as the classes grow
 
 Targets: plan_seconds <= 5 cold and <= 1 warm, gap <= 1e-2 on every seed, peak_rss_mb <= 1,024.
 """
@@ -69,6 +70,24 @@ def compare_bcd(size: tuple[int, int, int, int]) -> dict[str, Any]:
     return out
 
 
+def compare_two_groups(classes: int) -> dict[str, Any]:
+    """BCD and the fleet method on the Table III generator's 2-group instance with ``classes`` classes, 4 layouts and
+    300 samples (seed 0): where ``plan`` draws the line on the number of classes (BCD_MAX_CLASSES)."""
+    from kvcore.planner import plan
+    from kvcore.planner.synthetic import generate
+
+    inst = generate(classes, 4, 300, seed=0, groups=2)
+    out: dict[str, Any] = {"size": f"{classes}x2x4x300"}
+    for method in ("fleet", "bcd"):
+        t0 = time.perf_counter()
+        p = plan(inst, method=method)
+        out[f"{method}_seconds"] = time.perf_counter() - t0
+        out[f"{method}_objective"] = p.objective.total if p.objective is not None else None
+    out["fleet_vs_bcd"] = (out["fleet_objective"] - out["bcd_objective"]) / out["bcd_objective"]
+    out["bcd_over_fleet_seconds"] = out["bcd_seconds"] / out["fleet_seconds"]
+    return out
+
+
 def _size(text: str) -> tuple[int, int, int, int]:
     c, k, z, n = (int(v) for v in text.split("x"))
     return c, k, z, n
@@ -81,8 +100,14 @@ def main() -> int:
     p.add_argument("--bcd", default="16x4x6x500", metavar="CxKxZxN",
                    help="also compare BCD and the fleet method on this size ('none' to skip)")
     p.add_argument("--scaling", action="store_true", help="instead: cold plans at the sizes of SCALING")
+    p.add_argument("--two-groups", type=int, nargs="+", metavar="C",
+                   help="instead: BCD and the fleet method on 2-group Table III instances with C classes")
     p.add_argument("--json", action="store_true", help="print the JSON rows only")
     args = p.parse_args()
+    if args.two_groups:
+        rows = [compare_two_groups(c) for c in args.two_groups]
+        print(json.dumps(rows) if args.json else format_table(list(rows[0]), [list(r.values()) for r in rows]))
+        return 0
     if args.scaling:
         rows = [dict(size=text, **run_seed(_size(text), 0, warm=False)) for text in SCALING]
         cols = ["size", "plan_seconds", "gap", "peak_rss_mb", "load_before", "load_after"]

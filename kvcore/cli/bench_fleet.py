@@ -7,7 +7,8 @@ The instance is :func:`kvcore.planner.synthetic_fleet.generate_fleet` (mixed A10
 llama-70b and llama-8b, classes drawn from the vendored real traces). Prints ``classes``, ``groups``, ``configs``,
 ``samples``, ``plan_seconds`` (wall time of ``plan()``, instance generation excluded), ``objective`` (cost units per
 second), ``lower_bound`` (the certified Lagrangian bound of docs/model.md on the optimum of the same model),
-``gap = (objective - lower_bound) / objective`` and ``peak_rss_mb`` (the process's peak resident memory, MiB).
+``gap = (objective - lower_bound) / objective`` and ``peak_rss_mb`` (the process's peak resident memory, MiB, from
+Linux's VmHWM).
 ``--warm`` then changes every class's rate by a seeded factor in [0.9, 1.1] (a 10% traffic change) and re-plans
 with the first plan as ``previous``, adding the same figures with a ``warm_`` prefix.
 """
@@ -18,6 +19,7 @@ import argparse
 import resource
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -58,10 +60,27 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError("--load", f"must be in (0, 100), got {args.load}")
     if args.c_slo is not None and not args.c_slo >= 0.0:
         raise InputError("--c-slo", f"must be >= 0, got {args.c_slo}")
+    from kvcore.cli.machine import memory_limit
+    from kvcore.planner.limits import PlanSize, check_size
+    size = PlanSize(args.classes, args.groups, args.configs, args.samples, args.classes * args.samples)
+    flags = {"classes": "--classes", "groups": "--groups", "groups.layouts": "--configs", "classes.samples":
+             "--samples"}
+    try:   # refused before the instance is drawn, with the estimate
+        check_size(size, method=args.method, memory_limit=memory_limit())
+    except InputError as exc:
+        raise InputError(flags.get(exc.field, "--classes/--groups/--configs/--samples"), exc.message) from None
 
 
 def peak_rss_mb() -> float:
-    """Peak resident set size of this process, MiB (Linux reports KiB)."""
+    """Peak resident set size of this process, MiB: Linux's ``VmHWM`` (the high-water mark of this program's own
+    memory), else ``getrusage``'s ``ru_maxrss``, which on Linux also keeps the peak of the process that spawned this
+    one (a fork or vfork shares the parent's memory until ``exec``), so it overstates a child of a large parent."""
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("VmHWM:"):
+                return float(line.split()[1]) / 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
     kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return kib / 1024.0 if sys.platform != "darwin" else kib / 1024.0**2
 
@@ -76,13 +95,15 @@ def _figures(plan: Any, seconds: float) -> dict[str, Any]:
 
 def run_fleet_bench(args: argparse.Namespace) -> dict[str, Any]:
     """One measurement as a JSON-ready dict."""
+    from kvcore.cli.machine import memory_limit
     from kvcore.planner import plan
     from kvcore.planner.synthetic_fleet import generate_fleet
 
     inst = generate_fleet(args.classes, args.groups, args.configs, args.samples, seed=args.seed, load=args.load,
                           c_slo=args.c_slo)
     t0 = time.perf_counter()
-    first = plan(inst, method=args.method)
+    limit = memory_limit()
+    first = plan(inst, method=args.method, memory_limit=limit)
     out: dict[str, Any] = {"classes": args.classes, "groups": args.groups, "configs": args.configs,
                            "samples": args.samples, "seed": args.seed}
     out.update(_figures(first, time.perf_counter() - t0))
@@ -93,7 +114,7 @@ def run_fleet_bench(args: argparse.Namespace) -> dict[str, Any]:
                       for c, f in zip(inst.classes, factors))
         inst2 = inst.model_copy(update={"classes": moved})
         t0 = time.perf_counter()
-        second = plan(inst2, previous=first, method=args.method)
+        second = plan(inst2, previous=first, method=args.method, memory_limit=limit)
         out.update({f"warm_{k}": v for k, v in _figures(second, time.perf_counter() - t0).items()})
     out["peak_rss_mb"] = peak_rss_mb()
     return out

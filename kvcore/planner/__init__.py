@@ -10,35 +10,26 @@
   group loads, a filled routing and one (y, delta) block complete the plan, and the dual value is a certified
   lower bound carried in ``Plan.lower_bound``.
 
-``method="auto"`` picks BCD while ``C x K x (feasible layouts)`` is at most :data:`BCD_SIZE`, the fleet method
-above it. The model, with units, is in ``docs/model.md``.
+``method="auto"`` picks BCD while ``C x K x (feasible layouts)`` is at most :data:`BCD_SIZE` and there are at most
+:data:`BCD_MAX_CLASSES` classes, the fleet method otherwise (:mod:`.method`). The model, with units, is in
+``docs/model.md``.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Literal
 
 from kvcore.instance import Instance, load_instance
 from kvcore.planmodel import Plan, PlanStatus
 from kvcore.planner.bcd import run_bcd
 from kvcore.planner.fleet import run_fleet
 from kvcore.planner.limits import check_size, size_of
+from kvcore.planner.method import BCD_MAX_CLASSES, BCD_SIZE, Method, choose_method
 from kvcore.planner.problem import Problem, compile_problem
 from kvcore.planner.result import build_plan, infeasible_plan
 from kvcore.planner.warm import previous_state, revealed_price
 
-__all__ = ["plan", "compile_problem", "Problem", "BCD_SIZE", "choose_method"]
-
-Method = Literal["auto", "bcd", "fleet"]
-
-BCD_SIZE = 4096
-"""Largest ``classes x groups x feasible layouts (summed over groups)`` planned by BCD under ``method="auto"``.
-One BCD sweep solves the (y, delta) block about twice per (group, layout) and once per class, each block growing
-with classes x groups: 16 classes x 4 groups x 24 layouts (1,536) plans in 1.4 s and 32 classes x 8 groups x 12
-layouts in 17 s on the quiet development machine, where the fleet method takes 0.02 s at an objective 8e-6 lower
-(docs/benchmarks.md).
-"""
+__all__ = ["plan", "compile_problem", "Problem", "BCD_SIZE", "BCD_MAX_CLASSES", "choose_method"]
 
 _SHOWN_GROUPS = 5
 """Groups without a feasible layout whose per-layout reasons are spelled out; the rest are named only."""
@@ -57,15 +48,11 @@ def no_layout_reason(prob: Problem) -> str | None:
             + " | ".join(parts))
 
 
-def choose_method(prob: Problem) -> Literal["bcd", "fleet"]:
-    """BCD up to :data:`BCD_SIZE`, the fleet method above."""
-    layouts = sum(len(g.feasible_indices) for g in prob.groups)
-    return "bcd" if prob.n_classes * prob.n_groups * layouts <= BCD_SIZE else "fleet"
-
-
-def plan(instance: Instance, *, previous: Plan | None = None, method: Method = "auto") -> Plan:
+def plan(instance: Instance, *, previous: Plan | None = None, method: Method = "auto",
+         memory_limit: float | None = None) -> Plan:
     """Plan one instance. Infeasibility is a result (status ``infeasible`` with a reason), not an exception.
-    ``previous`` (the plan in force) is diffed against, and the fleet method starts from it.
+    ``previous`` (the plan in force) is diffed against, and the fleet method starts from it. ``memory_limit``
+    (bytes) is what the planner may use here (:func:`.limits.check_size`; default: the operator's container limit).
 
     Raises:
         InputError: only for bad input, naming the field, or for a size past :mod:`.limits` (refused before any
@@ -73,7 +60,7 @@ def plan(instance: Instance, *, previous: Plan | None = None, method: Method = "
     """
     t0 = time.perf_counter()
     inst = load_instance(instance)
-    check_size(size_of(inst))
+    check_size(size_of(inst), method=method, memory_limit=memory_limit)
     prob = compile_problem(inst)
     why = no_layout_reason(prob)
     if why is not None:

@@ -64,7 +64,7 @@ MULTI = [(2, 2, 50, seed) for seed in range(6)] + [(3, 3, 100, 2)]
 def test_bound_below_the_multigroup_incumbent(c: int, z: int, n: int, seed: int) -> None:
     inst = generate(c, z, n, seed=seed, groups=2)
     bound = lower_bound(compile_problem(inst))
-    ref = solve_exact(inst, max_nodes=40)  # a work limit: the incumbent is a feasible point either way
+    ref = solve_exact(inst, node_limit=40)  # a work limit: the incumbent is a feasible point either way
     lower, upper, _ = exact_bounds(ref)
     assert bound.value <= upper * (1 + 1e-9)
 

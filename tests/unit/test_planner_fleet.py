@@ -120,6 +120,8 @@ def test_auto_keeps_bcd_on_the_paper_sizes_and_prices_the_fleet() -> None:
     assert choose_method(compile_problem(generate(15, 12, 200, seed=0))) == "bcd"
     assert choose_method(compile_problem(generate(3, 3, 50, seed=0, groups=2))) == "bcd"
     assert choose_method(compile_problem(generate_fleet(64, 16, 12, 20, seed=0))) == "fleet"
+    assert choose_method(compile_problem(generate(32, 4, 20, seed=0, groups=2))) == "bcd"
+    assert choose_method(compile_problem(generate(33, 4, 20, seed=0, groups=2))) == "fleet"   # BCD_MAX_CLASSES
 
 
 @pytest.mark.parametrize("shrink", [30.0, 100.0])

@@ -95,7 +95,7 @@ def test_cli_rows_gain_observe(tmp_path: Path, capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit) as stop:  # argparse refuses a name outside the choices
         main(["evaluate", "--trace", str(p), "--observe", "histogram", "--no-progress"])
     assert stop.value.code == 2
-    assert "argument --observe: invalid choice: 'histogram'" in capsys.readouterr().err
+    assert "kvcore evaluate: error: --observe: invalid choice: 'histogram'" in capsys.readouterr().err
 
 
 def test_engine_evaluation_refuses_observe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

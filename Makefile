@@ -7,17 +7,43 @@ PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The pinned, hash-checked dependency sets (uv pip compile --universal: one file for Python 3.11-3.13).
+# dev.lock: kvplan[operator,test,lock] + kvplan-dev + the build backend; operator.lock: kvplan[operator] (the image).
+DEV_LOCK := requirements/dev.lock
+OPERATOR_LOCK := requirements/operator.lock
+UV_COMPILE = $(VENV)/bin/uv pip compile --universal --python-version 3.11 --generate-hashes --quiet
 
-.PHONY: venv tools demo test test-unit test-integration test-e2e bench lint-chart typecheck clean
+.PHONY: venv tools demo test test-unit test-integration test-e2e test-pythons bench lint-chart typecheck clean lock \
+	release
 
-$(STAMP): pyproject.toml setup.py
-	command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (kvplan needs Python 3.11)" >&2; exit 1; }
+# Installs exactly the lock (--require-hashes: every file checked against its pinned sha256, nothing unpinned, no
+# newer version picked up), then kvplan and kvplan-dev editable without touching the network (--no-deps,
+# --no-build-isolation with the locked setuptools/wheel).
+$(STAMP): pyproject.toml setup.py kvplan_dev/pyproject.toml $(DEV_LOCK)
+	command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (kvplan needs Python 3.11-3.13)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[operator,test]'
+	$(PY) -m pip install --quiet --require-hashes --no-deps -r $(DEV_LOCK)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e . -e ./kvplan_dev
+	$(PY) -m pip check
 	touch $@
 
 venv: $(STAMP)
+
+# Re-resolve both locks from pyproject.toml (newest versions allowed by its ranges); commit the result. The image's
+# lock is constrained by the dev lock, so the image runs exactly the versions the test suite ran.
+lock: venv
+	$(UV_COMPILE) pyproject.toml kvplan_dev/pyproject.toml requirements/build.in --extra operator --extra test \
+		--extra lock -o $(DEV_LOCK)
+	$(UV_COMPILE) pyproject.toml --extra operator --constraint $(DEV_LOCK) -o $(OPERATOR_LOCK)
+
+# The unit tier on every supported interpreter (3.11, 3.12, 3.13), each in its own venv built from the same lock.
+PYTHONS ?= python3.11 python3.12 python3.13
+test-pythons:
+	set -e; for py in $(PYTHONS); do \
+		$(MAKE) --no-print-directory PYTHON=$$py VENV=.venv-$$py venv; \
+		echo "== $$py: unit tier"; .venv-$$py/bin/python --version; \
+		.venv-$$py/bin/pytest -q -p no:cacheprovider tests/unit; \
+	done
 
 # System tools from the package registries: Debian's prometheus and etcd-server, kube-apiserver built from the
 # Go module k8s.io/kubernetes into ~/.cache/kvplan (cached by version), helm from its Go module.
@@ -28,6 +54,12 @@ tools: venv
 # the operator, the example KVPlan; prints the plan and what changed; stops everything it started.
 demo: tools
 	$(VENV)/bin/kvplan-dev demo
+
+# The release, really, on this machine: operator image without a Docker daemon (mmdebstrap + crane), a local OCI
+# registry on loopback, the chart pushed there as an OCI artifact, `helm install oci://...` by digest on the local
+# control plane, and the image run with podman until the example KVPlan is Ready. Result: out/release/release.json.
+release: tools
+	$(VENV)/bin/kvplan-dev release
 
 # The full test suite: unit, typecheck/layering, integration (real apiserver+etcd, real Prometheus), e2e.
 test: tools

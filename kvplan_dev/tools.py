@@ -99,7 +99,16 @@ def kubectl_path() -> Path:
 def ensure_apt(binaries: list[str], progress: Progress) -> None:
     """``apt-get install`` the Debian packages of the missing ``binaries`` (needs root). Never starts services:
     a ``policy-rc.d`` that denies service starts is put in place for the install when none exists."""
-    missing = sorted({APT_PACKAGES[b] for b in binaries if not Path("/usr/bin", b).exists()})
+    ensure_apt_packages({b: APT_PACKAGES[b] for b in binaries}, progress, where=Path("/usr/bin"))
+
+
+def ensure_apt_packages(packages: dict[str, str], progress: Progress, where: Path | None = None) -> None:
+    """Install the Debian package of every binary in ``packages`` (binary -> package) that is missing (in ``where``,
+    else on PATH); needs root; service starts are denied during the install."""
+    def present(binary: str) -> bool:
+        return (where / binary).exists() if where is not None else shutil.which(binary) is not None
+
+    missing = sorted({package for binary, package in packages.items() if not present(binary)})
     if not missing:
         return
     if os.geteuid() != 0:
@@ -115,7 +124,9 @@ def ensure_apt(binaries: list[str], progress: Progress) -> None:
     try:
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         with log.open("a") as handle:
-            for argv in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", *missing]):
+            for argv in (["apt-get", "update"],
+                         ["apt-get", "install", "-y", "-o", "DPkg::Lock::Timeout=600", "--no-install-recommends",
+                          *missing]):
                 handle.write(f"$ {' '.join(argv)}\n")
                 handle.flush()
                 done = subprocess.run(argv, stdout=handle, stderr=subprocess.STDOUT, env=env)

@@ -133,3 +133,12 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
 - {{ . | quote }}
 {{- end }}
 {{- end -}}
+
+{{/* The operator image: repository:tag, pinned by digest when image.digest is set (repository:tag@sha256:...). */}}
+{{- define "kvplan-operator.image" -}}
+{{- $ref := printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- with .Values.image.digest -}}
+{{- $ref = printf "%s@%s" $ref . -}}
+{{- end -}}
+{{- $ref -}}
+{{- end -}}

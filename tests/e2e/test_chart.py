@@ -91,17 +91,17 @@ def test_make_lint_chart(tools: Any) -> None:
     ("sets", "kinds"),
     [
         pytest.param((), {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-                          "ClusterKopfPeering"}, id="defaults-all-namespaces"),
+                          "ClusterKopfPeering", "CustomResourceDefinition"}, id="defaults-all-namespaces"),
         pytest.param((f"watchNamespaces={{{WATCHED},{UNWATCHED}}}",),
                      {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment",
-                      "Service", "KopfPeering"}, id="watched-namespaces"),
+                      "Service", "KopfPeering", "CustomResourceDefinition"}, id="watched-namespaces"),
         pytest.param(("serviceMonitor.enabled=true", "replicaCount=2", "httpRoute.enabled=true",
                       "prometheus.authSecrets={prom-token}"),
                      {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-                      "ServiceMonitor", "ClusterKopfPeering"}, id="every-option"),
-        pytest.param(("metrics.enabled=false", "peering.enabled=false"),
+                      "ServiceMonitor", "ClusterKopfPeering", "CustomResourceDefinition"}, id="every-option"),
+        pytest.param(("metrics.enabled=false", "peering.enabled=false", "crds.install=false"),
                      {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"},
-                     id="no-metrics-standalone"),
+                     id="no-metrics-standalone-no-crds"),
     ],
 )
 def test_template_renders(tools: Any, sets: tuple[str, ...], kinds: set[str]) -> None:
@@ -326,7 +326,7 @@ def test_helm_install_and_uninstall_for_real(tools: Any, cluster: Any, installed
     env = ["--kubeconfig", str(cluster.kubeconfig)]
     release = "kvp2"
     done = helm(tools, "install", release, str(CHART), "--namespace", RELEASE_NS, "--wait=false",
-                "--set", f"watchNamespaces={{{namespace}}}", *env)
+                "--set", f"watchNamespaces={{{namespace}}}", "--set", "crds.install=false", *env)
     assert "STATUS: deployed" in done.stdout
     assert f"namespaces: {namespace}" in done.stdout and "kubectl get kvp -w" in done.stdout  # NOTES.txt
     name = f"{release}-kvplan-operator"

@@ -85,6 +85,11 @@ lint-chart: tools
 sync-crds: venv
 	$(PY) scripts/sync_crds.py
 
+# The Grafana dashboard, built with grafanalib into the chart (tests/unit/test_dashboard.py checks it is current).
+.PHONY: dashboard
+dashboard: venv
+	$(PY) -m kvplan_dev.dashboard
+
 typecheck: venv
 	$(VENV)/bin/mypy kvcore
 

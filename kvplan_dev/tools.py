@@ -28,6 +28,10 @@ KUBE_VERSION = "v1.37.2"
 """k8s.io/kubernetes release the apiserver is built from (newest 1.3x patch resolvable on the proxy, Nov 2026)."""
 HELM_VERSION = "v3.22.0"
 """helm.sh/helm/v3 release (newest v3 on the proxy; the chart is apiVersion v2, which helm 3 reads)."""
+HELM_KUBE_VERSION = ("1", "37")
+"""The Kubernetes version helm assumes without a cluster (``helm template``, ``lint``): its Makefile sets it from the
+k8s.io/client-go it is built with (v0.37.0 for v3.22.0). Without it a ``go install`` helm says v1.20, and a chart
+with ``kubeVersion: >=1.28`` cannot be templated."""
 ETCD_SOURCE = os.environ.get("KVPLAN_ETCD", "debian")
 """``debian`` (etcd-server 3.4.23, the default: kube-apiserver v1.37.2 accepts it and only logs that etcd lacks
 RequestWatchProgress) or ``go`` (3.5.x built from go.etcd.io/etcd/server/v3); ``$KVPLAN_ETCD`` picks it."""
@@ -74,8 +78,15 @@ def apiserver_path(version: str = KUBE_VERSION) -> Path:
 
 
 def helm_path(version: str = HELM_VERSION) -> Path:
-    """Cache path of the helm binary for ``version``."""
-    return cache_root() / f"helm-{version}" / "helm"
+    """Cache path of the helm binary for ``version`` (and the Kubernetes version it assumes)."""
+    return cache_root() / f"helm-{version}-k8s{'.'.join(HELM_KUBE_VERSION)}" / "helm"
+
+
+def helm_ldflags() -> str:
+    """``-X`` flags for helm's assumed Kubernetes version, exactly as helm's Makefile passes them."""
+    major, minor = HELM_KUBE_VERSION
+    return " ".join(f"-X helm.sh/helm/v3/pkg/{pkg}.k8sVersion{part}={value}"
+                    for pkg in ("lint/rules", "chartutil") for part, value in (("Major", major), ("Minor", minor)))
 
 
 def etcd_path() -> Path:
@@ -145,7 +156,8 @@ def ensure_tools(progress: Progress = print) -> Tools:
     etcd = etcd_path()
     if ETCD_SOURCE == "go":
         etcd = gobuild.build_etcd(ETCD_VERSION, etcd, logs, progress)
-    helm = gobuild.build_go_main("helm", "helm.sh/helm/v3/cmd/helm", HELM_VERSION, helm_path(), logs, progress)
+    helm = gobuild.build_go_main("helm", "helm.sh/helm/v3/cmd/helm", HELM_VERSION, helm_path(), logs, progress,
+                                 extra_ldflags=helm_ldflags())
     return Tools(apiserver, etcd, kubectl_path(), helm, PROMETHEUS, PROMTOOL)
 
 

@@ -91,14 +91,14 @@ def test_make_lint_chart(tools: Any) -> None:
     ("sets", "kinds"),
     [
         pytest.param((), {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-                          "ClusterKopfPeering", "CustomResourceDefinition"}, id="defaults-all-namespaces"),
+                          "ClusterKopfPeering", "CustomResourceDefinition", "Pod"}, id="defaults-all-namespaces"),
         pytest.param((f"watchNamespaces={{{WATCHED},{UNWATCHED}}}",),
                      {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment",
-                      "Service", "KopfPeering", "CustomResourceDefinition"}, id="watched-namespaces"),
+                      "Service", "KopfPeering", "CustomResourceDefinition", "Pod"}, id="watched-namespaces"),
         pytest.param(("serviceMonitor.enabled=true", "replicaCount=2", "httpRoute.enabled=true",
                       "prometheus.authSecrets={prom-token}"),
                      {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-                      "ServiceMonitor", "ClusterKopfPeering", "CustomResourceDefinition"}, id="every-option"),
+                      "ServiceMonitor", "ClusterKopfPeering", "CustomResourceDefinition", "Pod"}, id="every-option"),
         pytest.param(("metrics.enabled=false", "peering.enabled=false", "crds.install=false"),
                      {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"},
                      id="no-metrics-standalone-no-crds"),
@@ -107,6 +107,8 @@ def test_make_lint_chart(tools: Any) -> None:
 def test_template_renders(tools: Any, sets: tuple[str, ...], kinds: set[str]) -> None:
     docs = render(tools, *sets)
     assert {d["kind"] for d in docs} == kinds
+    hooks = [d for d in docs if (d["metadata"].get("annotations") or {}).get("helm.sh/hook")]
+    assert [d["kind"] for d in hooks] == (["Pod"] if "Pod" in kinds else []), "the helm test Pod is the only hook"
     (deployment,) = by_kind(docs, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
@@ -212,7 +214,8 @@ def installed(tools: Any, cluster: Any, tmp_path_factory: pytest.TempPathFactory
     folder = tmp_path_factory.mktemp("chart")
     rendered = helm(tools, "template", RELEASE, str(CHART), "--namespace", RELEASE_NS, "--include-crds",
                     "--set", f"watchNamespaces={{{WATCHED}}}").stdout
-    docs = [d for d in yaml.safe_load_all(rendered) if isinstance(d, dict)]
+    docs = [d for d in yaml.safe_load_all(rendered) if isinstance(d, dict)
+            and not (d["metadata"].get("annotations") or {}).get("helm.sh/hook")]  # helm install creates no test hooks
     crds = folder / "crds.yaml"
     crds.write_text(yaml.safe_dump_all(by_kind(docs, "CustomResourceDefinition")))
     rest = folder / "rest.yaml"

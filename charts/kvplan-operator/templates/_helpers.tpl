@@ -129,6 +129,7 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
 {{- else if ne .Values.logLevel "info" }}
 {{- fail "logLevel must be info or debug" }}
 {{- end }}
+- --log-format={{ .Values.logFormat }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
 {{- end }}

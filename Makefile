@@ -36,24 +36,18 @@ lock: venv
 		--extra lock -o $(DEV_LOCK)
 	$(UV_COMPILE) pyproject.toml --extra operator --constraint $(DEV_LOCK) -o $(OPERATOR_LOCK)
 
-# The unit tier on every supported interpreter (3.11, 3.12, 3.13), each in its own venv built from the same lock.
-PYTHONS ?= python3.11 python3.12 python3.13
+# The unit tier on every supported interpreter, each in its own venv (.venv-3.1x) built from the same lock. An
+# interpreter is python3.1x from pyenv's versions when present, else on PATH; a missing one fails loudly.
+PYTHON_VERSIONS ?= 3.11 3.12 3.13
 test-pythons:
-	set -e; for py in $(PYTHONS); do \
-		$(MAKE) --no-print-directory PYTHON=$$py VENV=.venv-$$py venv; \
-		echo "== $$py: unit tier"; .venv-$$py/bin/python --version; \
-		.venv-$$py/bin/pytest -q -p no:cacheprovider tests/unit; \
+	set -e; for v in $(PYTHON_VERSIONS); do \
+		py=$$(ls -d $(HOME)/.pyenv/versions/$$v.*/bin/python$$v 2>/dev/null | tail -1); \
+		py=$${py:-$$(command -v python$$v || true)}; \
+		test -n "$$py" || { echo "error: no python$$v (pyenv install $$v, or put python$$v on PATH)" >&2; exit 1; }; \
+		$(MAKE) --no-print-directory PYTHON=$$py VENV=.venv-$$v venv; \
+		echo "== $$py: unit tier"; .venv-$$v/bin/python --version; \
+		.venv-$$v/bin/pytest -q -p no:cacheprovider tests/unit; \
 	done
-
-# System tools from the package registries: Debian's prometheus and etcd-server, kube-apiserver built from the
-# Go module k8s.io/kubernetes into ~/.cache/kvplan (cached by version), helm from its Go module.
-tools: venv
-	$(VENV)/bin/kvplan-dev tools ensure
-
-# The main job on the embedded default: local control plane + Prometheus backfilled from a bundled trace,
-# the operator, the example KVPlan; prints the plan and what changed; stops everything it started.
-demo: tools
-	$(VENV)/bin/kvplan-dev demo
 
 # The release, really, on this machine: operator image without a Docker daemon (mmdebstrap + crane), a local OCI
 # registry on loopback, the chart pushed there as an OCI artifact, `helm install oci://...` by digest on the local

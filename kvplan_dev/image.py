@@ -129,7 +129,7 @@ def _tarinfo(path: Path, arcname: str, epoch: int) -> tarfile.TarInfo:
 def write_layer(root: Path, out: Path, epoch: int, extra: Iterable[tuple[tarfile.TarInfo, bytes]] = ()) -> Path:
     """``root``'s tree as a deterministic ``.tar.gz`` (sorted, 0:0, mtime ``epoch``), plus ``extra`` entries."""
     paths = sorted(p for p in root.rglob("*"))
-    with out.open("wb") as handle, gzip.GzipFile(fileobj=handle, mode="wb", mtime=0, compresslevel=6) as gz, \
+    with out.open("wb") as handle, gzip.GzipFile(filename="", fileobj=handle, mode="wb", mtime=0, compresslevel=6) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
         added: set[str] = set()
         for path in paths:

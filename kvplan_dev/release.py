@@ -146,12 +146,12 @@ def _crane(tools: ReleaseTools, *args: str, step: str) -> str:
 
 
 def build_and_push_image(tools: ReleaseTools, host: str, layers: list[Path], revision: str,
-                         report: dict[str, Any], progress: Progress) -> str:
+                         report: dict[str, Any], progress: Progress, out: Path = OUT) -> str:
     """Steps 4-5; returns ``<host>/kvplan-operator:<version>@sha256:...``."""
     version = kvcore.__version__
     staging = f"{host}/{IMAGE_REPO}-layers:{version}"
     tag = f"{host}/{IMAGE_REPO}:{version}"
-    tarball = OUT / f"{IMAGE_REPO}-{version}.tar"
+    tarball = out / f"{IMAGE_REPO}-{version}.tar"
     progress(f"[release] crane append {len(layers)} layers -> {staging} ...")
     append = ["append", "--oci-empty-base", "--platform", "linux/amd64", "-t", staging]
     for layer in layers:
@@ -168,7 +168,7 @@ def build_and_push_image(tools: ReleaseTools, host: str, layers: list[Path], rev
     manifest = json.loads(_crane(tools, "manifest", f"{tag}@{pushed}", step="manifest"))
     config = json.loads(_crane(tools, "config", f"{tag}@{pushed}", step="config"))
     problems = check_config(config, revision)
-    export = OUT / "image-filesystem.tar"
+    export = out / "image-filesystem.tar"
     _crane(tools, "export", f"{tag}@{pushed}", str(export), step="export")
     problems += [f"the pushed filesystem contains the shell {name}" for name in shells_in(export)]
     export.unlink()
@@ -185,14 +185,14 @@ def build_and_push_image(tools: ReleaseTools, host: str, layers: list[Path], rev
     return f"{tag}@{pushed}"
 
 
-def push_chart(tools: ReleaseTools, host: str, report: dict[str, Any], progress: Progress) -> str:
+def push_chart(tools: ReleaseTools, host: str, report: dict[str, Any], progress: Progress, out: Path = OUT) -> str:
     """Step 6; returns the chart's ``oci://`` reference (without version)."""
     version = kvcore.__version__
     progress(f"[release] helm package + helm push oci://{host}/{CHART_REPO} ...")
-    packaged = OUT / f"kvplan-operator-{version}.tgz"
+    packaged = out / f"kvplan-operator-{version}.tgz"
     packaged.unlink(missing_ok=True)
     _run([str(tools.base.helm), "package", str(CHART), "--version", version, "--app-version", version,
-          "--destination", str(OUT)], "helm package")
+          "--destination", str(out)], "helm package")
     pushed = subprocess.run([str(tools.base.helm), "push", str(packaged), f"oci://{host}/{CHART_REPO}",
                              "--plain-http"], capture_output=True, text=True, timeout=300, check=False)
     if pushed.returncode != 0:
@@ -232,12 +232,12 @@ def install_from_registry(tools: ReleaseTools, chart_ref: str, image_ref: str, r
                              "apiserver": cluster.apiserver_version}
 
 
-def run_image(image_ref: str, report: dict[str, Any], progress: Progress) -> bool:
+def run_image(image_ref: str, report: dict[str, Any], progress: Progress, out_dir: Path = OUT) -> bool:
     """Step 8: the demo with the operator in a container of the pushed image; True when the KVPlan became Ready."""
     from kvplan_dev import demo
 
     progress(f"[release] podman: the demo with the operator from {image_ref} ...")
-    out = OUT / "run-demo.json"
+    out = out_dir / "run-demo.json"
     done = subprocess.run([sys.executable, "-m", "kvplan_dev.demo", "--json", "--operator-image", image_ref],
                           capture_output=True, text=True, timeout=900, check=False,
                           env={**os.environ, "PYTHONSAFEPATH": "1"})
@@ -254,8 +254,9 @@ def run_image(image_ref: str, report: dict[str, Any], progress: Progress) -> boo
     return bool(result.get("ok"))
 
 
-def release(*, run: bool = True, progress: Progress = print) -> dict[str, Any]:
-    """Everything above; raises :class:`ReleaseError` on the first failed step or check."""
+def release(*, run: bool = True, progress: Progress = print, out: Path = OUT) -> dict[str, Any]:
+    """Everything above, writing into ``out`` (default ``out/release``; the registry's storage is
+    ``out/registry``); raises :class:`ReleaseError` on the first failed step or check."""
     from kvplan_dev.registry import LocalRegistry
 
     started = time.monotonic()
@@ -264,24 +265,24 @@ def release(*, run: bool = True, progress: Progress = print) -> dict[str, Any]:
                               "source_date_epoch": epoch, "machine": f"{platform.node()} {os.cpu_count()} cpus",
                               "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     tools = ensure_release_tools(progress)
-    OUT.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    layers = image.build_layers(REPO, OUT, epoch, progress)
+    layers = image.build_layers(REPO, out, epoch, progress)
     report["layers_seconds"] = round(time.monotonic() - t0, 1)
-    with LocalRegistry(tools.registry, OUT / "registry", OUT / "registry-run") as registry:
+    with LocalRegistry(tools.registry, out / "registry", out / "registry-run") as registry:
         report["registry"] = registry.host
         t0 = time.monotonic()
         image_ref = build_and_push_image(tools, registry.host, layers, revision + ("-dirty" if dirty else ""),
-                                         report, progress)
+                                         report, progress, out)
         report["image_seconds"] = round(time.monotonic() - t0, 1)
-        chart_ref = push_chart(tools, registry.host, report, progress)
+        chart_ref = push_chart(tools, registry.host, report, progress, out)
         install_from_registry(tools, chart_ref, image_ref, report, progress)
         if run:
-            if not run_image(image_ref, report, progress):
+            if not run_image(image_ref, report, progress, out):
                 raise ReleaseError(f"the image did not reconcile the example: {report['run']}")
     report["seconds"] = round(time.monotonic() - started, 1)
     report["ok"] = True
-    (OUT / "release.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "release.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 
@@ -290,10 +291,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kvplan-dev release", description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the one result object on stdout")
     parser.add_argument("--no-run", action="store_true", help="skip step 8 (running the image with podman)")
+    parser.add_argument("--out", type=Path, default=OUT, help="where artifacts go (default %(default)s)")
     args = parser.parse_args(argv)
     log: Progress = (lambda line: print(line, file=sys.stderr, flush=True))
     try:
-        report = release(run=not args.no_run, progress=log)
+        report = release(run=not args.no_run, progress=log, out=args.out)
     except (ReleaseError, RuntimeError) as exc:
         report = {"ok": False, "error": str(exc)}
         log(f"kvplan-dev release: error: {exc}")

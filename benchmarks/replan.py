@@ -82,7 +82,7 @@ def main() -> int:
     from kvplan_dev.prom import LocalPrometheus
     from kvplan_operator.kube import Kube
     from kvplan_operator.reconcile import Deps, reconcile
-    from kvplan_operator.snapshot import PromClient
+    from kvplan_operator.prom import PromClient
 
     from kvplan_dev.tools import PROMETHEUS, PROMTOOL, Tools, apiserver_path, etcd_path, helm_path, kubectl_path
 

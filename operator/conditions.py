@@ -50,15 +50,59 @@ CONTAINER_NOT_FOUND = "ContainerNotFound"
 INFEASIBLE = "Infeasible"
 #: The planner failed (error status); nothing applied.
 PLANNER_ERROR = "PlannerError"
-#: A patch was refused by the apiserver.
+#: A write was refused or failed (apiserver error class and code in the message); what was written before it is
+#: listed, nothing after it was attempted, ``status.plan`` still names the last plan applied in full.
 APPLY_FAILED = "ApplyFailed"
 #: Not yet attempted.
 PENDING = "Pending"
+#: A Kubernetes read (Deployment, ConfigMap, HTTPRoute, InferencePool, autoscalers, Secret) failed with an error
+#: other than 404; nothing applied, the last good plan is kept.
+READ_FAILED = "ReadFailed"
+#: A target Deployment (or the router ConfigMap / HTTPRoute) carries another KVPlan's ``kvplan.io/owner`` and that
+#: KVPlan exists; nothing applied.
+OWNED_BY_OTHER = "OwnedByOther"
+#: The vLLM container's command/args cannot express the planned flags (e.g. a shell script that takes
+#: ``--tensor-parallel-size`` from a variable, or no ``vllm serve`` to attach a flag to); nothing applied.
+UNSUPPORTED_CONTAINER_LAYOUT = "UnsupportedContainerLayout"
+#: A router target is unusable: an InferencePool that is missing or does not select its group's pods, or a router
+#: ConfigMap key that is not a valid ConfigMap key; nothing applied.
+ROUTER_TARGET_INVALID = "RouterTargetInvalid"
+#: spec.prometheus.url points where the operator may not send requests (link-local or metadata address, a host
+#: outside the operator's allowed list); no request was sent.
+PROMETHEUS_URL_REFUSED = "PrometheusUrlRefused"
+#: Prometheus answered with an HTTP 4xx (401, 403, 404, ...) or a redirect (never followed).
+PROMETHEUS_REJECTED = "PrometheusRejected"
+#: Prometheus answered ``status: error`` (bad PromQL, execution error); the body is not copied.
+PROMETHEUS_QUERY_ERROR = "PrometheusQueryError"
+#: Prometheus answered something that is not its JSON API (malformed JSON, wrong result type, non-numeric values).
+PROMETHEUS_BAD_RESPONSE = "PrometheusBadResponse"
+#: A class's histogram is unusable: NaN/Inf or absurd (> 1e15) counts, negative counts, unparsable or negative
+#: ``le`` bounds, or cumulative counts that decrease with ``le`` (reversed buckets) beyond scrape skew.
+INVALID_HISTOGRAM = "InvalidHistogram"
+#: A class's arrivalRateQuery returned no sample (an empty vector), which is not 0 requests/s.
+NO_RATE_DATA = "NoRateData"
+#: A class's arrivalRateQuery returned NaN, +-Inf, a negative or an absurd (> 1e9 requests/s) value.
+INVALID_RATE = "InvalidRate"
+#: spec.prometheus.authSecretRef names a Secret (or key) that does not exist.
+AUTH_SECRET_MISSING = "AuthSecretMissing"
+#: The status write itself failed (only in the outcome and the log: the status cannot say it).
+STATUS_WRITE_FAILED = "StatusWriteFailed"
+#: An unexpected error inside the operator (a bug); its type is in the message, the last good plan is kept.
+INTERNAL_ERROR = "InternalError"
 
 REASONS = (
     RECONCILED, PLAN_SUCCEEDED, APPLY_SUCCEEDED, DRY_RUN, HEALTHY, INVALID_SPEC, LAYOUT_EXCEEDS_NODE,
     PROMETHEUS_UNAVAILABLE, TOO_FEW_SAMPLES, DEPLOYMENT_MISSING, CONTAINER_NOT_FOUND, INFEASIBLE, PLANNER_ERROR,
-    APPLY_FAILED, PENDING,
+    APPLY_FAILED, PENDING, READ_FAILED, OWNED_BY_OTHER, UNSUPPORTED_CONTAINER_LAYOUT, ROUTER_TARGET_INVALID,
+    PROMETHEUS_URL_REFUSED, PROMETHEUS_REJECTED, PROMETHEUS_QUERY_ERROR, PROMETHEUS_BAD_RESPONSE, INVALID_HISTOGRAM,
+    NO_RATE_DATA, INVALID_RATE, AUTH_SECRET_MISSING, STATUS_WRITE_FAILED, INTERNAL_ERROR,
+)
+#: Failures of observation: the operator keeps serving the last good plan (Degraded=True; Ready stays True when a
+#: plan was applied before) and retries with backoff.
+DEGRADED_REASONS = (
+    PROMETHEUS_UNAVAILABLE, TOO_FEW_SAMPLES, READ_FAILED, PROMETHEUS_URL_REFUSED, PROMETHEUS_REJECTED,
+    PROMETHEUS_QUERY_ERROR, PROMETHEUS_BAD_RESPONSE, INVALID_HISTOGRAM, NO_RATE_DATA, INVALID_RATE,
+    AUTH_SECRET_MISSING,
 )
 
 #: Longest message kept, characters. Long enough for a handful of field errors, short enough for `kubectl get -o wide`.

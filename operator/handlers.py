@@ -10,16 +10,18 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
-from .kube import GROUP, PLURAL, VERSION, Kube
+from .kube import GROUP, PLURAL, VERSION, Kube, KubeError
 from .metrics import Metrics
-from .reconcile import Deps, Outcome, is_due, reconcile
-from .snapshot import PromClient
+from .prom import PromClient, UrlPolicy
+from .reconcile import Deps, Outcome, reconcile
 from .spec import parse_duration
+from .status import parse_iso
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,8 @@ def default_runtime(config: Config = CONFIG) -> Runtime:
         metrics.serve(config.metrics_port)
     deps = Deps(kube=Kube.from_environment(),
                 prom_factory=lambda url, timeout, token: PromClient(url, timeout_s=timeout, token=token),
-                planner=plan, metrics=metrics, backoff_base_s=config.backoff_base_s)
+                planner=plan, metrics=metrics, backoff_base_s=config.backoff_base_s,
+                prom_policy=UrlPolicy.from_environment())
     return Runtime(deps)
 
 
@@ -85,7 +88,12 @@ def _run(body: Any, memo: kopf.Memo, trigger: str, logger: logging.Logger | logg
     meta = body["metadata"]
     uid = meta["uid"]
     with rt.lock(uid):
-        fresh = rt.deps.kube.get_kvplan(meta["namespace"], meta["name"])
+        try:
+            fresh = rt.deps.kube.get_kvplan(meta["namespace"], meta["name"])
+        except KubeError as exc:  # the apiserver is unreachable: a one-line retry, never a traceback
+            logger.warning("reconcile (%s): %s; retrying", trigger, exc)
+            rt.retry_at[uid] = rt.deps.clock() + rt.deps.backoff_base_s
+            return Outcome(False, "ReadFailed", str(exc), rt.deps.backoff_base_s)
         if fresh is None:
             return None
         now = rt.deps.clock()
@@ -106,6 +114,18 @@ def _run(body: Any, memo: kopf.Memo, trigger: str, logger: logging.Logger | logg
         logger.info("reconcile (%s): %s %s; %s", trigger, outcome.reason, outcome.message,
                     "; ".join(outcome.changed) or "no writes")
         return outcome
+
+
+def is_due(body: Mapping[str, Any], *, now: float, interval_s: float, last_attempt: float | None,
+           retry_at: float | None) -> bool:
+    """Timer gate: a new generation, the re-plan interval elapsed, or a scheduled retry reached."""
+    status = body.get("status") or {}
+    if status.get("observedGeneration") != body.get("metadata", {}).get("generation"):
+        return True
+    if retry_at is not None:
+        return now >= retry_at
+    last = last_attempt if last_attempt is not None else parse_iso(status.get("lastPlanTime"))
+    return last is None or now - last >= interval_s
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -133,4 +153,7 @@ def on_delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         rt.retry_at.pop(uid, None)
         with rt.guard:
             rt.locks.pop(uid, None)
+        metrics = getattr(rt.deps, "metrics", None)
+        if metrics is not None:  # a deleted KVPlan's series go with it
+            metrics.forget(body["metadata"]["namespace"], body["metadata"]["name"])
 

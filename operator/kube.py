@@ -1,29 +1,130 @@
-"""The operator's own thin wrapper over the Kubernetes API (the only module that calls ``kubernetes``).
+"""The operator's own thin wrapper over the Kubernetes API: the only module that imports ``kubernetes``.
 
-Everything else talks to :class:`Kube`, so unit tests substitute a fake at this level and never need a cluster.
-Reads return plain dicts (the API's JSON), missing objects return None, and every write names its field manager.
+Every phase talks to :class:`KubeApi` (a typed protocol), so unit tests substitute a fake at this level and never
+need a cluster. Reads return plain dicts (the API's JSON); a missing object reads as ``None``. Every failure of a
+call, whatever the client raised (an ``ApiException``, a timeout, a refused connection), becomes one
+:class:`KubeError` naming the call and the class of error; nothing else leaves this module. Every write names its
+field manager, and every call carries a client-side timeout so a hung apiserver cannot hang a reconcile.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime as _dt
+import json
 import uuid
-from collections.abc import Mapping
-from typing import Any, cast
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, TypeVar, cast
 
 FIELD_MANAGER = "kvplan-operator"
 GROUP, VERSION, PLURAL = "kvplan.io", "v1alpha1", "kvplans"
+GATEWAY = ("gateway.networking.k8s.io", "v1", "httproutes")
+INFERENCE = ("inference.networking.k8s.io", "v1", "inferencepools")
+#: Client-side timeout of one API call, seconds. 15 s: far above a healthy apiserver's latency, short enough that a
+#: wedged one costs a reconcile seconds, not the kopf handler's whole budget.
+REQUEST_TIMEOUT_S = 15.0
+
+#: Error classes (``KubeError.kind``), from the HTTP status (or the transport failure).
+KINDS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 409: "Conflict",
+         410: "Gone", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
+         504: "Timeout"}
+#: The apiserver's own ``Status.reason`` vocabulary (metav1.StatusReason); only these are quoted from a body.
+_STATUS_REASONS = {"Unauthorized", "Forbidden", "NotFound", "AlreadyExists", "Conflict", "Gone", "Invalid",
+                   "ServerTimeout", "Timeout", "TooManyRequests", "BadRequest", "MethodNotAllowed",
+                   "NotAcceptable", "RequestEntityTooLarge", "UnsupportedMediaType", "InternalError", "Expired",
+                   "ServiceUnavailable"}
+#: Longest apiserver ``Status.message`` quoted, characters (field errors of a 422 fit; a novel does not).
+MAX_DETAIL = 300
+
+
+class KubeError(Exception):
+    """One failed Kubernetes call. ``status`` is the HTTP status (None when no response came back), ``kind`` its
+    class (``Forbidden``, ``NotFound``, ``Conflict``, ``Invalid``, ``InternalError``, ``Timeout``,
+    ``Unavailable``, ...), ``call`` what was attempted (``patch Deployment/vllm-a``)."""
+
+    def __init__(self, call: str, kind: str, status: int | None = None, detail: str = "") -> None:
+        self.call, self.kind, self.status, self.detail = call, kind, status, detail
+        code = f"{status} " if status is not None else ""
+        super().__init__(f"{call}: {code}{kind}" + (f" ({detail})" if detail else ""))
+
+
+class KubeApi(Protocol):
+    """Every Kubernetes call the operator makes. Reads return ``None`` for a missing object; every failure is a
+    :class:`KubeError`."""
+
+    # --- reads (observe) ---------------------------------------------------------------------------------------
+    def get_kvplan(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def autoscaled_deployments(self, namespace: str) -> dict[str, str]: ...
+
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def get_httproute(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def get_inferencepool(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def read_secret_key(self, namespace: str, name: str, key: str) -> str | None: ...
+
+    # --- writes (apply, record) --------------------------------------------------------------------------------
+    def patch_deployment(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
+
+    def create_configmap(self, namespace: str, body: Mapping[str, Any]) -> None: ...
+
+    def patch_configmap(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
+
+    def patch_httproute(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
+
+    def patch_kvplan_status(self, namespace: str, name: str, status_patch: Mapping[str, Any]) -> None: ...
+
+    def post_event(self, body: Mapping[str, Any], *, type_: str, reason: str, message: str) -> None: ...
+
+
+T = TypeVar("T")
+
+
+def _status_detail(body: Any) -> tuple[str | None, str]:
+    """(Status.reason if it is the apiserver's vocabulary, Status.message cut to MAX_DETAIL) of an error body."""
+    try:
+        doc = json.loads(body) if isinstance(body, (str, bytes)) else None
+    except ValueError:
+        return None, ""
+    if not isinstance(doc, dict) or doc.get("kind") != "Status":
+        return None, ""
+    reason = doc.get("reason") if doc.get("reason") in _STATUS_REASONS else None
+    message = str(doc.get("message") or "")
+    if len(message) > MAX_DETAIL:
+        message = message[: MAX_DETAIL - 3] + "..."
+    return reason, message
+
+
+def classify(call: str, exc: BaseException) -> KubeError:
+    """Any exception the kubernetes client raised -> :class:`KubeError` (status code and class, never a
+    traceback)."""
+    if isinstance(exc, KubeError):
+        return exc
+    status = getattr(exc, "status", None)
+    if isinstance(status, int) and status > 0:
+        reason, detail = _status_detail(getattr(exc, "body", None))
+        return KubeError(call, reason or KINDS.get(status, "ServerError" if status >= 500 else "ClientError"),
+                         status, detail)
+    name = type(exc).__name__
+    text = str(exc).lower()
+    if "timeout" in name.lower() or "timed out" in text:
+        return KubeError(call, "Timeout")
+    return KubeError(call, "Unavailable", detail=name)
 
 
 class Kube:
-    """Kubernetes calls used by the reconcile. ``api_client`` is a configured ``kubernetes.client.ApiClient``."""
+    """:class:`KubeApi` over a configured ``kubernetes.client.ApiClient``."""
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(self, api_client: Any, *, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         from kubernetes import client
 
         self._client = client
         self.api_client = api_client
+        self.timeout_s = timeout_s
         self.apps = client.AppsV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
@@ -44,97 +145,91 @@ class Kube:
             return cls(config.new_client_from_config(  # type: ignore[no-untyped-call]
                 config_file=os.environ.get("KUBECONFIG") or None))
 
-    def _json(self, obj: Any) -> dict[str, Any]:
-        return dict(self.api_client.sanitize_for_serialization(obj))
+    def _call(self, call: str, fn: Callable[[], T], *, missing_ok: bool = False) -> T | None:
+        """Run one API call; 404 is ``None`` when ``missing_ok``; every failure is a :class:`KubeError`."""
+        try:
+            return fn()
+        except Exception as exc:
+            err = classify(call, exc)
+            if missing_ok and err.status == 404:
+                return None
+            raise err from None
 
-    def _missing(self, exc: Exception) -> bool:
-        return isinstance(exc, self._client.ApiException) and exc.status == 404
+    def _json(self, obj: Any) -> dict[str, Any] | None:
+        return None if obj is None else dict(self.api_client.sanitize_for_serialization(obj))
+
+    def _custom_get(self, gvp: tuple[str, str, str], namespace: str, name: str, kind: str) -> dict[str, Any] | None:
+        return cast(dict[str, Any] | None, self._call(
+            f"get {kind}/{name}", lambda: self.custom.get_namespaced_custom_object(
+                *gvp[:2], namespace, gvp[2], name, _request_timeout=self.timeout_s), missing_ok=True))
 
     # --- reads -----------------------------------------------------------------------------------------------------
+    def get_kvplan(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._custom_get((GROUP, VERSION, PLURAL), namespace, name, "KVPlan")
+
     def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self._json(self.apps.read_namespaced_deployment(name, namespace))
-        except Exception as exc:
-            if self._missing(exc):
-                return None
-            raise
+        return self._json(self._call(f"get Deployment/{name}", lambda: self.apps.read_namespaced_deployment(
+            name, namespace, _request_timeout=self.timeout_s), missing_ok=True))
 
     def autoscaled_deployments(self, namespace: str) -> dict[str, str]:
         """Deployment name -> ``HorizontalPodAutoscaler/<name>`` or ``ScaledObject/<name>`` targeting it."""
         out: dict[str, str] = {}
-        for hpa in self.autoscaling.list_namespaced_horizontal_pod_autoscaler(namespace).items:
+        hpas: Any = self._call("list HorizontalPodAutoscalers", lambda: self.autoscaling
+                               .list_namespaced_horizontal_pod_autoscaler(namespace, _request_timeout=self.timeout_s))
+        for hpa in hpas.items:
             ref = hpa.spec.scale_target_ref
             if ref.kind == "Deployment":
                 out[ref.name] = f"HorizontalPodAutoscaler/{hpa.metadata.name if hpa.metadata else '?'}"
-        try:
-            scaled: Any = self.custom.list_namespaced_custom_object("keda.sh", "v1alpha1", namespace, "scaledobjects")
-        except Exception as exc:
-            if self._missing(exc):
-                return out  # KEDA not installed
-            raise
-        for so in scaled.get("items", []):
+        scaled: Any = self._call("list ScaledObjects", lambda: self.custom.list_namespaced_custom_object(
+            "keda.sh", "v1alpha1", namespace, "scaledobjects", _request_timeout=self.timeout_s), missing_ok=True)
+        for so in (scaled or {}).get("items", []):  # None: KEDA not installed
             ref = so.get("spec", {}).get("scaleTargetRef", {})
             if ref.get("kind", "Deployment") == "Deployment" and ref.get("name"):
                 out[ref["name"]] = f"ScaledObject/{so['metadata']['name']}"
         return out
 
-    def get_kvplan(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return cast(dict[str, Any], self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
-        except Exception as exc:
-            if self._missing(exc):
-                return None
-            raise
-
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self._json(self.core.read_namespaced_config_map(name, namespace))
-        except Exception as exc:
-            if self._missing(exc):
-                return None
-            raise
+        return self._json(self._call(f"get ConfigMap/{name}", lambda: self.core.read_namespaced_config_map(
+            name, namespace, _request_timeout=self.timeout_s), missing_ok=True))
 
     def get_httproute(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return cast(dict[str, Any], self.custom.get_namespaced_custom_object(
-                "gateway.networking.k8s.io", "v1", namespace, "httproutes", name))
-        except Exception as exc:
-            if self._missing(exc):
-                return None
-            raise
+        return self._custom_get(GATEWAY, namespace, name, "HTTPRoute")
+
+    def get_inferencepool(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._custom_get(INFERENCE, namespace, name, "InferencePool")
 
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
-        try:
-            secret = self.core.read_namespaced_secret(name, namespace)
-        except Exception as exc:
-            if self._missing(exc):
-                return None
-            raise
-        raw = (secret.data or {}).get(key)
+        secret: Any = self._call(f"get Secret/{name}", lambda: self.core.read_namespaced_secret(
+            name, namespace, _request_timeout=self.timeout_s), missing_ok=True)
+        raw = (secret.data or {}).get(key) if secret is not None else None
         return base64.b64decode(raw).decode() if raw else None
 
     # --- writes ----------------------------------------------------------------------------------------------------
     def patch_deployment(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        self.apps.patch_namespaced_deployment(name, namespace, dict(patch), field_manager=FIELD_MANAGER,
-                                              _content_type="application/strategic-merge-patch+json")
+        self._call(f"patch Deployment/{name}", lambda: self.apps.patch_namespaced_deployment(
+            name, namespace, dict(patch), field_manager=FIELD_MANAGER, _request_timeout=self.timeout_s,
+            _content_type="application/strategic-merge-patch+json"))
 
     def create_configmap(self, namespace: str, body: Mapping[str, Any]) -> None:
-        self.core.create_namespaced_config_map(namespace, dict(body), field_manager=FIELD_MANAGER)  # type: ignore[arg-type]
+        name = body.get("metadata", {}).get("name")
+        self._call(f"create ConfigMap/{name}", lambda: self.core.create_namespaced_config_map(
+            namespace, dict(body), field_manager=FIELD_MANAGER,  # type: ignore[arg-type]
+            _request_timeout=self.timeout_s))
 
     def patch_configmap(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        self.core.patch_namespaced_config_map(name, namespace, dict(patch), field_manager=FIELD_MANAGER,
-                                              _content_type="application/merge-patch+json")
+        self._call(f"patch ConfigMap/{name}", lambda: self.core.patch_namespaced_config_map(
+            name, namespace, dict(patch), field_manager=FIELD_MANAGER, _request_timeout=self.timeout_s,
+            _content_type="application/merge-patch+json"))
 
     def patch_httproute(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object("gateway.networking.k8s.io", "v1", namespace, "httproutes", name,
-                                                   dict(patch), field_manager=FIELD_MANAGER,
-                                                   _content_type="application/merge-patch+json")
+        self._call(f"patch HTTPRoute/{name}", lambda: self.custom.patch_namespaced_custom_object(
+            *GATEWAY[:2], namespace, GATEWAY[2], name, dict(patch), field_manager=FIELD_MANAGER,
+            _request_timeout=self.timeout_s, _content_type="application/merge-patch+json"))
 
     def patch_kvplan_status(self, namespace: str, name: str, status_patch: Mapping[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name,
-                                                          {"status": dict(status_patch)},
-                                                          field_manager=FIELD_MANAGER,
-                                                          _content_type="application/merge-patch+json")
+        self._call(f"patch KVPlan/{name}/status", lambda: self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status_patch)}, field_manager=FIELD_MANAGER,
+            _request_timeout=self.timeout_s, _content_type="application/merge-patch+json"))
 
     def post_event(self, body: Mapping[str, Any], *, type_: str, reason: str, message: str) -> None:
         """A core/v1 Event on the KVPlan (only called on condition transitions)."""
@@ -148,7 +243,8 @@ class Kube:
                 uid=meta.get("uid"), resource_version=meta.get("resourceVersion")),
             reason=reason, message=message[:1024], type=type_, first_timestamp=now, last_timestamp=now, count=1,
             source=self._client.V1EventSource(component=FIELD_MANAGER), reporting_component=FIELD_MANAGER)
-        self.core.create_namespaced_event(meta["namespace"], event)
+        self._call("create Event", lambda: self.core.create_namespaced_event(
+            meta["namespace"], event, _request_timeout=self.timeout_s))
 
 
 def ensure_peering(kube: Kube, *, name: str, namespaces: list[str], clusterwide: bool) -> list[str]:

@@ -27,6 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
     p.add_argument("--metrics-port", type=int, default=int(os.environ.get("KVPLAN_METRICS_PORT", "8080")),
                    help="prometheus metrics port (0 disables; default 8080 or $KVPLAN_METRICS_PORT)")
+    p.add_argument("--prometheus-allowed-hosts", default=os.environ.get("KVPLAN_PROMETHEUS_ALLOWED_HOSTS", ""),
+                   help="comma-separated hosts (patterns like *.monitoring.svc, optional :port) a KVPlan's "
+                        "spec.prometheus.url may name; empty: any host but link-local and metadata addresses "
+                        "(default $KVPLAN_PROMETHEUS_ALLOWED_HOSTS)")
     p.add_argument("--verbose", action="store_true", help="debug logging")
     p.add_argument("--log-format", choices=sorted(LOG_FORMATS), default=os.environ.get("KVPLAN_LOG_FORMAT", "full"),
                    help="full (default: time, logger, level, message), plain (message only) or json (one JSON "
@@ -52,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.log_format not in LOG_FORMATS:
         parser.error(f"--log-format / $KVPLAN_LOG_FORMAT: {args.log_format!r} is not one of {sorted(LOG_FORMATS)}")
     os.environ["KVPLAN_METRICS_PORT"] = str(args.metrics_port)
+    os.environ["KVPLAN_PROMETHEUS_ALLOWED_HOSTS"] = args.prometheus_allowed_hosts
     import kopf
 
     from . import handlers  # registers the handlers on kopf's default registry

@@ -126,6 +126,10 @@ class Metrics:
         self.last_success.labels(namespace, name).set(time.time() if now is None else now)
         self.plan_outputs(namespace, name, plan)
 
+    def relayout(self, kvplan: str) -> None:
+        """A re-layout was attempted for ``"namespace/name"`` outside :meth:`planned` (the apply then failed)."""
+        self.layout_changes.labels(*split_key(kvplan)).inc()
+
     def failure(self, kvplan: str, reason: str) -> None:
         """A failed attempt for ``"namespace/name"`` with its condition reason."""
         namespace, name = split_key(kvplan)

@@ -38,6 +38,12 @@ def layouts_of(plan: Plan) -> dict[str, tuple[int, int]]:
     return {g.name: (g.tp, g.pp) for g in plan.groups if g.tp > 0}
 
 
+def target_layouts(plan: Plan, current: Mapping[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    """Group -> (tp, pp) the Deployments get from ``plan``: an idle group (tp = 0) keeps its ``current`` layout
+    (default 1 x 1) with 0 replicas."""
+    return {g.name: (g.tp, g.pp) if g.tp > 0 else current.get(g.name, (1, 1)) for g in plan.groups}
+
+
 def layout_moves(plan: Plan, current: Mapping[str, tuple[int, int]]) -> list[str]:
     """Groups whose planned layout differs from ``current`` (groups without a current layout are not moves)."""
     return sorted(name for name, lay in layouts_of(plan).items() if name in current and current[name] != lay)

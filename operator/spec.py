@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 #: Default node selector per GPU type (the NVIDIA GPU feature-discovery product label).
@@ -22,6 +22,18 @@ DEFAULT_NODE_SELECTORS: dict[str, dict[str, str]] = {
 
 _DURATION = re.compile(r"^([0-9]+)(s|m|h|d)$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$"
+#: A ConfigMap data key (``[-._a-zA-Z0-9]+``, as the apiserver requires).
+CONFIGMAP_KEY = r"^[-._a-zA-Z0-9]+$"
+#: An HTTP header name (RFC 9110 token).
+HEADER_NAME = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$"
+#: ``http(s)://host[:port][/path]``: no userinfo (``@`` before the path), no query, no fragment.
+PROMETHEUS_URL = r"^https?://[^/@#?\s]+(/[^#?\s]*)?$"
+#: Sane bounds of the durations, seconds (the CRD's CEL rules say the same). A re-plan more often than every 10 s
+#: would only re-read the same scrape; a lookback under 5 min has too few requests for a tail, over 30 d makes each
+#: query scan a month of samples.
+INTERVAL_BOUNDS = (10.0, 86400.0)
+LOOKBACK_BOUNDS = (300.0, 30 * 86400.0)
 
 
 class InvalidSpec(ValueError):
@@ -81,7 +93,9 @@ class Group(_Model):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
     deployment: str = Field(pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", max_length=253)
     container: str | None = None
-    service: str | None = None
+    service: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    inference_pool: str | None = Field(None, pattern=_DNS_SUBDOMAIN, max_length=253,
+                                       description="InferencePool standing for this group in HTTPRoute backendRefs.")
     model: str = Field(min_length=1, max_length=63)
     node_pool: NodePool
     layouts: tuple[Layout, ...] = Field(_DEFAULT_LAYOUTS, min_length=1)
@@ -154,16 +168,25 @@ class FleetCosts(_Model):
 
 
 class SecretRef(_Model):
-    name: str
-    key: str = "token"
+    name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
+    key: str = Field("token", pattern=CONFIGMAP_KEY, max_length=253)
 
 
 class Prometheus(_Model):
-    url: str = Field(pattern=r"^https?://")
+    url: str = Field(max_length=2048, description="http(s)://host[:port][/path]; see kvplan_operator.prom.")
     auth_secret_ref: SecretRef | None = None
     lookback: str = Field("6h", description="History window; 6 h covers a diurnal swing without stale weeks.")
     windows: int = Field(6, ge=1, le=48, description="Sub-windows for the drift radius; 6 x 1 h by default.")
-    timeout_seconds: float = Field(5.0, ge=0.1, le=120)
+    timeout_seconds: float = Field(5.0, ge=1, le=60, description="Per-query timeout; 1 s is the least a loaded "
+                                   "Prometheus needs for a 6 h range query, 60 s keeps a reconcile bounded.")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not re.match(PROMETHEUS_URL, value):
+            raise ValueError("needs http:// or https://, a host and an optional port and path; userinfo (user@), "
+                             "a query (?) and a fragment (#) are not allowed")
+        return value
 
     @property
     def lookback_seconds(self) -> float:
@@ -171,14 +194,14 @@ class Prometheus(_Model):
 
 
 class ConfigMapRef(_Model):
-    name: str
-    key: str = "routing.json"
+    name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
+    key: str = Field("routing.json", pattern=CONFIGMAP_KEY, max_length=253)
     format: Literal["kvplan.v1"] = "kvplan.v1"
 
 
 class HttpRouteRef(_Model):
-    name: str
-    class_header: str = "x-kvplan-class"
+    name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
+    class_header: str = Field("x-kvplan-class", pattern=HEADER_NAME, max_length=256)
 
 
 class Router(_Model):
@@ -257,14 +280,25 @@ def _semantic_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:
             errs.append((f"{p}.prefixTokens", f"{c.prefix_tokens} exceeds inputTokens {c.input_tokens}"))
         if "{" in c.history.selector or "}" in c.history.selector:
             errs.append((f"{p}.history.selector", "give label matchers without braces, e.g. model_name=\"chat\""))
-    for field, text in (("spec.prometheus.lookback", spec.prometheus.lookback), ("spec.replan.interval", spec.replan.interval)):
+    for field, text, (low, high) in (("spec.prometheus.lookback", spec.prometheus.lookback, LOOKBACK_BOUNDS),
+                                     ("spec.replan.interval", spec.replan.interval, INTERVAL_BOUNDS)):
         try:
-            parse_duration(text)
+            seconds = parse_duration(text)
         except ValueError as exc:
             errs.append((field, str(exc)))
+            continue
+        if not low <= seconds <= high:
+            errs.append((field, f"{text} is outside [{_human(low)}, {_human(high)}]"))
     if not errs and spec.prometheus.lookback_seconds / spec.prometheus.windows < 60:
         errs.append(("spec.prometheus.windows", "each sub-window must span at least 1m (lookback / windows)"))
     return errs
+
+
+def _human(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
 
 
 def layout_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:

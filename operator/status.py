@@ -1,4 +1,4 @@
-"""Phase 4: the KVPlan status body, and the merge patch that moves the stored status to it. Pure.
+"""The KVPlan status body, and the merge patch that moves the stored status to it. Pure (used by the record phase).
 
 Layout of ``status`` (all keys camelCase; names of groups/classes are map keys so ``kubectl get -o yaml`` reads
 like the plan):
@@ -12,7 +12,8 @@ like the plan):
 - ``objective``: {reservation, configuration, queueing, rejection, total} (cost units / s);
 - ``diff``: changes against the previous plan ({layouts, replicas, reservations, admission, routing});
 - ``summary``: {groups, classes} for the printer columns;
-- ``layoutChanges``: unix times of re-layouts in the last hour (disruption budget);
+- ``layoutChanges``: unix times of re-layouts attempted in the last hour (a mirror of the disruption budget the
+  state ConfigMap keeps);
 - ``lastGoodPlan``: the kvcore Plan as JSON (compact string): the ``previous`` of the next solve.
 """
 
@@ -25,8 +26,8 @@ from typing import Any
 
 from kvcore.planmodel import Plan
 
-from .builders import ClassTarget, GroupTarget
-from .snapshot import Snapshot
+from .desired import ClassTarget, GroupTarget
+from .history import ClassObservation
 
 
 def iso(ts: float) -> str:
@@ -48,7 +49,7 @@ def _num(x: float, digits: int = 6) -> float | str | None:
     return round(float(x), digits)
 
 
-def plan_body(plan: Plan, *, snapshot: Snapshot | None, targets: Mapping[str, GroupTarget],
+def plan_body(plan: Plan, *, observed: Mapping[str, ClassObservation] | None, targets: Mapping[str, GroupTarget],
               applied: Mapping[str, ClassTarget], autoscalers: Mapping[str, str | None], decision: str,
               notes: Sequence[str]) -> dict[str, Any]:
     """The ``status.plan`` subtree. Routing and prefix fractions are the published ones (after hysteresis)."""
@@ -64,7 +65,7 @@ def plan_body(plan: Plan, *, snapshot: Snapshot | None, targets: Mapping[str, Gr
         }
     classes = {}
     for c in plan.classes:
-        obs = snapshot.classes.get(c.name) if snapshot else None
+        obs = observed.get(c.name) if observed else None
         classes[c.name] = {
             "reserveTokens": int(round(c.reserve_tokens)),
             "admitted": bool(c.admitted),

@@ -1,22 +1,21 @@
-"""Phase 2 input: validated spec + snapshot -> kvcore ``Instance``; and kvcore ``Plan`` -> builder targets.
-
-The only module that knows both the CR's vocabulary and kvcore's. Pure.
+"""The CR's vocabulary <-> kvcore's: validated spec + observations -> kvcore ``Instance``; kvcore's field paths in
+an ``InputError`` -> the CR's (``groups[0].gpu_type`` -> ``spec.groups[0].nodePool.gpuType``). Pure; the only
+module that knows both vocabularies.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kvcore.instance import ClassSpec, CostSpec, GroupSpec, Instance, Layout as KLayout
-from kvcore.planmodel import Plan
 from kvcore.profiles import ProfileOverride
 from kvcore.radius import RadiusPolicy, with_horizon
 from kvcore.slo import SloSpec
 
-from .builders import ClassTarget, GroupTarget, max_num_seqs
-from .snapshot import Snapshot
+from .history import ClassObservation
 from .spec import KVPlanSpec, Robustness
 
 
@@ -52,7 +51,7 @@ def radius_policy(rob: Robustness, *, horizon: float) -> RadiusTranslation:
                                  "used")
 
 
-def build_instance(spec: KVPlanSpec, snapshot: Snapshot, *,
+def build_instance(spec: KVPlanSpec, observed: Mapping[str, ClassObservation], *,
                    layouts: Mapping[str, tuple[int, int]] | None = None) -> Instance:
     """The planning problem. ``layouts`` pins groups to one (tp, pp) (the "hold" plan of the disruption policy).
 
@@ -62,7 +61,7 @@ def build_instance(spec: KVPlanSpec, snapshot: Snapshot, *,
     classes = []
     horizon = horizon_ratio(spec)
     for c in spec.classes:
-        obs = snapshot.classes[c.name]
+        obs = observed[c.name]
         assert obs.history is not None, f"class {c.name} has no history"
         rob = c.robustness or spec.robustness
         kw: dict[str, Any] = {}
@@ -90,24 +89,47 @@ def build_instance(spec: KVPlanSpec, snapshot: Snapshot, *,
     return Instance(classes=tuple(classes), groups=tuple(groups), costs=costs, profiles=profiles)
 
 
-def targets(spec: KVPlanSpec, plan: Plan, rates: Mapping[str, float],
-            current: Mapping[str, tuple[int, int]]) -> tuple[dict[str, GroupTarget], dict[str, ClassTarget]]:
-    """Plan -> builder targets, with ``--max-num-seqs`` per group (see builders.max_num_seqs).
+#: kvcore's field names -> the CR's, per kvcore list (classes[i], groups[k], profiles[j], costs).
+_CLASS_FIELDS = {"arrival_rate": "arrivalRate", "input_tokens": "inputTokens", "lmax": "maxOutputTokens",
+                 "prefix_tokens": "prefixTokens", "cp": "costs.preemption", "cw": "costs.waste", "slo.mu": "slo.mu",
+                 "slo.sigma": "slo.sigma", "slo.lam": "slo.lambda", "history": "history", "radius": "robustness",
+                 "name": "name", "slo": "slo"}
+_GROUP_FIELDS = {"gpu_type": "nodePool.gpuType", "gpus": "nodePool.gpuCount", "gpus_per_node": "nodePool.gpusPerNode",
+                 "model": "model", "layouts": "layouts", "name": "name"}
+_PROFILE_FIELDS = {"gpu_type": "gpuType", "model": "model", "tp": "tp", "pp": "pp",
+                   "kv_capacity_tokens": "kvCapacityTokens", "throughput_tokens_s": "throughputTokensPerSecond"}
+_COSTS_FIELDS = {"kappa": "kappa", "c_slo": "cSlo", "c_rej": "cRej"}
+_PATH = re.compile(r"^(classes|groups|profiles)\[(\d+)\](?:\.(.*))?$")
 
-    A group the plan leaves idle (tp = 0) keeps its ``current`` layout with 0 replicas.
-    """
-    ctargets = {
-        cp.name: ClassTarget(name=cp.name, reserve_tokens=int(round(cp.reserve_tokens)),
-                             admitted=1.0 if cp.admitted else 0.0, routing=dict(cp.routing),
-                             prefix_fraction=dict(cp.prefix_fraction))
-        for cp in plan.classes
-    }
-    gtargets = {}
-    for gp in plan.groups:
-        if gp.tp <= 0:
-            tp, pp = current.get(gp.name, (1, 1))
-            gtargets[gp.name] = GroupTarget(name=gp.name, tp=tp, pp=pp, replicas=0, max_num_seqs=None)
-            continue
-        seqs = max_num_seqs(gp.kv_capacity_tokens, spec.classes, ctargets, rates, gp.name)
-        gtargets[gp.name] = GroupTarget(name=gp.name, tp=gp.tp, pp=gp.pp, replicas=gp.replicas, max_num_seqs=seqs)
-    return gtargets, ctargets
+
+def cr_path(field: str, spec: KVPlanSpec | None = None) -> str:
+    """A kvcore ``InputError.field`` -> the CR field path the user wrote (``spec...``).
+
+    kvcore's ``classes[i]``/``groups[k]``/``profiles[j]`` index like the spec's (build_instance keeps the order).
+    A class's ``arrival_rate`` is ``arrivalRateQuery`` when the spec gives a query; a group's ``layouts[j]`` is
+    reported as ``layouts`` (the hold plan pins a single layout, so kvcore's index is not the spec's). Fields
+    with no CR counterpart map to the nearest enclosing one."""
+    m = _PATH.match(field)
+    if m:
+        kind, idx, rest = m.group(1), int(m.group(2)), m.group(3) or ""
+        base = f"spec.{kind}[{idx}]"
+        if not rest:
+            return base
+        if kind == "classes":
+            if rest == "arrival_rate" and spec is not None and idx < len(spec.classes) \
+                    and spec.classes[idx].arrival_rate_query is not None:
+                return f"{base}.arrivalRateQuery"
+            table = _CLASS_FIELDS
+        elif kind == "groups":
+            rest = "layouts" if rest.startswith("layouts") else rest
+            table = _GROUP_FIELDS
+        else:
+            table = _PROFILE_FIELDS
+        key = rest if rest in table else rest.split(".", 1)[0]
+        return f"{base}.{table[key]}" if key in table else base
+    if field.startswith("costs."):
+        key = field.split(".", 1)[1]
+        return f"spec.costs.{_COSTS_FIELDS[key]}" if key in _COSTS_FIELDS else "spec.costs"
+    if field in ("classes", "groups", "profiles", "costs"):
+        return f"spec.{field}"
+    return "spec"

@@ -17,7 +17,7 @@ from kvplan_dev.prom import series_from_trace
 from kvplan_operator import conditions as C
 from kvplan_operator.kube import Kube
 from kvplan_operator.reconcile import Deps, reconcile
-from kvplan_operator.snapshot import PromClient
+from kvplan_operator.prom import PromClient
 
 REPO = Path(__file__).resolve().parents[1]
 LMAX = 8192

@@ -96,7 +96,8 @@ def test_make_lint_chart(tools: Any) -> None:
                      {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment",
                       "Service", "KopfPeering", "CustomResourceDefinition", "Pod"}, id="watched-namespaces"),
         pytest.param(("serviceMonitor.enabled=true", "replicaCount=2", "httpRoute.enabled=true",
-                      "prometheus.authSecrets={prom-token}"),
+                      "prometheus.authSecrets={prom-token}",
+                      "prometheus.allowedHosts={prometheus.monitoring.svc,*.obs.svc:9090}"),
                      {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
                       "ServiceMonitor", "ClusterKopfPeering", "CustomResourceDefinition", "Pod"}, id="every-option"),
         pytest.param(("metrics.enabled=false", "peering.enabled=false", "crds.install=false"),
@@ -124,6 +125,9 @@ def test_template_renders(tools: Any, sets: tuple[str, ...], kinds: set[str]) ->
     assert {"KVPLAN_TIMER_TICK_S", "KVPLAN_BACKOFF_BASE_S"} <= set(env)
     metrics = [a for a in container["args"] if a.startswith("--metrics-port=")]
     assert metrics == (["--metrics-port=0"] if "metrics.enabled=false" in sets else ["--metrics-port=8080"])
+    allowed = [a for a in container["args"] if a.startswith("--prometheus-allowed-hosts")]
+    assert allowed == (["--prometheus-allowed-hosts=prometheus.monitoring.svc,*.obs.svc:9090"]
+                       if any(x.startswith("prometheus.allowedHosts") for x in sets) else [])
     liveness_port = int(container["args"][[a.startswith("--liveness") for a in container["args"]].index(True)]
                         .rsplit(":", 1)[1].split("/")[0])
     assert liveness_port != 8080, "liveness and metrics would share a port"
@@ -139,6 +143,7 @@ def test_template_renders(tools: Any, sets: tuple[str, ...], kinds: set[str]) ->
                           ("ClusterRole:", "apiextensions.k8s.io", "customresourcedefinitions"):
                               {"get", "list", "watch"}},
                      {("ClusterRole:", "", "secrets"), ("ClusterRole:", "gateway.networking.k8s.io", "httproutes"),
+                      ("ClusterRole:", "inference.networking.k8s.io", "inferencepools"),
                       ("ClusterRole:", "kopf.dev", "kopfpeerings")}, id="defaults"),
         pytest.param((f"watchNamespaces={{{WATCHED}}}",),
                      {(f"Role:{WATCHED}", "apps", "deployments"): {"get", "patch"},
@@ -151,6 +156,7 @@ def test_template_renders(tools: Any, sets: tuple[str, ...], kinds: set[str]) ->
                      id="standalone-no-peering-rules"),
         pytest.param(("httpRoute.enabled=true",),
                      {("ClusterRole:", "gateway.networking.k8s.io", "httproutes"): {"get", "patch"},
+                      ("ClusterRole:", "inference.networking.k8s.io", "inferencepools"): {"get"},
                       ("ClusterRole:", "kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"}},
                      set(), id="httproutes-and-peering"),
     ],
@@ -183,6 +189,7 @@ def test_secret_access_is_by_name_only(tools: Any) -> None:
         pytest.param("logLevel=warning", "/logLevel", id="log-level-enum"),
         pytest.param("metrics.port=0", "/metrics/port", id="port-range"),
         pytest.param("watchNamespaces={Not_A_Namespace}", "/watchNamespaces/0", id="namespace-name"),
+        pytest.param("prometheus.allowedHosts={a b}", "/prometheus/allowedHosts/0", id="allowed-host-pattern"),
     ],
 )
 def test_values_schema_refuses(tools: Any, setting: str, message: str) -> None:

@@ -62,7 +62,7 @@ def test_kopf_runner_plans_replans_and_resumes(operator_env, kube_api, namespace
     kube = Kube(kube_api)
     end = backfill(prometheus, traces_dir)
     spec = kvplan_spec(prometheus.url)
-    spec["replan"] = {"interval": "5s"}
+    spec["replan"] = {"interval": "10s"}  # the shortest interval the operator accepts
     setup(kube_api, namespace, spec)
     args = ["run", "-m", "kvplan_operator.handlers", "--namespace", namespace, "--standalone"]
     with KopfRunner(args, timeout=120) as runner:

@@ -1,7 +1,9 @@
-"""Operator snapshot against a real Prometheus (Debian's 2.42) backfilled from the shared traces: the PromQL
-range query per class returns one histogram per sub-window; the History the planner gets matches the trace's
-bucketed output lengths; both the ``vllm:`` and ``vllm_`` spellings are read; a stopped Prometheus is a
-``PrometheusUnavailable``, never a crash. Needs only Prometheus/promtool (not the apiserver)."""
+"""The operator's Prometheus reads (operator/history.py over operator/prom.py's client) against a real Prometheus
+(Debian's) backfilled from the vendored traces: the PromQL range query per class returns one histogram per
+sub-window; the History the planner gets matches the trace's bucketed output lengths; both the ``vllm:`` and
+``vllm_`` spellings are read; a stopped Prometheus is ``PrometheusUnavailable``, a PromQL error is
+``PrometheusQueryError`` (status code and error type, never the body), an arrival-rate query that matches nothing
+is ``NoRateData`` (not 0 req/s). Needs only Prometheus/promtool (not the apiserver)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from kvcore.traces import build_1_2_5_buckets
 from kvplan_dev import pytest_fixtures
 from kvplan_dev.openmetrics import VLLM_UNDERSCORE, Window
 from kvplan_dev.prom import LocalPrometheus, series_from_trace
-from kvplan_operator.snapshot import PromClient, PrometheusUnavailable, observe_class, take_snapshot
+from kvplan_operator import conditions as C
+from kvplan_operator.history import observe_class, rate_value
+from kvplan_operator.prom import PromClient, PromError, PrometheusUnavailable
 from kvplan_operator.spec import parse_spec
 
 pytestmark = pytest.mark.integration
@@ -86,21 +90,22 @@ def test_history_matches_trace(backfilled, cls_index):
     assert radius.eps < radius.cap, radius.reason
 
 
-def test_snapshot_and_outage(backfilled):
+def test_every_class_and_the_failures(backfilled):
     server, end, _, _ = backfilled
-
-    class NoKube:
-        def get_deployment(self, ns, name):
-            return None
-
-        def autoscaled_deployments(self, ns):
-            return {}
-
     spec = parse_spec(copy.deepcopy(SPEC) | {"prometheus": {"url": server.url}})
-    t0 = time.perf_counter()
-    snap = take_snapshot(spec, namespace="x", prom=PromClient(server.url, timeout_s=10), kube=NoKube(), now=end)
-    assert time.perf_counter() - t0 < 2.0
-    assert all(o.history is not None for o in snap.classes.values())
+    prom = PromClient(server.url, timeout_s=10)
+    for c in spec.classes:
+        assert observe_class(prom, c, lookback_s=6 * 3600, windows=6, now=end).history is not None
     dead = PromClient("http://127.0.0.1:9", timeout_s=1)
     with pytest.raises(PrometheusUnavailable, match="127.0.0.1:9"):
-        take_snapshot(spec, namespace="x", prom=dead, kube=NoKube(), now=end)
+        observe_class(dead, spec.classes[0], lookback_s=6 * 3600, windows=6, now=end)
+    with pytest.raises(PromError) as info:
+        prom.query("sum(rate(vllm:request_success_total[5m]", at=end)  # unbalanced: a PromQL parse error
+    assert info.value.reason == C.PROMETHEUS_QUERY_ERROR
+    assert str(info.value) == "instant query: Prometheus answered HTTP 400 status=error (bad_data)"
+    with pytest.raises(PromError) as info:
+        rate_value(prom.query('sum(rate(vllm:request_success_total{model_name="nobody"}[5m]))', at=end))
+    assert info.value.reason == C.NO_RATE_DATA
+    with pytest.raises(PromError) as info:
+        PromClient(server.url + "/no/such/prefix", timeout_s=5).query("up", at=end)
+    assert info.value.reason == C.PROMETHEUS_REJECTED and "HTTP 404" in str(info.value)

@@ -132,6 +132,19 @@ def test_dry_run_changes_nothing(crd, kube_api, kube, namespace, prometheus, tra
                      id="absolute-without-eps"),
         pytest.param(lambda s: s["groups"][1].update(name="pool-a"), "unique", id="duplicate-group"),
         pytest.param(lambda s: s.pop("prometheus"), "prometheus", id="missing-prometheus"),
+        pytest.param(lambda s: s["prometheus"].update(url="http://127.0.0.1:9090/#"), "spec.prometheus.url",
+                     id="url-fragment"),
+        pytest.param(lambda s: s["prometheus"].update(url="http://tok@127.0.0.1:9090"), "spec.prometheus.url",
+                     id="url-userinfo"),
+        pytest.param(lambda s: s["prometheus"].update(lookback="1m"), "lookback must be between 5m and 30d",
+                     id="lookback-too-short"),
+        pytest.param(lambda s: s["prometheus"].update(lookback="31d"), "lookback must be between 5m and 30d",
+                     id="lookback-too-long"),
+        pytest.param(lambda s: s["prometheus"].update(timeoutSeconds=0.5), "timeoutSeconds", id="timeout-min"),
+        pytest.param(lambda s: s["replan"].update(interval="5s"), "interval must be between 10s and 24h",
+                     id="interval-too-short"),
+        pytest.param(lambda s: s["router"]["configMap"].update(key="routing/json"), "key", id="configmap-key"),
+        pytest.param(lambda s: s["groups"][0].update(inferencePool="Pool_A"), "inferencePool", id="pool-name"),
     ],
 )
 def test_schema_violation_refused_by_apiserver(crd, kube_api, namespace, mutate, needle):
@@ -145,6 +158,22 @@ def test_schema_violation_refused_by_apiserver(crd, kube_api, namespace, mutate,
             {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan", "metadata": {"name": "bad"}, "spec": spec})
     assert info.value.status == 422
     assert needle in info.value.body
+
+
+@pytest.mark.parametrize(("lookback", "interval"), [("5m", "10s"), ("30d", "24h"), ("720h", "1h"), ("300s", "30s")])
+def test_duration_bounds_accept_their_ends(crd, kube_api, namespace, lookback, interval):
+    """The CEL rules accept the bounds themselves in every unit the pattern allows (and parse_spec agrees)."""
+    from kubernetes import client
+
+    from kvplan_operator.spec import parse_spec
+
+    spec = kvplan_spec("http://127.0.0.1:9")
+    spec["prometheus"].update(lookback=lookback, windows=1)
+    spec["replan"].update(interval=interval)
+    created = client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
+        "kvplan.io", "v1alpha1", namespace, "kvplans",
+        {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan", "metadata": {"name": "edge"}, "spec": spec})
+    parse_spec(created["spec"])
 
 
 def test_defaults_applied_by_apiserver(crd, kube_api, kube, namespace):

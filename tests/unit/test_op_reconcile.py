@@ -14,11 +14,14 @@ import pytest
 from kvcore.planmodel import ObjectiveTerms, Plan, PlanStatus
 from kvcore.planner import plan as real_plan
 from kvplan_operator import conditions as C
+from kvplan_operator.handlers import is_due
 from kvplan_operator.policy import decide
-from kvplan_operator.reconcile import Deps, current_layout, is_due, reconcile
-from kvplan_operator.snapshot import PrometheusUnavailable
-from test_op_builders import SPEC  # type: ignore[import-not-found]
-from test_op_snapshot import MATRIX, RecordedProm  # type: ignore[import-not-found]
+from kvplan_operator.prom import PrometheusUnavailable
+from kvplan_operator.reconcile import Deps, reconcile
+from kvplan_operator.targets.deployment import read_layout
+from op_fakes import FakeKube, dep, kvplan  # type: ignore[import-not-found]
+from test_op_history import MATRIX, RecordedProm  # type: ignore[import-not-found]
+from test_op_targets import SPEC  # type: ignore[import-not-found]
 
 NOW = 1700007200.0
 
@@ -30,95 +33,10 @@ def busy_matrix(scale: float = 20.0) -> list:
     return m
 
 
-def smp(target: dict, patch: dict) -> None:
-    """Strategic merge as the apiserver does it for the shapes the operator sends."""
-    for k, v in patch.items():
-        if k in ("containers", "env") and isinstance(v, list):
-            cur = {e["name"]: e for e in target.get(k, [])}
-            order = [e["name"] for e in target.get(k, [])]
-            for e in v:
-                if e.get("$patch") == "delete":
-                    cur.pop(e["name"], None)
-                    continue
-                if e["name"] in cur:
-                    smp(cur[e["name"]], e)
-                else:
-                    cur[e["name"]] = copy.deepcopy(e)
-                    order.append(e["name"])
-            target[k] = [cur[n] for n in order if n in cur]
-        elif isinstance(v, dict) and isinstance(target.get(k), dict):
-            smp(target[k], v)
-        elif v is None:
-            target.pop(k, None)
-        else:
-            target[k] = copy.deepcopy(v)
-
-
-class FakeKube:
-    """The operator's Kube wrapper, in memory. ``writes`` records every mutating call."""
-
-    def __init__(self, deployments: dict, *, scaled: dict | None = None):
-        self.deployments = copy.deepcopy(deployments)
-        self.configmaps: dict[str, dict] = {}
-        self.scaled = scaled or {}
-        self.writes: list[str] = []
-        self.events: list[tuple[str, str]] = []
-        self.status: dict = {}
-
-    def get_deployment(self, ns, name):
-        return copy.deepcopy(self.deployments.get(name))
-
-    def autoscaled_deployments(self, ns):
-        return dict(self.scaled)
-
-    def get_configmap(self, ns, name):
-        return copy.deepcopy(self.configmaps.get(name))
-
-    def create_configmap(self, ns, body):
-        self.writes.append(f"create ConfigMap/{body['metadata']['name']}")
-        self.configmaps[body["metadata"]["name"]] = copy.deepcopy(dict(body))
-
-    def patch_configmap(self, ns, name, patch):
-        self.writes.append(f"patch ConfigMap/{name}")
-        smp(self.configmaps[name], copy.deepcopy(dict(patch)))
-
-    def patch_deployment(self, ns, name, patch):
-        self.writes.append(f"patch Deployment/{name}")
-        smp(self.deployments[name], copy.deepcopy(dict(patch)))
-
-    def get_httproute(self, ns, name):
-        return None
-
-    def patch_httproute(self, ns, name, patch):  # pragma: no cover - no route in these tests
-        raise AssertionError("must not be called")
-
-    def read_secret_key(self, ns, name, key):
-        return None
-
-    def patch_kvplan_status(self, ns, name, patch):
-        self.writes.append("status")
-        smp(self.status, copy.deepcopy(dict(patch)))
-
-    def post_event(self, body, *, type_, reason, message):
-        self.events.append((type_, reason))
-
-
-def dep(name: str) -> dict:
-    return {"metadata": {"name": name, "annotations": {}},
-            "spec": {"replicas": 1, "template": {"spec": {"containers": [
-                {"name": "vllm", "image": "vllm", "args": ["--model", "m", "--tensor-parallel-size", "1", "--port", "8000"],
-                 "env": [{"name": "HF_HOME", "value": "/c"}]}]}}}}
-
-
-def kvplan(spec: dict, kube: FakeKube, generation: int = 1) -> dict:
-    return {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan",
-            "metadata": {"name": "fleet", "namespace": "ns", "uid": "u1", "generation": generation},
-            "spec": spec, "status": copy.deepcopy(kube.status)}
-
-
 def deps(kube: FakeKube, prom=None, planner=real_plan) -> Deps:
     prom = prom or RecordedProm(matrix=busy_matrix())
-    return Deps(kube=kube, prom_factory=lambda url, timeout, token: prom, planner=planner, clock=lambda: NOW)
+    return Deps(kube=kube, prom_factory=lambda url, timeout, token: prom, planner=planner, clock=lambda: NOW,
+                resolve=lambda host: ["10.0.0.9"])
 
 
 def cond(kube: FakeKube, type_: str) -> dict:
@@ -204,7 +122,8 @@ def test_deployment_missing_applies_nothing():
     assert out.reason == C.DEPLOYMENT_MISSING and out.retry_after is not None
     assert kube.writes == ["status"]
     assert "vllm-small not found" in cond(kube, C.READY)["message"]
-    assert kube.status["plan"]["groups"]  # the plan is still reported
+    assert "plan" not in kube.status and "lastGoodPlan" not in kube.status  # status.plan: only what was applied
+    assert kube.status["lastError"]["phase"] == "build" and kube.status["lastError"]["planId"]
 
 
 def test_invalid_spec_applies_nothing(kube):
@@ -227,7 +146,7 @@ def test_infeasible_plan_applies_nothing(kube):
     out = reconcile(kvplan(copy.deepcopy(SPEC), kube), deps(kube, planner=infeasible))
     assert out.reason == C.INFEASIBLE and kube.writes == ["status"]
     assert "KV memory too small" in cond(kube, C.PLANNED)["message"]
-    assert kube.status["plan"]["lastFailure"]["status"] == "infeasible"
+    assert kube.status["lastError"]["planner"]["status"] == "infeasible" and "plan" not in kube.status
 
 
 def test_autoscaler_keeps_replicas(kube):
@@ -288,11 +207,11 @@ def test_no_move_reasons(current, reason):
     assert (d.plan, d.relayout, d.reason) == (free, False, reason)
 
 
-def test_current_layout_and_is_due():
+def test_read_layout_and_is_due():
     d = dep("x")
-    assert current_layout(d, "vllm") == ((1, 1), False, None)
+    assert read_layout(d, "vllm") == ((1, 1), False, None)
     d["metadata"]["annotations"]["kvplan.io/layout"] = "tp=4,pp=2,replicas=2"
-    assert current_layout(d, "vllm")[:2] == ((4, 2), True)
+    assert read_layout(d, "vllm")[:2] == ((4, 2), True)
     body = {"metadata": {"generation": 2}, "status": {"observedGeneration": 2, "lastPlanTime": "2023-11-15T00:00:00Z"}}
     assert not is_due(body, now=1700000000 + 10, interval_s=300, last_attempt=1700000000, retry_at=None)
     assert is_due(body, now=1700000000 + 301, interval_s=300, last_attempt=1700000000, retry_at=None)
@@ -359,7 +278,8 @@ def test_handlers_translate_outcomes_to_kopf(kube):
     spec = copy.deepcopy(SPEC) | {"replan": {"interval": "5m"}}
     body = kvplan(spec, kube)
     kube.get_kvplan = lambda ns, name: kvplan(spec, kube)  # fresh read, with the stored status
-    rt = Runtime(Deps(kube=kube, prom_factory=lambda *a: prom, planner=real_plan, clock=lambda: clock["now"]))
+    rt = Runtime(Deps(kube=kube, prom_factory=lambda *a: prom, planner=real_plan, clock=lambda: clock["now"],
+                      resolve=lambda host: ["10.0.0.9"]))
     memo = types.SimpleNamespace(runtime=rt)
     log = logging.getLogger("test")
     with pytest.raises(kopf.TemporaryError) as info:

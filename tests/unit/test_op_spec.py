@@ -11,7 +11,7 @@ import yaml
 
 from kvplan_operator.spec import InvalidSpec, parse_duration, parse_spec
 
-from test_op_builders import SPEC  # type: ignore[import-not-found]
+from test_op_targets import SPEC  # type: ignore[import-not-found]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,6 +63,20 @@ def test_defaults():
         pytest.param("classes.0.history.selector", "{a=\"b\"}", "spec.classes[0].history.selector", id="braces"),
         pytest.param("mode", "Yolo", "spec.mode", id="mode-enum"),
         pytest.param("prometheus.url", "prom:9090", "spec.prometheus.url", id="url-scheme"),
+        pytest.param("prometheus.url", "http://prom:9090/#", "spec.prometheus.url", id="url-fragment"),
+        pytest.param("prometheus.url", "http://x@evil.example/", "spec.prometheus.url", id="url-userinfo"),
+        pytest.param("prometheus.url", "http://prom:9090/api?x=1", "spec.prometheus.url", id="url-query"),
+        pytest.param("prometheus.timeoutSeconds", 0.1, "spec.prometheus.timeoutSeconds", id="timeout-min"),
+        pytest.param("prometheus.lookback", "1m", "spec.prometheus.lookback", id="lookback-min"),
+        pytest.param("prometheus.lookback", "60d", "spec.prometheus.lookback", id="lookback-max"),
+        pytest.param("replan.interval", "1s", "spec.replan.interval", id="interval-min"),
+        pytest.param("router.configMap.key", "routing/json", "spec.router.configMap.key", id="configmap-key"),
+        pytest.param("router.configMap.name", "Router_CM", "spec.router.configMap.name", id="configmap-name"),
+        pytest.param("router.httpRoute.classHeader", "x class", "spec.router.httpRoute.classHeader",
+                     id="header-name"),
+        pytest.param("groups.0.inferencePool", "Pool!", "spec.groups[0].inferencePool", id="pool-name"),
+        pytest.param("prometheus.authSecretRef", {"name": "tok", "key": "a/b"}, "spec.prometheus.authSecretRef.key",
+                     id="secret-key"),
         pytest.param("prometheus.lookback", "6 hours", "spec.prometheus.lookback", id="lookback-duration"),
         pytest.param("replan.interval", "0s", "spec.replan.interval", id="interval-positive"),
         pytest.param("replan.minImprovement", 2, "spec.replan.minImprovement", id="min-improvement-range"),

@@ -14,10 +14,10 @@ import pytest
 
 from kvcore.radius import DEFAULT_RADIUS
 from kvcore.samples import History, Samples
-from kvplan_operator.snapshot import ClassObservation, Snapshot
+from kvplan_operator.history import ClassObservation
 from kvplan_operator.spec import Robustness, parse_spec
 from kvplan_operator.translate import build_instance, horizon_ratio, radius_policy
-from test_op_builders import SPEC  # type: ignore[import-not-found]
+from test_op_targets import SPEC  # type: ignore[import-not-found]
 
 
 @pytest.mark.parametrize(
@@ -51,6 +51,49 @@ def test_build_instance_hands_the_ratio_to_every_class() -> None:
     rng = np.random.default_rng(0)
     history = History.of([Samples.from_arrays(np.round(rng.gamma(2.0, 100.0, 200))) for _ in range(6)])
     obs = {c.name: ClassObservation(c.name, history, 1200.0, 6, 1.0) for c in spec.classes}
-    inst = build_instance(spec, Snapshot(classes=obs, deployments={}, taken_at=0.0, query_seconds=0.0))
+    inst = build_instance(spec, obs)
     expected = horizon_ratio(spec)
     assert [c.radius.horizon_ratio if c.radius else None for c in inst.classes] == [expected] * len(spec.classes)
+
+
+@pytest.mark.parametrize(
+    ("kvcore_field", "cr"),
+    [
+        pytest.param("groups[0].gpu_type", "spec.groups[0].nodePool.gpuType", id="gpu-type"),
+        pytest.param("groups[1].gpus", "spec.groups[1].nodePool.gpuCount", id="gpus"),
+        pytest.param("groups[1].gpus_per_node", "spec.groups[1].nodePool.gpusPerNode", id="gpus-per-node"),
+        pytest.param("groups[0].model", "spec.groups[0].model", id="model"),
+        pytest.param("groups[0].layouts[0].tp", "spec.groups[0].layouts", id="layout-index-not-the-spec-s"),
+        pytest.param("classes[1].lmax", "spec.classes[1].maxOutputTokens", id="lmax"),
+        pytest.param("classes[0].arrival_rate", "spec.classes[0].arrivalRate", id="arrival-rate"),
+        pytest.param("classes[1].arrival_rate", "spec.classes[1].arrivalRateQuery", id="arrival-rate-from-query"),
+        pytest.param("classes[0].cp", "spec.classes[0].costs.preemption", id="cp"),
+        pytest.param("classes[0].slo.lam", "spec.classes[0].slo.lambda", id="slo-lambda"),
+        pytest.param("classes[0].history", "spec.classes[0].history", id="history"),
+        pytest.param("classes[0].radius.eps", "spec.classes[0].robustness", id="radius"),
+        pytest.param("classes[0]", "spec.classes[0]", id="class"),
+        pytest.param("profiles[2].kv_capacity_tokens", "spec.profiles[2].kvCapacityTokens", id="profile"),
+        pytest.param("costs.c_rej", "spec.costs.cRej", id="costs"),
+        pytest.param("classes", "spec.classes", id="list"),
+        pytest.param("profile.tp", "spec", id="unknown"),
+    ],
+)
+def test_kvcore_fields_map_to_cr_paths(kvcore_field: str, cr: str) -> None:
+    from kvplan_operator.translate import cr_path
+
+    raw = copy.deepcopy(SPEC)
+    del raw["classes"][1]["arrivalRate"]
+    raw["classes"][1]["arrivalRateQuery"] = "sum(rate(x[5m]))"
+    assert cr_path(kvcore_field, parse_spec(raw)) == cr
+
+
+def test_kvcore_refusal_reaches_status_with_the_cr_path() -> None:
+    """An unknown GPU type that passes the operator's own checks (an older CRD, or kvcore lagging the CRD) comes back
+    as spec.groups[0].nodePool.gpuType, not kvcore's groups[0].gpu_type."""
+    from kvcore.errors import InputError
+    from kvplan_operator.decide import _refusal
+
+    spec = parse_spec(copy.deepcopy(SPEC))
+    f = _refusal(InputError("groups[0].gpu_type", "unknown GPU type 'H200'", hint="known: A100-80GB"), spec)
+    assert f.reason == "InvalidSpec"
+    assert f.message == "spec.groups[0].nodePool.gpuType: unknown GPU type 'H200' (known: A100-80GB)"

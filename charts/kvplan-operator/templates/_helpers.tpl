@@ -91,6 +91,11 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
 - apiGroups: ["gateway.networking.k8s.io"]
   resources: ["httproutes"]
   verbs: ["get", "patch"]
+# Gateway API Inference Extension InferencePools named in spec.groups[].inferencePool: read by name (each must
+# select its group's pods before kvplan weights it in the HTTPRoute). Never written.
+- apiGroups: ["inference.networking.k8s.io"]
+  resources: ["inferencepools"]
+  verbs: ["get"]
 {{- end }}
 {{- with .Values.prometheus.authSecrets }}
 # Prometheus credentials: only the Secrets listed in values (prometheus.authSecrets), read-only.
@@ -124,6 +129,9 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
 {{- end }}
 - --liveness=http://0.0.0.0:{{ .Values.liveness.port }}/healthz
 - --metrics-port={{ if .Values.metrics.enabled }}{{ .Values.metrics.port }}{{ else }}0{{ end }}
+{{- with .Values.prometheus.allowedHosts }}
+- --prometheus-allowed-hosts={{ join "," . }}
+{{- end }}
 {{- if eq .Values.logLevel "debug" }}
 - --verbose
 {{- else if ne .Values.logLevel "info" }}

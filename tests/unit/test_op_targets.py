@@ -1,6 +1,7 @@
-"""Operator builders (pure): Deployment patch (TP/PP args kept/replaced, GPU limits, selector, tolerations,
-replicas vs autoscalers, reservation env, owner annotations), --max-num-seqs mapping, state/router ConfigMaps,
-HTTPRoute weights, integer weight rounding."""
+"""The operator's targets, their pure parts: the Deployment patch (TP/PP args kept/replaced, GPU limits, selector,
+tolerations, replicas vs autoscalers, reservation env, owner annotations), the state and router ConfigMaps, the
+HTTPRoute weights and integer weight rounding; and the build phase's --max-num-seqs mapping, plan id and routing
+hysteresis."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import json
 
 import pytest
 
-from kvplan_operator.builders import (ANN_LAYOUT, ANN_OWNED, ANN_OWNER, ClassTarget, GroupTarget,
-                                      build_deployment_patch, build_httproute_patch, build_router_configmap_patch,
-                                      build_router_document, build_state_configmap, fleet_shares, integer_weights,
-                                      max_num_seqs, plan_id, read_flag, set_flag)
+from kvplan_operator.build import hold_small_moves, max_num_seqs
+from kvplan_operator.desired import ANN_LAYOUT, ANN_OWNED, ANN_OWNER, ClassTarget, Desired, GroupTarget, plan_id
 from kvplan_operator.spec import parse_spec
+from kvplan_operator.targets.deployment import build_deployment_patch
+from kvplan_operator.targets.httproute import build_httproute_patch, fleet_shares, integer_weights
+from kvplan_operator.targets.router_configmap import build_router_configmap_patch, build_router_document
+from kvplan_operator.targets.state_configmap import build_state_configmap
+from kvplan_operator.targets.vllm_flags import read_flag, set_flag
 
 SPEC = {
     "groups": [
@@ -139,16 +143,20 @@ def test_max_num_seqs_mapping(spec):
     assert max_num_seqs(10, spec.classes, CLASS_T, rates, "big") == 1
 
 
+def desired(groups: dict, classes: dict = CLASS_T) -> Desired:
+    return Desired(plan_id="id1", groups=groups, classes=classes, rates={}, manage_replicas={})
+
+
 def test_state_configmap(spec):
     cm = build_state_configmap(name="p-kvplan", namespace="ns", owner_ref={"kind": "KVPlan", "name": "p", "uid": "u"},
-                               classes=spec.classes, reservations={"chat": 700, "code-gen": 300})
+                               spec=spec, desired=desired({}))
     assert cm["data"] == {"KVPLAN_RESERVE_CHAT": "700", "KVPLAN_RESERVE_CODE_GEN": "300"}
     assert cm["metadata"]["ownerReferences"][0]["uid"] == "u"
 
 
 def test_router_document_and_configmap_patch(spec):
     groups = {"big": GroupTarget("big", 4, 1, 4), "small": GroupTarget("small", 1, 1, 8)}
-    doc = build_router_document(owner="ns/p", plan_id="id1", spec=spec, groups=groups, classes=CLASS_T)
+    doc = build_router_document(owner="ns/p", plan_id="id1", spec=spec, desired=desired(groups))
     assert doc["format"] == "kvplan.v1"
     assert doc["classes"]["chat"]["weights"] == {"big": 0.75, "small": 0.25}
     assert doc["classes"]["code-gen"] == {"admit": 1.0, "reserveTokens": 300, "weights": {"big": 0.0, "small": 1.0},
@@ -210,8 +218,6 @@ def test_httproute_patch_per_class_rule_and_fleet_rule(spec):
     ],
 )
 def test_hold_small_moves(prev, kept):
-    from kvplan_operator.builders import hold_small_moves
-
     out = hold_small_moves(CLASS_T, {"chat": prev} if prev else {}, 0.01)
     expected = prev["routing"] if kept else CLASS_T["chat"].routing
     assert dict(out["chat"].routing) == expected

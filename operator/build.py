@@ -1,0 +1,194 @@
+"""Phase 3, build (pure): the decision -> one :class:`~kvplan_operator.desired.Desired` state, then each target's
+writes for it.
+
+- per group: layout and replicas from the plan (an idle group keeps its layout with 0 replicas) and
+  ``--max-num-seqs = floor(M(z) / mean reserved tokens per request routed there)``, which only rides along with a
+  rollout that happens anyway (a layout change, a spec change or first adoption), never triggers one;
+- per class: reservation, admission, routing and prefix fractions, with routing hysteresis
+  (``router.minWeightChange``: the published weights stay unless one moves that much or admission changes);
+- the write order's inputs: the groups whose Deployment changes TP/PP or scales to 0 (``draining``) and the
+  routing to publish while they do (each class's planned weights over the other groups, renormalised; else its
+  published ones over them; a class with nowhere else to go gets no interim routing: its routing stays as it is
+  until the final step);
+- the disruption budget: a re-layout of a Deployment kvplan already manages is recorded (time, target layouts) in
+  the state ConfigMap, which is written before any Deployment.
+
+``DryRun`` builds the desired state (status reports it) but no writes. A target that cannot express the desired
+state (missing Deployment, another KVPlan's Deployment, a shell string it cannot edit, an InferencePool that is
+not the group's) stops the phase with that target's reason; nothing is applied.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kvcore.planmodel import Plan
+
+from . import conditions as C
+from .decide import Decided
+from .desired import ClassTarget, Desired, GroupTarget, LayoutChange, Write, layouts_key, plan_id
+from .observe import Observation
+from .policy import target_layouts
+from .run import Failure, RunContext
+from .spec import KVPlanSpec, RequestClass
+from .targets import BuildInput, Target, TargetRefused, all_targets
+from .translate import horizon_ratio, radius_policy
+
+#: Refusals a later reconcile may see resolved on its own (the object appears, the other KVPlan goes away).
+TEMPORARY = (C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND, C.OWNED_BY_OTHER, C.ROUTER_TARGET_INVALID)
+
+
+@dataclass(frozen=True)
+class Built:
+    """The desired state, the writes (any order; apply sorts them by stage), the targets that write them, and
+    notes for ``status.plan.notes``."""
+
+    desired: Desired
+    writes: tuple[Write, ...]
+    targets: tuple[Target, ...]
+    notes: tuple[str, ...]
+
+
+def max_num_seqs(kv_capacity_tokens: float, classes: Sequence[RequestClass], targets: Mapping[str, ClassTarget],
+                 rates: Mapping[str, float], group: str) -> int | None:
+    """``floor(M / mean reserved tokens per request routed to group)``; None when no traffic goes there."""
+    num = den = 0.0
+    for c in classes:
+        t = targets[c.name]
+        share = rates.get(c.name, 0.0) * t.admitted * t.routing.get(group, 0.0)
+        if share <= 0:
+            continue
+        tokens = c.input_tokens - t.prefix_fraction.get(group, 0.0) * c.prefix_tokens + t.reserve_tokens
+        num += share * max(tokens, 1.0)
+        den += share
+    if den <= 0:
+        return None
+    return max(1, math.floor(kv_capacity_tokens / (num / den)))
+
+
+def plan_targets(spec: KVPlanSpec, plan: Plan, rates: Mapping[str, float], current: Mapping[str, tuple[int, int]]
+                 ) -> tuple[dict[str, GroupTarget], dict[str, ClassTarget]]:
+    """Plan -> per-group and per-class targets (``--max-num-seqs`` from :func:`max_num_seqs`)."""
+    ctargets = {cp.name: ClassTarget(name=cp.name, reserve_tokens=int(round(cp.reserve_tokens)),
+                                     admitted=1.0 if cp.admitted else 0.0, routing=dict(cp.routing),
+                                     prefix_fraction=dict(cp.prefix_fraction)) for cp in plan.classes}
+    layouts = target_layouts(plan, current)
+    gtargets = {}
+    for gp in plan.groups:
+        tp, pp = layouts[gp.name]
+        if gp.tp <= 0:
+            gtargets[gp.name] = GroupTarget(name=gp.name, tp=tp, pp=pp, replicas=0, max_num_seqs=None)
+            continue
+        seqs = max_num_seqs(gp.kv_capacity_tokens, spec.classes, ctargets, rates, gp.name)
+        gtargets[gp.name] = GroupTarget(name=gp.name, tp=tp, pp=pp, replicas=gp.replicas, max_num_seqs=seqs)
+    return gtargets, ctargets
+
+
+def hold_small_moves(new: Mapping[str, ClassTarget], previous: Mapping[str, Mapping[str, Any]],
+                     min_change: float) -> dict[str, ClassTarget]:
+    """Routing hysteresis: keep a class's previous weights and prefix fractions when admission is unchanged and no
+    value moved by ``min_change`` or more (re-plans on fresh data wobble by far less than that)."""
+    out = dict(new)
+    for name, t in new.items():
+        prev = previous.get(name)
+        if not prev or bool(prev.get("admitted")) != (t.admitted > 0):
+            continue
+        pr, pf = prev.get("routing") or {}, prev.get("prefixCacheFraction") or {}
+        if set(pr) != set(t.routing):
+            continue
+        moved = [abs(float(pr.get(g) or 0) - w) for g, w in t.routing.items()]
+        moved += [abs(float(pf.get(g) or 0) - f) for g, f in t.prefix_fraction.items()]
+        if max(moved, default=0.0) < min_change:
+            out[name] = ClassTarget(t.name, t.reserve_tokens, t.admitted, {g: float(pr[g]) for g in pr},
+                                    {g: float(pf.get(g) or 0) for g in t.prefix_fraction})
+    return out
+
+
+def interim_routing(spec: KVPlanSpec, classes: Mapping[str, ClassTarget], draining: frozenset[str],
+                    published: Mapping[str, Mapping[str, Any]]) -> dict[str, ClassTarget]:
+    """Each class's routing while ``draining`` groups change (see the module docstring)."""
+    stable = [g.name for g in spec.groups if g.name not in draining]
+    out = {}
+    for name, t in classes.items():
+        weights = {g: float(t.routing.get(g, 0.0)) for g in stable}
+        if sum(weights.values()) <= 0:
+            old = (published.get(name) or {}).get("routing") or {}
+            weights = {g: float(old.get(g) or 0.0) for g in stable}
+        total = sum(weights.values())
+        routing = ({g: weights[g] / total for g in stable} | {g: 0.0 for g in draining}) if total > 0 else {}
+        out[name] = ClassTarget(name, t.reserve_tokens, t.admitted, routing, dict(t.prefix_fraction))
+    return out
+
+
+def desired_state(run: RunContext, obs: Observation, dec: Decided) -> Desired:
+    """The decision as one desired state (see the module docstring)."""
+    spec = obs.spec
+    rates = {c: o.arrival_rate for c, o in obs.classes.items()}
+    seen = {k: s.layout for k, s in obs.groups.items() if s.layout is not None}
+    gt, ct = plan_targets(spec, dec.plan, rates, seen)
+    published: Mapping[str, Mapping[str, Any]] = (run.old_status.get("plan") or {}).get("classes") or {}
+    ct = hold_small_moves(ct, published, spec.router.min_weight_change)
+    for g in spec.groups:  # --max-num-seqs rides along with a rollout, never triggers one on its own
+        t, s = gt[g.name], obs.groups[g.name]
+        applied_gen = ((s.body or {}).get("metadata", {}).get("annotations") or {}).get("kvplan.io/generation")
+        same_spec = applied_gen is not None and applied_gen == str(run.generation)
+        if s.layout == t.layout and s.adopted and same_spec and s.max_num_seqs is not None:
+            gt[g.name] = GroupTarget(t.name, t.tp, t.pp, t.replicas, s.max_num_seqs)
+    draining = frozenset(
+        g.name for g in spec.groups if obs.groups[g.name].body is not None and (
+            obs.groups[g.name].layout != gt[g.name].layout
+            or (gt[g.name].replicas == 0 and (obs.groups[g.name].replicas or 0) > 0)))
+    current = {k: (*s.layout, s.replicas if s.replicas is not None else 0) for k, s in obs.groups.items()
+               if s.layout is not None and k not in draining}
+    relayout = any(s.adopted and s.layout != gt[k].layout for k, s in obs.groups.items())
+    changes = obs.layout_changes
+    relayout_gen = obs.relayout_generation
+    if relayout and spec.mode == "Apply":
+        if not dec.resumed:
+            changes = (*dec.changes, LayoutChange(round(run.now, 3),
+                                                  layouts_key({k: t.layout for k, t in gt.items()})))
+        if dec.spec_changed:
+            relayout_gen = run.generation
+    return Desired(plan_id=plan_id(gt, ct), groups=gt, classes=ct, rates=rates,
+                   manage_replicas={g.name: obs.groups[g.name].autoscaler is None for g in spec.groups},
+                   draining=draining,
+                   interim_classes=interim_routing(spec, ct, draining, published) if draining else None,
+                   current=current, layout_changes=tuple(changes), relayout_generation=relayout_gen,
+                   relayout=relayout)
+
+
+def notes_for(obs: Observation, dec: Decided, desired: Desired) -> list[str]:
+    spec = obs.spec
+    notes = [dec.decision.reason]
+    for c in spec.classes:
+        note = radius_policy(c.robustness or spec.robustness, horizon=horizon_ratio(spec)).note
+        if note:
+            notes.append(f"class {c.name}: {note}")
+    for g in spec.groups:
+        if obs.groups[g.name].autoscaler:
+            notes.append(f"group {g.name}: replicas left to {obs.groups[g.name].autoscaler} "
+                         f"(planned {desired.groups[g.name].replicas})")
+    return notes
+
+
+def build(run: RunContext, obs: Observation, dec: Decided) -> Built | Failure:
+    """Phase 3 (see the module docstring)."""
+    desired = desired_state(run, obs, dec)
+    notes = notes_for(obs, dec, desired)
+    targets = all_targets()
+    if obs.spec.mode == "DryRun":
+        return Built(desired, (), targets, tuple(notes))
+    inp = BuildInput(run=run, spec=obs.spec, desired=desired, observed=obs.objects, owners_alive=obs.owners_alive)
+    writes: list[Write] = []
+    for target in targets:
+        try:
+            planned = target.build(inp)
+        except TargetRefused as exc:
+            return Failure("build", exc.reason, f"{exc}; nothing applied", temporary=exc.reason in TEMPORARY,
+                           details={"planId": desired.plan_id})
+        writes += planned.writes
+        notes += planned.notes
+    return Built(desired, tuple(writes), targets, tuple(notes))

@@ -1,0 +1,116 @@
+"""Phase 2, decide (pure): the kvcore plan, hold vs free, and the disruption budget.
+
+1. ``free`` = ``planner(instance, previous=last good plan)`` over every allowed layout. kvcore's refusals come back
+   as ``InvalidSpec`` naming the CR's field (``spec.groups[0].nodePool.gpuType``, :func:`translate.cr_path`);
+   an infeasible plan is ``Infeasible``, a solver error (or any exception from the planner) ``PlannerError``.
+2. If ``free`` moves the layout of a group kvplan already manages, ``hold`` = the same solve with each such group
+   pinned to its current layout, but only when that layout is still one the spec allows (a layout the spec no
+   longer lists is never held).
+3. :func:`kvplan_operator.policy.decide` picks between them with the budget: the re-layouts *attempted* in the last
+   hour, read from the state ConfigMap (so failures and restarts do not reset it). Resuming an attempt already
+   counted (same target layouts, within the hour; e.g. after the operator died between two Deployment patches)
+   does not count again. A spec change bypasses the budget once per generation (the state ConfigMap remembers
+   which generation did).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from kvcore.errors import InputError
+from kvcore.instance import input_error
+from kvcore.planmodel import Plan
+
+from . import conditions as C
+from .desired import LayoutChange, layouts_key
+from .observe import Observation
+from .policy import OK_STATUSES, Decision, decide as choose, layout_moves, layouts_of, recent_changes, target_layouts
+from .run import Deps, Failure, RunContext
+from .spec import KVPlanSpec
+from .translate import build_instance, cr_path
+
+
+@dataclass(frozen=True)
+class Decided:
+    """The plan to apply and why. ``current``: adopted groups' layouts; ``pinned``: those the hold plan may keep."""
+
+    plan: Plan
+    decision: Decision
+    current: Mapping[str, tuple[int, int]]
+    pinned: Mapping[str, tuple[int, int]]
+    spec_changed: bool
+    #: re-layouts in the last hour (the budget), and whether this one resumes a counted attempt.
+    changes: tuple[LayoutChange, ...]
+    resumed: bool
+    solve_seconds: float
+
+
+def _refusal(exc: Exception, spec: KVPlanSpec) -> Failure:
+    """kvcore's refusal -> InvalidSpec with the CR's field path."""
+    if isinstance(exc, ValidationError):
+        exc = input_error(exc)
+    assert isinstance(exc, InputError)
+    return Failure("decide", C.INVALID_SPEC, f"{cr_path(exc.field, spec)}: {exc.message}"
+                   + (f" ({exc.hint})" if exc.hint else ""), temporary=False)
+
+
+def _solve(deps: Deps, obs: Observation, previous: Plan | None,
+           layouts: Mapping[str, tuple[int, int]] | None = None) -> Plan | Failure:
+    try:
+        return deps.planner(build_instance(obs.spec, obs.classes, layouts=layouts), previous=previous)
+    except (InputError, ValidationError) as exc:
+        return _refusal(exc, obs.spec)
+    except Exception as exc:  # a planner bug must not escape the reconcile; the type is enough to find it
+        return Failure("decide", C.PLANNER_ERROR, f"planner raised {type(exc).__name__}; nothing applied",
+                       temporary=False)
+
+
+def decide(run: RunContext, obs: Observation, deps: Deps) -> Decided | Failure:
+    """Phase 2 (see the module docstring)."""
+    spec = obs.spec
+    previous = run.previous_plan()
+    free = _solve(deps, obs, previous)
+    if isinstance(free, Failure):
+        return free
+    solve_s = free.solve_seconds
+    if free.status not in OK_STATUSES:
+        reason = C.INFEASIBLE if free.status.value == "infeasible" else C.PLANNER_ERROR
+        return Failure("decide", reason, f"planner {free.status.value}: {free.reason}; nothing applied",
+                       temporary=False, details={"planner": {"status": free.status.value, "reason": free.reason,
+                                                             "rawStatus": free.raw_status}})
+    allowed = {g.name: {(lay.tp, lay.pp) for lay in g.layouts} for g in spec.groups}
+    current = {k: s.layout for k, s in obs.groups.items() if s.adopted and s.layout is not None}
+    pinned = {k: v for k, v in current.items() if v in allowed.get(k, set())}
+    changes = tuple(recent_changes_of(obs.layout_changes, run.now))
+    spec_changed = (run.old_status.get("plannedGeneration") != run.generation
+                    and obs.relayout_generation != run.generation)
+    seen = {k: s.layout for k, s in obs.groups.items() if s.layout is not None}
+    target = layouts_key(target_layouts(free, seen))
+    resumed = any(c.layouts == target for c in changes)
+    hold: Plan | None = None
+    if layout_moves(free, pinned) and not spec_changed and not resumed:
+        held = _solve(deps, obs, previous, layouts=pinned)
+        if isinstance(held, Failure):
+            return held
+        hold = held
+        solve_s += hold.solve_seconds
+    decision = choose(free, hold, current=pinned, min_improvement=spec.replan.min_improvement,
+                      changes_last_hour=len(changes), max_per_hour=spec.replan.max_layout_changes_per_hour,
+                      spec_changed=spec_changed or resumed)
+    if resumed and decision.relayout:
+        decision = Decision(decision.plan, True, "resuming the re-layout attempted within the hour: "
+                            + decision.reason.removeprefix("spec changed: "))
+    unheld = sorted(k for k, v in current.items() if k not in pinned and layouts_of(decision.plan).get(k) != v)
+    if unheld:
+        decision = Decision(decision.plan, True, decision.reason + "; layout of " + ", ".join(unheld)
+                            + " is not in the spec's allowed layouts (re-laid out)")
+    return Decided(decision.plan, decision, current, pinned, spec_changed, changes, resumed, solve_s)
+
+
+def recent_changes_of(changes: tuple[LayoutChange, ...], now: float) -> list[LayoutChange]:
+    """The attempts of the last hour."""
+    keep = set(recent_changes([c.t for c in changes], now))
+    return [c for c in changes if c.t in keep]

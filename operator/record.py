@@ -1,0 +1,184 @@
+"""Phase 5, record: status, conditions, events and metrics, from what the phases say happened.
+
+- Success (every write done, or DryRun): ``status.plan``, ``objective``, ``diff``, ``lastGoodPlan``,
+  ``lastPlanTime`` and ``plannedGeneration`` move to the new plan; Ready/Planned/Applied True, Degraded False.
+- Failure in any phase: ``status.plan`` and ``lastGoodPlan`` stay as they were (they name the last plan applied in
+  full); ``lastError`` says which phase, the reason and message, and for a failed apply what was written before
+  the failing write; ``consecutiveFailures`` counts up (the retry backoff doubles with it). Observation failures
+  are Degraded (Ready stays True when a plan is in force); the others set Ready False.
+- Always: ``observedGeneration``, ``lastAttemptTime``, ``layoutChanges`` (a mirror of the budget the state
+  ConfigMap keeps). Status is patched only when something other than ``lastAttemptTime`` changed; an Event is
+  posted only on a condition transition (best effort: a refused Event changes nothing).
+
+The status write itself can fail; that is the one thing status cannot say, so it is the outcome's reason
+(``StatusWriteFailed``, retried with backoff) and the log line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import conditions as C
+from .apply import Applied
+from .build import Built
+from .decide import Decided
+from .kube import KubeError
+from .observe import Observation
+from .run import OWNED_STATUS, Deps, Failure, RunContext
+from .status import diff_body, iso, objective_body, plan_body, status_patch
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a reconcile did. ``retry_after`` (s) is set for temporary failures (handlers raise TemporaryError)."""
+
+    ok: bool
+    reason: str
+    message: str = ""
+    retry_after: float | None = None
+    changed: list[str] = field(default_factory=list)
+    status_written: bool = False
+    cycle_seconds: float = 0.0
+
+
+class Recorder:
+    """The status of one reconcile as it is being decided, and the conditions to set."""
+
+    def __init__(self, run: RunContext, deps: Deps, obs: Observation | None = None) -> None:
+        self.run, self.deps = run, deps
+        old = run.old_status
+        self.st: dict[str, Any] = {k: old[k] for k in OWNED_STATUS if k in old}
+        self.st["lastAttemptTime"] = iso(run.now)
+        self.st["observedGeneration"] = run.generation
+        self.conds: list[tuple[str, bool, str, str]] = []
+        if obs is not None:
+            self.st["mode"] = obs.spec.mode
+            self.st["summary"] = {"groups": len(obs.spec.groups), "classes": len(obs.spec.classes)}
+            self.cond(C.DEGRADED, False, C.HEALTHY, "Prometheus answered; every class has enough samples")
+
+    def cond(self, type_: str, status: bool, reason: str, message: str) -> None:
+        self.conds.append((type_, status, reason, message))
+
+    def backoff(self) -> float:
+        n = int(self.st.get("consecutiveFailures") or 0)
+        return float(min(self.deps.backoff_max_s, self.deps.backoff_base_s * 2 ** max(n - 1, 0)))
+
+    def layout_changes(self, changes: Any) -> None:
+        self.st["layoutChanges"] = [round(c.t, 3) for c in changes if self.run.now - c.t < 3600.0]
+
+    def failure(self, f: Failure, *, changed: list[str] | None = None) -> Outcome:
+        """A failed attempt: the last good plan stays in status and in force."""
+        self.st["consecutiveFailures"] = int(self.st.get("consecutiveFailures") or 0) + 1
+        self.st["lastError"] = {"phase": f.phase, "reason": f.reason, "message": C.truncate(f.message),
+                                "time": iso(self.run.now), **dict(f.details)}
+        old = self.run.old_status
+        ready = C.find(old.get("conditions") or [], C.READY)
+        have_plan = bool(old.get("lastGoodPlan"))
+        if f.degraded:
+            self.cond(C.DEGRADED, True, f.reason, f.message + (" (serving the last good plan)" if have_plan else ""))
+            self.cond(C.PLANNED, False, f.reason, f.message)
+            if not (have_plan and ready is not None and ready.get("status") == "True"):
+                self.cond(C.READY, False, f.reason, f.message)
+        else:
+            self.cond(C.READY, False, f.reason, f.message)
+            if f.phase in ("observe", "decide"):
+                self.cond(C.PLANNED, False, f.reason, f.message)
+            if f.phase != "decide" or f.reason == C.INVALID_SPEC:
+                self.cond(C.APPLIED, False, f.reason, f.message if f.phase == "apply" else "nothing applied: "
+                          + f.message)
+        if self.deps.metrics is not None:
+            self.deps.metrics.failure(self.run.owner, f.reason)
+        retry = self.backoff() if f.temporary else None
+        written, err = self.finish()
+        if err is not None:
+            return Outcome(False, C.STATUS_WRITE_FAILED, f"{f.reason}: {f.message}; and {err}", self.backoff(),
+                           changed or [], False, self.run.elapsed())
+        return Outcome(False, f.reason, f.message, retry, changed or [], written, self.run.elapsed())
+
+    def success(self, obs: Observation, dec: Decided, built: Built, applied: Applied) -> Outcome:
+        """Record a plan that was applied in full (or DryRun)."""
+        plan, desired, spec = dec.plan, built.desired, obs.spec
+        self.layout_changes(desired.layout_changes)
+        self.cond(C.PLANNED, True, C.PLAN_SUCCEEDED, f"{plan.status.value}: {plan.reason}")
+        if not applied.ok:
+            assert applied.failed is not None and applied.error is not None
+            if applied.relayout_attempted and self.deps.metrics is not None:
+                self.deps.metrics.relayout(self.run.owner)
+            wrote = "; ".join(applied.done) or "nothing"
+            return self.failure(Failure("apply", C.APPLY_FAILED, f"plan {desired.plan_id}: {applied.error}; "
+                                        f"written before it: {wrote}", temporary=True,
+                                        details={"planId": desired.plan_id, "applied": list(applied.done),
+                                                 "failedAt": f"{applied.failed.kind}/{applied.failed.name}"}),
+                                changed=list(applied.done))
+        autos = {g.name: obs.groups[g.name].autoscaler for g in spec.groups}
+        self.st["plan"] = plan_body(plan, observed=obs.classes, targets=desired.groups, applied=desired.classes,
+                                    autoscalers=autos, decision=dec.decision.reason, notes=built.notes)
+        self.st["plan"]["id"] = desired.plan_id
+        self.st["objective"] = objective_body(plan)
+        self.st["diff"] = diff_body(plan)
+        self.st["lastGoodPlan"] = plan.model_copy(update={"diff": None}).model_dump_json()
+        self.st["lastPlanTime"] = iso(self.run.now)
+        self.st["plannedGeneration"] = self.run.generation
+        self.st["consecutiveFailures"] = 0
+        self.st.pop("lastError", None)
+        if spec.mode == "DryRun":
+            self.cond(C.APPLIED, False, C.DRY_RUN, "mode DryRun: plan written to status only")
+        else:
+            n = len(applied.done)
+            self.cond(C.APPLIED, True, C.APPLY_SUCCEEDED, f"plan {desired.plan_id}: "
+                      + (f"{n} write(s) in order" if n else "cluster already matched"))
+        objective = plan.objective.total if plan.objective else float("nan")
+        self.cond(C.READY, True, C.DRY_RUN if spec.mode == "DryRun" else C.RECONCILED,
+                  f"objective {objective:.6g}/s; {dec.decision.reason}")
+        if self.deps.metrics is not None:
+            self.deps.metrics.planned(self.run.owner, plan, dec.solve_seconds, relayout=applied.relayout_attempted)
+            self.deps.metrics.disruption(self.run.namespace, self.run.name, len(self.st["layoutChanges"]),
+                                         spec.replan.max_layout_changes_per_hour)
+        written, err = self.finish()
+        if err is not None:
+            return Outcome(False, C.STATUS_WRITE_FAILED, str(err), self.backoff(), list(applied.done), False,
+                           self.run.elapsed())
+        return Outcome(True, C.RECONCILED, dec.decision.reason, None, list(applied.done), written,
+                       self.run.elapsed())
+
+    def finish(self) -> tuple[bool, KubeError | None]:
+        """Set conditions, write the status patch if anything changed, post events for transitions."""
+        run = self.run
+        before = list(run.old_status.get("conditions") or [])
+        conds = list(before)
+        for type_, status, reason, message in self.conds:
+            conds, _ = C.set_condition(conds, type_, status, reason, message, generation=run.generation,
+                                       now=iso(run.now))
+        self.st["conditions"] = conds
+        if self.deps.metrics is not None:
+            self.deps.metrics.conditions(run.namespace, run.name, {c["type"]: c["status"] == "True" for c in conds})
+        # lastAttemptTime alone does not justify a write (it would make every timer tick a status write).
+        probe = dict(self.st)
+        probe["lastAttemptTime"] = run.old_status.get("lastAttemptTime")
+        if status_patch(run.old_status, probe, owned=OWNED_STATUS) is None:
+            return False, None
+        patch = status_patch(run.old_status, self.st, owned=OWNED_STATUS)
+        if patch:
+            try:
+                self.deps.kube.patch_kvplan_status(run.namespace, run.name, patch)
+            except KubeError as exc:
+                return False, exc
+        post_events(self.deps, run.body, before, conds)
+        return True, None
+
+
+def post_events(deps: Deps, body: Mapping[str, Any], before: list[Any], after: list[Any]) -> None:
+    """One Event per condition that changed status or reason (Warning when it went bad)."""
+    for type_ in C.TYPES:
+        if C.transitioned(before, after, type_):
+            c = C.find(after, type_)
+            if c is None:
+                continue
+            bad = (type_ == C.DEGRADED) == (c["status"] == "True") and c["reason"] != C.DRY_RUN
+            try:
+                deps.kube.post_event(body, type_="Warning" if bad else "Normal", reason=c["reason"],
+                                     message=f"{type_}={c['status']}: {c['message']}")
+            except Exception:  # an event is best effort; the condition is the record
+                pass

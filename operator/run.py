@@ -1,0 +1,103 @@
+"""The run context every phase may read, the injected dependencies, and the one failure type a phase returns.
+
+Bottom of the operator, with :mod:`kvplan_operator.desired`: it imports no phase.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvcore.planmodel import Plan
+
+from .kube import KubeApi
+from .prom import PromApi, UrlPolicy
+
+#: Top-level status keys the operator owns (kopf keeps its own, e.g. ``status.kopf``).
+OWNED_STATUS = ("observedGeneration", "plannedGeneration", "lastPlanTime", "lastAttemptTime", "mode", "conditions",
+                "plan", "objective", "diff", "summary", "layoutChanges", "lastGoodPlan", "consecutiveFailures",
+                "lastError")
+
+
+@dataclass(frozen=True)
+class Deps:
+    """Everything with a side effect, injected. ``kube`` is :class:`kvplan_operator.kube.Kube` or a fake."""
+
+    kube: KubeApi
+    prom_factory: Callable[[str, float, str | None], PromApi]
+    planner: Callable[..., Plan]
+    metrics: Any = None
+    clock: Callable[[], float] = time.time
+    #: First retry delay after a failure, seconds; doubles per consecutive failure. 10 s: Prometheus restarts fast.
+    backoff_base_s: float = 10.0
+    #: Longest retry delay, seconds: 5 min matches the default re-plan interval.
+    backoff_max_s: float = 300.0
+    #: Where Prometheus requests (and their bearer tokens) may go; see :mod:`kvplan_operator.prom`.
+    prom_policy: UrlPolicy = field(default_factory=UrlPolicy)
+    #: Host resolver for the URL policy (injected so tests can point a name at a link-local address).
+    resolve: Callable[[str], Any] | None = None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a phase stopped: a condition ``reason`` (conditions.REASONS), a one-line message, whether to retry
+    with backoff (``temporary``) and whether the last good plan stays in force as Degraded (``degraded``)."""
+
+    phase: str
+    reason: str
+    message: str
+    temporary: bool
+    degraded: bool = False
+    #: Extra keys for ``status.lastError`` (e.g. the planner's raw status).
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """One reconcile of one KVPlan: who it is, when, and the status it starts from."""
+
+    body: Mapping[str, Any]
+    namespace: str
+    name: str
+    uid: str | None
+    generation: int | None
+    now: float
+    old_status: Mapping[str, Any]
+    started: float
+
+    @classmethod
+    def start(cls, body: Mapping[str, Any], now: float) -> RunContext:
+        meta = body["metadata"]
+        return cls(body=body, namespace=meta["namespace"], name=meta["name"], uid=meta.get("uid"),
+                   generation=meta.get("generation"), now=now, old_status=dict(body.get("status") or {}),
+                   started=time.perf_counter())
+
+    @property
+    def owner(self) -> str:
+        """``<namespace>/<name>``: the value of ``kvplan.io/owner`` on every object this KVPlan writes."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def state_configmap(self) -> str:
+        """The per-KVPlan state ConfigMap (reservations and the disruption budget)."""
+        return f"{self.name}-kvplan"
+
+    @property
+    def owner_reference(self) -> dict[str, Any]:
+        return {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan", "name": self.name, "uid": self.uid,
+                "controller": True, "blockOwnerDeletion": False}
+
+    def previous_plan(self) -> Plan | None:
+        """The last plan applied in full (``status.lastGoodPlan``), or None."""
+        raw = self.old_status.get("lastGoodPlan")
+        if not raw:
+            return None
+        try:
+            return Plan.model_validate_json(raw)
+        except ValueError:
+            return None
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started

@@ -1,0 +1,103 @@
+"""Targets: one module per kind of object kvplan writes, behind one small interface.
+
+A target knows which objects a spec names (:meth:`Target.names`), reads them (:meth:`Target.read`, called by the
+observe phase), turns the desired state into writes (:meth:`Target.build`, pure, called by the build phase) and
+sends one write (:meth:`Target.write`, called by the apply phase). Targets import :mod:`kvplan_operator.desired`
+and :mod:`kvplan_operator.run` (the bottom), never a phase.
+
+=====================  =========================================================================================
+target                 objects
+=====================  =========================================================================================
+``state-configmap``    ``<kvplan>-kvplan``: ``KVPLAN_RESERVE_<CLASS>`` values and the disruption budget record
+``deployment``         ``groups[].deployment``: vLLM flags (args, command or a shell string), GPUs, pool, env
+``router-configmap``   ``router.configMap``: the ``kvplan.v1`` routing document
+``httproute``          ``router.httpRoute``: backendRef weights of the groups' Services and InferencePools
+``inferencepool``      ``groups[].inferencePool``: read only; each must exist and select its group's pods
+=====================  =========================================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..desired import Desired, Write
+from ..kube import KubeApi
+from ..run import RunContext
+from ..spec import KVPlanSpec
+
+#: Object name -> its body as read (None: it does not exist).
+Observed = Mapping[str, Mapping[str, Any] | None]
+
+
+class TargetRefused(Exception):
+    """A target cannot express the desired state; ``reason`` is a condition reason, nothing is applied."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class BuildInput:
+    """What a target's build sees: the run, the spec, the desired state, every target's observed objects, and
+    which foreign owners (``kvplan.io/owner`` values of other KVPlans) still exist."""
+
+    run: RunContext
+    spec: KVPlanSpec
+    desired: Desired
+    observed: Mapping[str, Observed]
+    owners_alive: Mapping[str, bool] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    """A target's writes (any stage) and notes for ``status.plan.notes``."""
+
+    writes: tuple[Write, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+class Target(Protocol):
+    """The interface every target implements (see the module docstring)."""
+
+    name: str
+
+    def names(self, spec: KVPlanSpec, run: RunContext) -> tuple[str, ...]:
+        """The objects (in the KVPlan's namespace) this target reads and writes for ``spec``."""
+        ...
+
+    def read(self, kube: KubeApi, namespace: str, names: tuple[str, ...]) -> dict[str, dict[str, Any] | None]:
+        """Read them (observe). Raises :class:`~kvplan_operator.kube.KubeError`."""
+        ...
+
+    def build(self, inp: BuildInput) -> TargetPlan:
+        """Pure: the writes that bring the observed objects to ``inp.desired``. Raises :class:`TargetRefused`."""
+        ...
+
+    def write(self, kube: KubeApi, namespace: str, w: Write) -> None:
+        """Send one write (apply). Raises :class:`~kvplan_operator.kube.KubeError`."""
+        ...
+
+
+def owner_conflict(kind: str, name: str, body: Mapping[str, Any] | None, inp: BuildInput) -> str | None:
+    """A message when ``body`` carries another KVPlan's ``kvplan.io/owner`` and that KVPlan still exists."""
+    from ..desired import ANN_OWNER
+
+    owner = ((body or {}).get("metadata", {}).get("annotations") or {}).get(ANN_OWNER)
+    if owner and owner != inp.run.owner and inp.owners_alive.get(owner, True):
+        return f"{kind} {name} is managed by KVPlan {owner}"
+    return None
+
+
+def all_targets() -> tuple[Target, ...]:
+    """The targets in build order (apply orders their writes by stage)."""
+    from .deployment import DeploymentTarget
+    from .httproute import HttpRouteTarget
+    from .inferencepool import InferencePoolTarget
+    from .router_configmap import RouterConfigMapTarget
+    from .state_configmap import StateConfigMapTarget
+
+    return (StateConfigMapTarget(), DeploymentTarget(), RouterConfigMapTarget(), InferencePoolTarget(),
+            HttpRouteTarget())

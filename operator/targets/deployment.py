@@ -1,0 +1,230 @@
+"""The serving Deployments (target ``deployment``): one strategic-merge patch per group's Deployment.
+
+Owned fields (everything else the user set is kept; listed in the annotation ``kvplan.io/owned-fields``):
+
+- the vLLM container's ``--tensor-parallel-size``/``--pipeline-parallel-size``/``--max-num-seqs``, wherever the
+  container passes them (``args``, ``command`` or a ``sh -c`` string; see :mod:`.vllm_flags`); a layout the
+  container cannot express is refused (``UnsupportedContainerLayout``), never appended where it is ignored;
+- container ``resources.limits/requests["nvidia.com/gpu"]`` = TP x PP;
+- container env ``KVPLAN_RESERVE_<CLASS>`` read from the KVPlan's state ConfigMap (``configMapKeyRef``), so a
+  reservation change never rolls pods; env of classes no longer in the spec is deleted;
+- pod ``nodeSelector`` (merged) and ``tolerations`` (the user's kept, the pool's added);
+- ``spec.replicas`` unless an HPA or KEDA ScaledObject targets the Deployment;
+- annotations ``kvplan.io/owner``, ``kvplan.io/generation``, ``kvplan.io/layout``, ``kvplan.io/reservations``,
+  ``kvplan.io/owned-fields`` on the Deployment (not the pod template: they never trigger a rollout).
+
+A Deployment whose ``kvplan.io/owner`` names another KVPlan that still exists is refused (``OwnedByOther``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .. import conditions as C
+from ..desired import (ANN_GENERATION, ANN_LAYOUT, ANN_OWNED, ANN_OWNER, ANN_RESERVATIONS, GroupTarget, Stage,
+                       Write)
+from ..kube import KubeApi
+from ..run import RunContext
+from ..spec import Group, KVPlanSpec, RequestClass
+from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
+from .vllm_flags import PP_FLAG, SEQS_FLAG, TP_FLAG, Unexpressible, literal, read_flags, write_flags
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def find_container(deployment: Mapping[str, Any], name: str | None) -> Mapping[str, Any] | None:
+    """The named container of the pod template; the only one when ``name`` is None; else None."""
+    containers = deployment.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []) or []
+    if name is None:
+        return containers[0] if len(containers) == 1 else None
+    return next((c for c in containers if c.get("name") == name), None)
+
+
+def _int(text: str | None) -> int | None:
+    value = literal(text) if text is not None else None
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def read_layout(body: Mapping[str, Any] | None, container: str | None
+                ) -> tuple[tuple[int, int] | None, bool, int | None]:
+    """(layout, adopted, max_num_seqs) of a Deployment: kvplan's annotation first (adopted), else the flags the
+    container passes (default TP = PP = 1)."""
+    if body is None:
+        return None, False, None
+    flags = read_flags(find_container(body, container) or {})
+    seqs = _int(flags[SEQS_FLAG])
+    ann = (body.get("metadata", {}).get("annotations") or {}).get(ANN_LAYOUT)
+    if ann:
+        parts = dict(p.split("=", 1) for p in ann.split(",") if "=" in p)
+        try:
+            return (int(parts["tp"]), int(parts["pp"])), True, seqs
+        except (KeyError, ValueError):
+            pass
+    return (_int(flags[TP_FLAG]) or 1, _int(flags[PP_FLAG]) or 1), False, seqs
+
+
+def flags_layout(body: Mapping[str, Any] | None, container: str | None) -> tuple[int, int] | None:
+    """(tp, pp) the container's flags give vLLM (what really runs), ignoring kvplan's annotation."""
+    if body is None:
+        return None
+    flags = read_flags(find_container(body, container) or {})
+    return _int(flags[TP_FLAG]) or 1, _int(flags[PP_FLAG]) or 1
+
+
+def _merge_tolerations(current: Iterable[Mapping[str, Any]], pool: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    out = [dict(t) for t in current]
+    for t in pool:
+        if dict(t) not in out:
+            out.append(dict(t))
+    return out
+
+
+def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, target: GroupTarget,
+                           classes: Sequence[RequestClass], reservations: Mapping[str, int], owner: str,
+                           generation: int | None, state_configmap: str, manage_replicas: bool,
+                           stale_env: Iterable[str] = ()) -> dict[str, Any]:
+    """Strategic-merge patch for one group's Deployment (fields listed in the module docstring).
+
+    Raises LookupError when the container is not found, :class:`Unexpressible` when its command/args cannot carry
+    the flags."""
+    container = find_container(deployment, group.container)
+    if container is None:
+        raise LookupError(f"Deployment {group.deployment!r} has no container " + (
+            f"named {group.container!r}" if group.container else "(set groups[].container: it has several)"))
+    command, args = write_flags(container, {TP_FLAG: str(target.tp), PP_FLAG: str(target.pp),
+                                            SEQS_FLAG: None if target.max_num_seqs is None
+                                            else str(target.max_num_seqs)})
+    gpus = str(target.gpus_per_replica)
+    env: list[dict[str, Any]] = [
+        {"name": c.env_name, "valueFrom": {"configMapKeyRef": {"name": state_configmap, "key": c.env_name}}}
+        for c in classes]
+    env += [{"name": name, "$patch": "delete"} for name in stale_env]
+    name = container["name"]
+    pod_current = deployment.get("spec", {}).get("template", {}).get("spec", {})
+    owned = [f"containers[{name}].args", f"containers[{name}].resources.*[{GPU_RESOURCE}]",
+             f"containers[{name}].env[KVPLAN_RESERVE_*]", "nodeSelector", "tolerations"]
+    cpatch: dict[str, Any] = {"name": name, "args": args,
+                              "resources": {"limits": {GPU_RESOURCE: gpus}, "requests": {GPU_RESOURCE: gpus}},
+                              "env": env}
+    if command != list(container.get("command") or []):
+        cpatch["command"] = command
+    if container.get("command"):
+        owned.insert(0, f"containers[{name}].command")
+    spec: dict[str, Any] = {"template": {"spec": {
+        "nodeSelector": group.node_pool.selector(),
+        "tolerations": _merge_tolerations(pod_current.get("tolerations") or [], [
+            t.model_dump(by_alias=True, exclude_none=True) for t in group.node_pool.tolerations]),
+        "containers": [cpatch]}}}
+    if manage_replicas:
+        spec["replicas"] = target.replicas
+        owned.append("replicas")
+    annotations = {
+        ANN_OWNER: owner,
+        ANN_GENERATION: str(generation),
+        ANN_LAYOUT: f"tp={target.tp},pp={target.pp},replicas={target.replicas}",
+        ANN_RESERVATIONS: json.dumps(dict(sorted(reservations.items())), separators=(",", ":")),
+        ANN_OWNED: ",".join(owned),
+    }
+    return {"metadata": {"annotations": annotations}, "spec": spec}
+
+
+def _container(body: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    for c in body.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []) or []:
+        if c.get("name") == name:
+            return dict(c)
+    return {}
+
+
+def deployment_drift(current: Mapping[str, Any], patch: Mapping[str, Any]) -> list[str]:
+    """Owned fields of ``current`` that differ from ``patch`` (empty: nothing to send)."""
+    out: list[str] = []
+    ann = current.get("metadata", {}).get("annotations") or {}
+    for k, v in patch.get("metadata", {}).get("annotations", {}).items():
+        if ann.get(k) != v:
+            out.append(f"metadata.annotations[{k}]")
+    spec, cur_spec = patch.get("spec", {}), current.get("spec", {})
+    if "replicas" in spec and cur_spec.get("replicas") != spec["replicas"]:
+        out.append("spec.replicas")
+    pod, cur_pod = spec["template"]["spec"], cur_spec.get("template", {}).get("spec", {})
+    sel = cur_pod.get("nodeSelector") or {}
+    if any(sel.get(k) != v for k, v in pod["nodeSelector"].items()):
+        out.append("nodeSelector")
+    if (cur_pod.get("tolerations") or []) != pod["tolerations"]:
+        out.append("tolerations")
+    for c in pod["containers"]:
+        cur = _container(current, c["name"])
+        for key in ("command", "args"):
+            if key in c and list(cur.get(key) or []) != c[key]:
+                out.append(f"containers[{c['name']}].{key}")
+        res = cur.get("resources") or {}
+        for kind in ("limits", "requests"):
+            if str((res.get(kind) or {}).get(GPU_RESOURCE)) != c["resources"][kind][GPU_RESOURCE]:
+                out.append(f"containers[{c['name']}].resources.{kind}")
+        env = {e.get("name"): e for e in cur.get("env") or []}
+        for e in c["env"]:
+            if e.get("$patch") == "delete":
+                if e["name"] in env:
+                    out.append(f"containers[{c['name']}].env[{e['name']}]")
+            elif env.get(e["name"], {}).get("valueFrom") != e["valueFrom"] or "value" in env.get(e["name"], {}):
+                out.append(f"containers[{c['name']}].env[{e['name']}]")
+    return out
+
+
+class DeploymentTarget:
+    """Target ``deployment`` (see the module docstring)."""
+
+    name = "deployment"
+
+    def names(self, spec: KVPlanSpec, run: RunContext) -> tuple[str, ...]:
+        return tuple(g.deployment for g in spec.groups)
+
+    def read(self, kube: KubeApi, namespace: str, names: tuple[str, ...]) -> dict[str, dict[str, Any] | None]:
+        return {n: kube.get_deployment(namespace, n) for n in names}
+
+    def build(self, inp: BuildInput) -> TargetPlan:
+        observed = inp.observed.get(self.name, {})
+        refusals: dict[str, list[str]] = {}
+        writes: list[Write] = []
+        want_env = {c.env_name for c in inp.spec.classes}
+        for g in inp.spec.groups:
+            body = observed.get(g.deployment)
+            if body is None:
+                refusals.setdefault(C.DEPLOYMENT_MISSING, []).append(
+                    f"Deployment {g.deployment} not found in namespace {inp.run.namespace}")
+                continue
+            conflict = owner_conflict("Deployment", g.deployment, body, inp)
+            if conflict:
+                refusals.setdefault(C.OWNED_BY_OTHER, []).append(conflict)
+                continue
+            container = find_container(body, g.container)
+            if container is None:
+                refusals.setdefault(C.CONTAINER_NOT_FOUND, []).append(
+                    f"Deployment {g.deployment}: vLLM container not found (set groups[].container)")
+                continue
+            stale = sorted(e.get("name") for e in container.get("env") or []
+                           if str(e.get("name", "")).startswith("KVPLAN_RESERVE_") and e.get("name") not in want_env)
+            target = inp.desired.groups[g.name]
+            try:
+                patch = build_deployment_patch(
+                    body, group=g, target=target, classes=inp.spec.classes, reservations=inp.desired.reservations,
+                    owner=inp.run.owner, generation=inp.run.generation, state_configmap=inp.run.state_configmap,
+                    manage_replicas=inp.desired.manage_replicas.get(g.name, True), stale_env=stale)
+            except Unexpressible as exc:
+                refusals.setdefault(C.UNSUPPORTED_CONTAINER_LAYOUT, []).append(f"Deployment {g.deployment}: {exc}")
+                continue
+            drift = deployment_drift(body, patch)
+            if drift:
+                adopted = read_layout(body, g.container)[1]
+                moves = flags_layout(body, g.container) != target.layout
+                writes.append(Write(Stage.LAYOUT, self.name, "Deployment", g.deployment, "patch", patch,
+                                    tuple(drift), relayout=adopted and moves))
+        for reason in (C.OWNED_BY_OTHER, C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND, C.UNSUPPORTED_CONTAINER_LAYOUT):
+            if reason in refusals:
+                others = [m for r, ms in refusals.items() if r != reason for m in ms]
+                raise TargetRefused(reason, "; ".join(refusals[reason] + others))
+        return TargetPlan(tuple(writes))
+
+    def write(self, kube: KubeApi, namespace: str, w: Write) -> None:
+        kube.patch_deployment(namespace, w.name, w.body)

@@ -1,0 +1,189 @@
+"""A fake of the operator's own Kubernetes wrapper (``kvplan_operator.kube.KubeApi``), shared by the operator's unit
+tests: in-memory objects, strategic-merge and JSON merge patches applied as the apiserver does for the shapes the
+operator sends, a log of every call, and fault injection (any call can raise a ``KubeError`` of any class, or the
+process can "die" right after a write)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvplan_operator.kube import KubeError
+
+READS = ("get_kvplan", "get_deployment", "autoscaled_deployments", "get_configmap", "get_httproute",
+         "get_inferencepool", "read_secret_key")
+WRITES = ("patch_deployment", "create_configmap", "patch_configmap", "patch_httproute", "patch_kvplan_status",
+          "post_event")
+#: HTTP status and class of each injected Kubernetes error; None: no response (a client-side timeout).
+ERRORS = {"403": (403, "Forbidden"), "404": (404, "NotFound"), "409": (409, "Conflict"), "422": (422, "Invalid"),
+          "500": (500, "InternalError"), "timeout": (None, "Timeout")}
+
+
+class Killed(BaseException):
+    """The operator process died (kill -9) right after a write: nothing after it runs, not even status."""
+
+
+def smp(target: dict, patch: dict) -> None:
+    """Strategic merge (containers/env by name, ``$patch: delete``) and JSON merge (None deletes) in one."""
+    for k, v in patch.items():
+        if k in ("containers", "env") and isinstance(v, list):
+            cur = {e["name"]: e for e in target.get(k, [])}
+            order = [e["name"] for e in target.get(k, [])]
+            for e in v:
+                if e.get("$patch") == "delete":
+                    cur.pop(e["name"], None)
+                    continue
+                if e["name"] in cur:
+                    smp(cur[e["name"]], e)
+                else:
+                    cur[e["name"]] = copy.deepcopy(e)
+                    order.append(e["name"])
+            target[k] = [cur[n] for n in order if n in cur]
+        elif isinstance(v, dict) and isinstance(target.get(k), dict):
+            smp(target[k], v)
+        elif v is None:
+            target.pop(k, None)
+        else:
+            target[k] = copy.deepcopy(v)
+
+
+@dataclass
+class Fault:
+    """Raise ``error`` on the ``nth`` call (1-based, counting calls that match) of ``method`` (on object ``name``,
+    or any)."""
+
+    method: str
+    error: str
+    nth: int = 1
+    name: str | None = None
+    seen: int = 0
+
+
+@dataclass
+class FakeKube:
+    """The operator's Kube wrapper, in memory. ``writes`` records every mutating call (``status`` for status)."""
+
+    deployments: dict[str, dict] = field(default_factory=dict)
+    configmaps: dict[str, dict] = field(default_factory=dict)
+    httproutes: dict[str, dict] = field(default_factory=dict)
+    inferencepools: dict[str, dict] = field(default_factory=dict)
+    kvplans: dict[str, dict] = field(default_factory=dict)
+    secrets: dict[tuple[str, str], str] = field(default_factory=dict)
+    scaled: dict[str, str] = field(default_factory=dict)
+    writes: list[str] = field(default_factory=list)
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    events: list[tuple[str, str]] = field(default_factory=list)
+    status: dict = field(default_factory=dict)
+    faults: list[Fault] = field(default_factory=list)
+    #: die (raise Killed) right after the n-th successful write of a run (1-based; status and events included).
+    kill_after_write: int | None = None
+    writes_done: int = 0
+    on_write: Callable[[FakeKube, str], None] | None = None
+
+    # --- fault machinery -------------------------------------------------------------------------------------
+    def _enter(self, method: str, name: str) -> None:
+        self.calls.append((method, name))
+        for f in self.faults:
+            if f.method == method and (f.name is None or f.name == name):
+                f.seen += 1
+                if f.seen == f.nth:
+                    status, kind = ERRORS[f.error]
+                    raise KubeError(f"{method} {name}", kind, status)
+
+    def _wrote(self, label: str) -> None:
+        self.writes.append(label)
+        self.writes_done += 1
+        if self.on_write is not None:
+            self.on_write(self, label)
+        if self.kill_after_write is not None and self.writes_done == self.kill_after_write:
+            raise Killed(label)
+
+    # --- reads -----------------------------------------------------------------------------------------------
+    def get_kvplan(self, ns, name):
+        self._enter("get_kvplan", name)
+        return copy.deepcopy(self.kvplans.get(name))
+
+    def get_deployment(self, ns, name):
+        self._enter("get_deployment", name)
+        return copy.deepcopy(self.deployments.get(name))
+
+    def autoscaled_deployments(self, ns):
+        self._enter("autoscaled_deployments", "")
+        return dict(self.scaled)
+
+    def get_configmap(self, ns, name):
+        self._enter("get_configmap", name)
+        return copy.deepcopy(self.configmaps.get(name))
+
+    def get_httproute(self, ns, name):
+        self._enter("get_httproute", name)
+        return copy.deepcopy(self.httproutes.get(name))
+
+    def get_inferencepool(self, ns, name):
+        self._enter("get_inferencepool", name)
+        return copy.deepcopy(self.inferencepools.get(name))
+
+    def read_secret_key(self, ns, name, key):
+        self._enter("read_secret_key", name)
+        return self.secrets.get((name, key))
+
+    # --- writes ----------------------------------------------------------------------------------------------
+    def create_configmap(self, ns, body):
+        name = body["metadata"]["name"]
+        self._enter("create_configmap", name)
+        if name in self.configmaps:
+            raise KubeError(f"create ConfigMap/{name}", "AlreadyExists", 409)
+        self.configmaps[name] = copy.deepcopy(dict(body))
+        self._wrote(f"create ConfigMap/{name}")
+
+    def patch_configmap(self, ns, name, patch):
+        self._enter("patch_configmap", name)
+        if name not in self.configmaps:
+            raise KubeError(f"patch ConfigMap/{name}", "NotFound", 404)
+        smp(self.configmaps[name], copy.deepcopy(dict(patch)))
+        self._wrote(f"patch ConfigMap/{name}")
+
+    def patch_deployment(self, ns, name, patch):
+        self._enter("patch_deployment", name)
+        if name not in self.deployments:
+            raise KubeError(f"patch Deployment/{name}", "NotFound", 404)
+        smp(self.deployments[name], copy.deepcopy(dict(patch)))
+        self._wrote(f"patch Deployment/{name}")
+
+    def patch_httproute(self, ns, name, patch):
+        self._enter("patch_httproute", name)
+        if name not in self.httproutes:
+            raise KubeError(f"patch HTTPRoute/{name}", "NotFound", 404)
+        smp(self.httproutes[name], copy.deepcopy(dict(patch)))
+        self._wrote(f"patch HTTPRoute/{name}")
+
+    def patch_kvplan_status(self, ns, name, patch):
+        self._enter("patch_kvplan_status", name)
+        smp(self.status, copy.deepcopy(dict(patch)))
+        self._wrote("status")
+
+    def post_event(self, body, *, type_, reason, message):
+        self._enter("post_event", reason)
+        self.events.append((type_, reason))
+
+
+def dep(name: str, args: list[str] | None = None) -> dict:
+    """A serving Deployment with one vLLM container (flags in args)."""
+    return {"metadata": {"name": name, "annotations": {}},
+            "spec": {"replicas": 1, "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [
+                {"name": "vllm", "image": "vllm",
+                 "args": args if args is not None else ["--model", "m", "--tensor-parallel-size", "1", "--port", "8000"],
+                 "env": [{"name": "HF_HOME", "value": "/c"}]}]}}}}
+
+
+def kvplan(spec: dict, kube: FakeKube, generation: int = 1, name: str = "fleet") -> dict:
+    """The KVPlan as the apiserver would return it, with the fake's stored status."""
+    return {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan",
+            "metadata": {"name": name, "namespace": "ns", "uid": "u1", "generation": generation},
+            "spec": spec, "status": copy.deepcopy(kube.status)}
+
+
+def container(body: dict, name: str = "vllm") -> dict[str, Any]:
+    return next(c for c in body["spec"]["template"]["spec"]["containers"] if c["name"] == name)

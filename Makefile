@@ -56,8 +56,10 @@ release: tools
 	$(VENV)/bin/kvplan-dev release
 
 # The full test suite: unit, typecheck/layering, integration (real apiserver+etcd, real Prometheus), e2e.
+# Then the unit tier on the other supported interpreters (3.11 is .venv itself), each from the same lock.
 test: tools
 	$(VENV)/bin/pytest tests
+	$(MAKE) --no-print-directory test-pythons PYTHON_VERSIONS="3.12 3.13"
 
 test-unit: venv
 	$(VENV)/bin/pytest tests/unit

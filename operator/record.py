@@ -133,7 +133,8 @@ class Recorder:
         self.cond(C.READY, True, C.DRY_RUN if spec.mode == "DryRun" else C.RECONCILED,
                   f"objective {objective:.6g}/s; {dec.decision.reason}")
         if self.deps.metrics is not None:
-            self.deps.metrics.planned(self.run.owner, plan, dec.solve_seconds, relayout=applied.relayout_attempted)
+            self.deps.metrics.planned(self.run.owner, plan, dec.solve_seconds, relayout=applied.relayout_attempted,
+                                      now=self.run.now)
             self.deps.metrics.disruption(self.run.namespace, self.run.name, len(self.st["layoutChanges"]),
                                          spec.replan.max_layout_changes_per_hour)
         written, err = self.finish()

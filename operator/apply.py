@@ -27,6 +27,8 @@ class Applied:
     failed: Write | None = None
     error: KubeError | None = None
     relayout_attempted: bool = False
+    #: the targets that completed at least one write.
+    targets_written: frozenset[str] = frozenset()
 
     @property
     def ok(self) -> bool:
@@ -37,14 +39,17 @@ def apply(kube: KubeApi, namespace: str, writes: Sequence[Write], targets: Seque
     """Phase 4 (see the module docstring)."""
     by_name = {t.name: t for t in targets}
     done: list[str] = []
+    wrote: set[str] = set()
     attempted = False
     for w in sorted(writes, key=lambda w: w.stage):  # stable: the targets' own order within a stage
         attempted = attempted or w.relayout
         try:
             by_name[w.target].write(kube, namespace, w)
         except KubeError as exc:
-            return Applied(tuple(done), w, exc, attempted)
+            return Applied(tuple(done), w, exc, attempted, frozenset(wrote))
         except Exception as exc:  # a client bug or an unexpected error type: still a failed write, not a crash
-            return Applied(tuple(done), w, classify(f"{w.verb} {w.kind}/{w.name}", exc), attempted)
+            return Applied(tuple(done), w, classify(f"{w.verb} {w.kind}/{w.name}", exc), attempted,
+                           frozenset(wrote))
         done.append(w.label)
-    return Applied(tuple(done), None, None, attempted)
+        wrote.add(w.target)
+    return Applied(tuple(done), None, None, attempted, frozenset(wrote))

@@ -55,6 +55,9 @@ PLANNER_ERROR = "PlannerError"
 APPLY_FAILED = "ApplyFailed"
 #: Not yet attempted.
 PENDING = "Pending"
+#: (Applied=Unknown) Writes for ``status.applying.planId`` are being sent; recorded before the first write, so a
+#: crash or a failed status write mid-apply never leaves status claiming an older plan as applied.
+APPLYING = "Applying"
 #: A Kubernetes read (Deployment, ConfigMap, HTTPRoute, InferencePool, autoscalers, Secret) failed with an error
 #: other than 404; nothing applied, the last good plan is kept.
 READ_FAILED = "ReadFailed"
@@ -95,7 +98,7 @@ REASONS = (
     PROMETHEUS_UNAVAILABLE, TOO_FEW_SAMPLES, DEPLOYMENT_MISSING, CONTAINER_NOT_FOUND, INFEASIBLE, PLANNER_ERROR,
     APPLY_FAILED, PENDING, READ_FAILED, OWNED_BY_OTHER, UNSUPPORTED_CONTAINER_LAYOUT, ROUTER_TARGET_INVALID,
     PROMETHEUS_URL_REFUSED, PROMETHEUS_REJECTED, PROMETHEUS_QUERY_ERROR, PROMETHEUS_BAD_RESPONSE, INVALID_HISTOGRAM,
-    NO_RATE_DATA, INVALID_RATE, AUTH_SECRET_MISSING, STATUS_WRITE_FAILED, INTERNAL_ERROR,
+    NO_RATE_DATA, INVALID_RATE, AUTH_SECRET_MISSING, STATUS_WRITE_FAILED, INTERNAL_ERROR, APPLYING,
 )
 #: Failures of observation: the operator keeps serving the last good plan (Degraded=True; Ready stays True when a
 #: plan was applied before) and retries with backoff.

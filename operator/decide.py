@@ -9,8 +9,8 @@
 3. :func:`kvplan_operator.policy.decide` picks between them with the budget: the re-layouts *attempted* in the last
    hour, read from the state ConfigMap (so failures and restarts do not reset it). Resuming an attempt already
    counted (same target layouts, within the hour; e.g. after the operator died between two Deployment patches)
-   does not count again. A spec change bypasses the budget once per generation (the state ConfigMap remembers
-   which generation did).
+   does not count again. A spec change bypasses the budget once per generation: not once the Deployments carry
+   that generation, nor once its re-layout was attempted (the state ConfigMap remembers which generation did).
 """
 
 from __future__ import annotations
@@ -85,8 +85,11 @@ def decide(run: RunContext, obs: Observation, deps: Deps) -> Decided | Failure:
     current = {k: s.layout for k, s in obs.groups.items() if s.adopted and s.layout is not None}
     pinned = {k: v for k, v in current.items() if v in allowed.get(k, set())}
     changes = tuple(recent_changes_of(obs.layout_changes, run.now))
+    # A new generation may re-lay-out once: not again once its layouts reached the Deployments (a failure later in
+    # that apply must not turn every retry into a "spec change") or once its re-layout was attempted.
+    written = [s.generation == str(run.generation) for s in obs.groups.values() if s.body is not None]
     spec_changed = (run.old_status.get("plannedGeneration") != run.generation
-                    and obs.relayout_generation != run.generation)
+                    and obs.relayout_generation != run.generation and not (written and all(written)))
     seen = {k: s.layout for k, s in obs.groups.items() if s.layout is not None}
     target = layouts_key(target_layouts(free, seen))
     resumed = any(c.layouts == target for c in changes)

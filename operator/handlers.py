@@ -16,6 +16,7 @@ from typing import Any
 
 import kopf
 
+from . import conditions as C
 from .kube import GROUP, PLURAL, VERSION, Kube, KubeError
 from .metrics import Metrics
 from .prom import PromClient, UrlPolicy
@@ -93,7 +94,7 @@ def _run(body: Any, memo: kopf.Memo, trigger: str, logger: logging.Logger | logg
         except KubeError as exc:  # the apiserver is unreachable: a one-line retry, never a traceback
             logger.warning("reconcile (%s): %s; retrying", trigger, exc)
             rt.retry_at[uid] = rt.deps.clock() + rt.deps.backoff_base_s
-            return Outcome(False, "ReadFailed", str(exc), rt.deps.backoff_base_s)
+            return Outcome(False, C.READ_FAILED, str(exc), rt.deps.backoff_base_s)
         if fresh is None:
             return None
         now = rt.deps.clock()

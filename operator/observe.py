@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import conditions as C
-from .desired import ANN_LAYOUT_CHANGES, ANN_OWNER, ANN_RELAYOUT_GENERATION, LayoutChange
+from .desired import ANN_GENERATION, ANN_LAYOUT_CHANGES, ANN_OWNER, ANN_RELAYOUT_GENERATION, LayoutChange
 from .history import ClassObservation, observe_class
 from .kube import KubeError
 from .prom import PromError, check_url
@@ -41,6 +41,8 @@ class GroupState:
     max_num_seqs: int | None
     replicas: int | None
     autoscaler: str | None
+    #: the KVPlan generation kvplan last wrote to it (``kvplan.io/generation``), if any.
+    generation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -127,8 +129,9 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
         body = objects["deployment"].get(g.deployment)
         layout, adopted, seqs = read_layout(body, g.container)
         replicas = (body or {}).get("spec", {}).get("replicas")
+        generation = ((body or {}).get("metadata", {}).get("annotations") or {}).get(ANN_GENERATION)
         groups[g.name] = GroupState(body, layout, adopted, seqs, replicas if isinstance(replicas, int) else None,
-                                    scaled.get(g.deployment))
+                                    scaled.get(g.deployment), generation)
     changes, relayout_gen = _budget(run, objects["state-configmap"].get(run.state_configmap))
     t0 = time.perf_counter()
     try:

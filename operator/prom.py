@@ -187,7 +187,8 @@ class PromClient:
         import urllib3
 
         target = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
-        assert urllib.parse.urlsplit(target).netloc == self._host  # the token goes nowhere else
+        if urllib.parse.urlsplit(target).netloc != self._host:  # the token goes nowhere else
+            raise PromError(C.PROMETHEUS_URL_REFUSED, f"{what}: the request would leave {self._host}")
         try:
             rsp = self._http.request("GET", target, headers=self._headers, redirect=False, preload_content=True)
         except urllib3.exceptions.HTTPError as exc:

@@ -4,7 +4,8 @@
    Prometheus);
 2. :mod:`decide <kvplan_operator.decide>` (pure): the kvcore plan, hold vs free, the disruption budget;
 3. :mod:`build <kvplan_operator.build>` (pure): one desired state, and each target's writes for it;
-4. :mod:`apply <kvplan_operator.apply>`: the writes in order, stopping at the first failure;
+4. :mod:`apply <kvplan_operator.apply>`: the writes in order, stopping at the first failure (status says which
+   plan is being applied before the first write);
 5. :mod:`record <kvplan_operator.record>`: status, conditions, events and metrics from what apply did.
 
 A phase that cannot go on returns a :class:`~kvplan_operator.run.Failure` with a condition reason, and record
@@ -41,6 +42,11 @@ def _reconcile(run: RunContext, deps: Deps) -> Outcome:
     if isinstance(built, Failure):
         rec.cond(C.PLANNED, True, C.PLAN_SUCCEEDED, f"{dec.plan.status.value}: {dec.plan.reason}")
         return rec.failure(built)
+    if built.writes:
+        refused = rec.intent(built)
+        if refused is not None:
+            return Outcome(False, C.STATUS_WRITE_FAILED, f"{refused}; nothing applied", rec.backoff(), [], False,
+                           run.elapsed())
     applied = apply(deps.kube, run.namespace, built.writes, built.targets)
     return rec.success(obs, dec, built, applied)
 

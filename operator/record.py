@@ -6,6 +6,9 @@
   full); ``lastError`` says which phase, the reason and message, and for a failed apply what was written before
   the failing write; ``consecutiveFailures`` counts up (the retry backoff doubles with it). Observation failures
   are Degraded (Ready stays True when a plan is in force); the others set Ready False.
+- Before the first write of an apply (:meth:`Recorder.intent`): Applied=Unknown (``Applying``) and
+  ``status.applying`` = {planId, writes, since}. So if the operator dies, or the final status write fails, status
+  says a plan was being applied instead of still claiming the older one; the next reconcile converges.
 - Always: ``observedGeneration``, ``lastAttemptTime``, ``layoutChanges`` (a mirror of the budget the state
   ConfigMap keeps). Status is patched only when something other than ``lastAttemptTime`` changed; an Event is
   posted only on a condition transition (best effort: a refused Event changes nothing).
@@ -53,6 +56,8 @@ class Recorder:
         self.st["lastAttemptTime"] = iso(run.now)
         self.st["observedGeneration"] = run.generation
         self.conds: list[tuple[str, bool, str, str]] = []
+        #: what :meth:`intent` wrote (the stored status now differs from ``run.old_status`` by these keys).
+        self.written_intent: dict[str, Any] = {}
         if obs is not None:
             self.st["mode"] = obs.spec.mode
             self.st["summary"] = {"groups": len(obs.spec.groups), "classes": len(obs.spec.classes)}
@@ -73,6 +78,7 @@ class Recorder:
         self.st["consecutiveFailures"] = int(self.st.get("consecutiveFailures") or 0) + 1
         self.st["lastError"] = {"phase": f.phase, "reason": f.reason, "message": C.truncate(f.message),
                                 "time": iso(self.run.now), **dict(f.details)}
+        self.st.pop("applying", None)
         old = self.run.old_status
         ready = C.find(old.get("conditions") or [], C.READY)
         have_plan = bool(old.get("lastGoodPlan"))
@@ -97,10 +103,28 @@ class Recorder:
                            changed or [], False, self.run.elapsed())
         return Outcome(False, f.reason, f.message, retry, changed or [], written, self.run.elapsed())
 
+    def intent(self, built: Built) -> KubeError | None:
+        """Say, before the first write, which plan is being applied (no events: the outcome posts them)."""
+        applying = {"planId": built.desired.plan_id, "writes": len(built.writes), "since": iso(self.run.now)}
+        conds = list(self.run.old_status.get("conditions") or [])
+        conds, _ = C.set_condition(conds, C.APPLIED, "Unknown", C.APPLYING,
+                                   f"applying plan {built.desired.plan_id}: {len(built.writes)} write(s)",
+                                   generation=self.run.generation, now=iso(self.run.now))
+        patch = status_patch(self.run.old_status, {**self.run.old_status, "applying": applying, "conditions": conds},
+                             owned=OWNED_STATUS)
+        try:
+            if patch:
+                self.deps.kube.patch_kvplan_status(self.run.namespace, self.run.name, patch)
+        except KubeError as exc:
+            return exc
+        self.written_intent = {"applying": applying, "conditions": conds}
+        return None
+
     def success(self, obs: Observation, dec: Decided, built: Built, applied: Applied) -> Outcome:
         """Record a plan that was applied in full (or DryRun)."""
         plan, desired, spec = dec.plan, built.desired, obs.spec
-        self.layout_changes(desired.layout_changes)
+        if applied.ok or "state-configmap" in applied.targets_written:  # mirror only what the cluster holds
+            self.layout_changes(desired.layout_changes)
         self.cond(C.PLANNED, True, C.PLAN_SUCCEEDED, f"{plan.status.value}: {plan.reason}")
         if not applied.ok:
             assert applied.failed is not None and applied.error is not None
@@ -123,6 +147,7 @@ class Recorder:
         self.st["plannedGeneration"] = self.run.generation
         self.st["consecutiveFailures"] = 0
         self.st.pop("lastError", None)
+        self.st.pop("applying", None)
         if spec.mode == "DryRun":
             self.cond(C.APPLIED, False, C.DRY_RUN, "mode DryRun: plan written to status only")
         else:
@@ -147,8 +172,9 @@ class Recorder:
     def finish(self) -> tuple[bool, KubeError | None]:
         """Set conditions, write the status patch if anything changed, post events for transitions."""
         run = self.run
+        stored = {**run.old_status, **self.written_intent}
         before = list(run.old_status.get("conditions") or [])
-        conds = list(before)
+        conds = list(stored.get("conditions") or [])
         for type_, status, reason, message in self.conds:
             conds, _ = C.set_condition(conds, type_, status, reason, message, generation=run.generation,
                                        now=iso(run.now))
@@ -157,10 +183,10 @@ class Recorder:
             self.deps.metrics.conditions(run.namespace, run.name, {c["type"]: c["status"] == "True" for c in conds})
         # lastAttemptTime alone does not justify a write (it would make every timer tick a status write).
         probe = dict(self.st)
-        probe["lastAttemptTime"] = run.old_status.get("lastAttemptTime")
-        if status_patch(run.old_status, probe, owned=OWNED_STATUS) is None:
+        probe["lastAttemptTime"] = stored.get("lastAttemptTime")
+        if status_patch(stored, probe, owned=OWNED_STATUS) is None:
             return False, None
-        patch = status_patch(run.old_status, self.st, owned=OWNED_STATUS)
+        patch = status_patch(stored, self.st, owned=OWNED_STATUS)
         if patch:
             try:
                 self.deps.kube.patch_kvplan_status(run.namespace, run.name, patch)

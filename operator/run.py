@@ -18,7 +18,7 @@ from .prom import PromApi, UrlPolicy
 #: Top-level status keys the operator owns (kopf keeps its own, e.g. ``status.kopf``).
 OWNED_STATUS = ("observedGeneration", "plannedGeneration", "lastPlanTime", "lastAttemptTime", "mode", "conditions",
                 "plan", "objective", "diff", "summary", "layoutChanges", "lastGoodPlan", "consecutiveFailures",
-                "lastError")
+                "lastError", "applying")
 
 
 @dataclass(frozen=True)

@@ -110,20 +110,27 @@ class History(_Model):
     min_samples: int = Field(50, ge=1, description="Requests in the lookback below which the class is Degraded.")
 
 
+#: Largest cost, rate or capacity a spec may give (1e9): far above any real fleet, far below where float products in
+#: the planner overflow (a 1e308 cost made it fail with an unexplained ValueError).
+MAX_VALUE = 1e9
+#: Longest prompt or output a spec may give, tokens (the CRD says the same).
+MAX_TOKENS = 10_000_000
+
+
 class Costs(_Model):
-    preemption: float = Field(gt=0, description="c_p, per under-reserved token.")
-    waste: float = Field(gt=0, description="c_w, per wasted reserved token.")
+    preemption: float = Field(gt=0, le=MAX_VALUE, description="c_p, per under-reserved token.")
+    waste: float = Field(gt=0, le=MAX_VALUE, description="c_w, per wasted reserved token.")
 
 
 class Slo(_Model):
-    mu: float = Field(gt=0)
-    sigma: float = Field(gt=0)
-    lambda_: float = Field(gt=1, alias="lambda")
+    mu: float = Field(gt=0, le=1000)
+    sigma: float = Field(gt=0, le=1000)
+    lambda_: float = Field(gt=1, le=1e12, alias="lambda")
 
 
 class Robustness(_Model):
     policy: Literal["absolute", "fraction", "drift"] = "drift"
-    eps: float | None = Field(None, ge=0)
+    eps: float | None = Field(None, ge=0, le=MAX_VALUE)
     frac: float | None = Field(None, ge=0, le=10)
     floor_scale: float | None = Field(None, ge=0, le=100)
     drift_z: float | None = Field(None, ge=0, le=100)
@@ -145,10 +152,10 @@ class Robustness(_Model):
 
 class RequestClass(_Model):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
-    input_tokens: int = Field(ge=0)
-    max_output_tokens: int = Field(ge=1)
-    prefix_tokens: int = Field(0, ge=0)
-    arrival_rate: float | None = Field(None, gt=0)
+    input_tokens: int = Field(ge=0, le=MAX_TOKENS)
+    max_output_tokens: int = Field(ge=1, le=MAX_TOKENS)
+    prefix_tokens: int = Field(0, ge=0, le=MAX_TOKENS)
+    arrival_rate: float | None = Field(None, gt=0, le=MAX_VALUE)
     arrival_rate_query: str | None = None
     history: History
     costs: Costs | None = None
@@ -162,9 +169,11 @@ class RequestClass(_Model):
 
 
 class FleetCosts(_Model):
-    kappa: float = Field(0.2, ge=0, description="Layout cost weight; the paper's 0.2.")
-    c_slo: float = Field(5.0, ge=0, description="Queueing-delay cost per request-second; the paper's c_slo/c_w = 5.")
-    c_rej: float = Field(5000.0, ge=0, description="Rejection cost per request; the paper's c_rej/c_w = 5000.")
+    kappa: float = Field(0.2, ge=0, le=MAX_VALUE, description="Layout cost weight; the paper's 0.2.")
+    c_slo: float = Field(5.0, ge=0, le=MAX_VALUE, description="Queueing-delay cost per request-second; the paper's "
+                         "c_slo/c_w = 5.")
+    c_rej: float = Field(5000.0, ge=0, le=MAX_VALUE, description="Rejection cost per request; the paper's "
+                         "c_rej/c_w = 5000.")
 
 
 class SecretRef(_Model):
@@ -226,8 +235,8 @@ class ProfileOverride(_Model):
     model: str
     tp: int = Field(ge=1, le=16)
     pp: int = Field(ge=1, le=16)
-    kv_capacity_tokens: int = Field(ge=1)
-    throughput_tokens_per_second: float = Field(gt=0)
+    kv_capacity_tokens: int = Field(ge=1, le=10**12)
+    throughput_tokens_per_second: float = Field(gt=0, le=10**12)
 
 
 class KVPlanSpec(_Model):

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..desired import Desired, Write
+from ..desired import ANN_OWNER, Desired, Write
 from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import KVPlanSpec
@@ -83,8 +83,6 @@ class Target(Protocol):
 
 def owner_conflict(kind: str, name: str, body: Mapping[str, Any] | None, inp: BuildInput) -> str | None:
     """A message when ``body`` carries another KVPlan's ``kvplan.io/owner`` and that KVPlan still exists."""
-    from ..desired import ANN_OWNER
-
     owner = ((body or {}).get("metadata", {}).get("annotations") or {}).get(ANN_OWNER)
     if owner and owner != inp.run.owner and inp.owners_alive.get(owner, True):
         return f"{kind} {name} is managed by KVPlan {owner}"

@@ -1,6 +1,8 @@
-"""The operator's HTTPRoute path on the real local apiserver, with a subset Gateway API HTTPRoute CRD
-(tests/integration/data/httproute-crd.yaml, not the upstream CRD) and a real backfilled Prometheus; the reconcile
-is called directly, as in test_operator_reconcile.py:
+"""The operator's HTTPRoute and InferencePool targets on the real local apiserver, with the UPSTREAM CRDs -- Gateway
+API's HTTPRoute (standard channel) from the Go module sigs.k8s.io/gateway-api v1.6.3 and the Inference Extension's
+InferencePool (inference.networking.k8s.io/v1) from sigs.k8s.io/gateway-api-inference-extension v1.6.0, fetched
+with ``go mod download`` at test setup (kvplan_dev/gomodules.py) -- and a real backfilled Prometheus; the
+reconcile is called directly, as in test_operator_reconcile.py:
 
 - a KVPlan with ``router.httpRoute`` -> the backendRef weights of the groups' Services are the integers out of 1000
   that docs/operator.md maps the plan's routing to (per-class header rules: the class's weights; other rules: the
@@ -8,14 +10,15 @@ is called directly, as in test_operator_reconcile.py:
 - backendRefs kvplan does not own (another Service, the same name in another namespace, a non-Service kind with a
   group's name) and every other route field (matches, filters, timeouts, parentRefs, hostnames, metadata) survive;
 - a second reconcile writes nothing (resourceVersion unchanged); DryRun leaves a route that differs from the plan
-  untouched, and switching back to Apply restores the planned weights.
+  untouched, and switching back to Apply restores the planned weights;
+- backendRefs of kind InferencePool (one pool per group) get their group's weights; a pool whose selector stops
+  matching its group's pods is refused (``RouterTargetInvalid``) with nothing written.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -27,8 +30,8 @@ from operator_world import apply_crds, backfill, cond, fetch, kvplan_spec, run, 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-CRD = Path(__file__).resolve().parent / "data" / "httproute-crd.yaml"
 GW = ("gateway.networking.k8s.io", "v1")
+POOLS = ("inference.networking.k8s.io", "v1")
 ROUTE = "llm"
 HEADER = "x-kvplan-class"
 SERVICES = ("vllm-a", "vllm-b")  # groups pool-a/pool-b set no `service`: the Deployment name is the Service
@@ -48,20 +51,24 @@ def control_plane_tools():
 
 @pytest.fixture(scope="module")
 def crds(cluster):
-    """The KVPlan CRD and the subset HTTPRoute CRD, both Established. The HTTPRoute CRD stays installed for the
+    """The KVPlan CRD and the upstream HTTPRoute and InferencePool CRDs, Established. They stay installed for the
     rest of the session (an absent route still reads as 404, as without the CRD)."""
+    from kvplan_dev.demo import wait_established
+    from kvplan_dev.gobuild import BuildError
+    from kvplan_dev.gomodules import upstream_crds
+
+    try:
+        files = upstream_crds()
+    except BuildError as exc:
+        pytest.fail(f"upstream Gateway API / Inference Extension CRDs could not be fetched: {exc}")
     apply_crds(cluster, REPO / "crds" / "kvplans.kvplan.io.yaml")
-    cluster.kubectl("apply", "-f", str(CRD))
-    deadline = time.monotonic() + 60
-    while True:
-        out = cluster.kubectl("get", "crd", "httproutes.gateway.networking.k8s.io", "-o",
-                              'jsonpath={.status.conditions[?(@.type=="Established")].status}', check=False)
-        if out.stdout.strip() == "True":
-            break
-        if time.monotonic() > deadline:
-            pytest.fail(f"HTTPRoute CRD not Established after 60 s: {out.stdout} {out.stderr}")
-        time.sleep(0.2)
-    return True
+    for path in files.values():
+        cluster.kubectl("apply", "--server-side", "-f", str(path))
+    try:
+        wait_established(cluster, ["httproutes.gateway.networking.k8s.io", "inferencepools.inference.networking.k8s.io"])
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    return files
 
 
 @pytest.fixture
@@ -178,7 +185,7 @@ def test_httproute_weights_on_real_apiserver(crds, kube_api, kube, namespace, pr
 
     backfill(prometheus, traces_dir)
     created = create_services_and_route(kube_api, namespace)
-    # the apiserver defaulted the subset CRD's fields like Gateway API v1 does
+    # the apiserver defaulted the upstream CRD's fields
     chat_refs = created["spec"]["rules"][0]["backendRefs"]
     assert chat_refs[1] == {"group": "", "kind": "Service", "name": "vllm-b", "port": 8000, "weight": 1}
     assert created["spec"]["rules"][2]["matches"] == [{"path": {"type": "PathPrefix", "value": "/"}}]
@@ -235,3 +242,52 @@ def test_httproute_weights_on_real_apiserver(crds, kube_api, kube, namespace, pr
     want = expected_weights(kube, namespace)
     assert route_weights(route, namespace) == [want["chat"], want["code"], want["_fleet"]]
     assert without_owned_weights(route, namespace) == user_view
+
+
+def pool(name: str, app: str) -> dict:
+    return {"apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool", "metadata": {"name": name},
+            "spec": {"selector": {"matchLabels": {"app": app}}, "targetPorts": [{"number": 8000}],
+                     "endpointPickerRef": {"name": f"{name}-epp", "port": {"number": 9002}}}}
+
+
+def test_inferencepool_backendrefs_on_real_apiserver(crds, kube_api, kube, namespace, prometheus, traces_dir):
+    from kubernetes import client
+
+    backfill(prometheus, traces_dir)
+    api = client.CustomObjectsApi(kube_api)
+    for name, app in (("pool-a", "vllm-a"), ("pool-b", "vllm-b")):
+        api.create_namespaced_custom_object(*POOLS, namespace, "inferencepools", pool(name, app))
+    ref = {"group": "inference.networking.k8s.io", "kind": "InferencePool"}
+    route = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": ROUTE},
+             "spec": {"parentRefs": [{"name": "inference-gw"}], "rules": [
+                 {"matches": [{"headers": [{"name": HEADER, "value": "chat"}]}],
+                  "backendRefs": [ref | {"name": "pool-a"}, ref | {"name": "pool-b"}]},
+                 {"backendRefs": [ref | {"name": "pool-a"}, ref | {"name": "pool-b"}]}]}}
+    created = api.create_namespaced_custom_object(*GW, namespace, "httproutes", route)
+    assert created["spec"]["rules"][0]["backendRefs"][0]["weight"] == 1  # upstream's default
+    spec = kvplan_spec(prometheus.url)
+    spec["router"]["httpRoute"] = {"name": ROUTE}
+    spec["groups"][0]["inferencePool"], spec["groups"][1]["inferencePool"] = "pool-a", "pool-b"
+    setup(kube_api, namespace, spec)
+    out = run(kube, namespace)
+    assert out.ok, out
+    doc = json.loads(kube.get_configmap(namespace, "llm-router")["data"]["routing.json"])
+    assert {g: v["inferencePool"] for g, v in doc["groups"].items()} == {"pool-a": "pool-a", "pool-b": "pool-b"}
+    want = largest_remainder(doc["classes"]["chat"]["weights"])
+    rules = get_route(kube, namespace)["spec"]["rules"]
+    assert {b["name"]: b["weight"] for b in rules[0]["backendRefs"]} == {"pool-a": want["pool-a"],
+                                                                         "pool-b": want["pool-b"]}
+    assert sum(b["weight"] for b in rules[1]["backendRefs"]) == 1000
+
+    # pool-b now selects other pods: refused, nothing written
+    api.patch_namespaced_custom_object(*POOLS, namespace, "inferencepools", "pool-b",
+                                       {"spec": {"selector": {"matchLabels": {"app": "someone-else"}}}})
+    api.patch_namespaced_custom_object("kvplan.io", "v1alpha1", namespace, "kvplans", "fleet",
+                                       {"spec": {"replan": {"minImprovement": 0.5}}})
+    before = {name: kube.get_deployment(namespace, name)["metadata"]["resourceVersion"] for name in SERVICES}
+    route_rv = get_route(kube, namespace)["metadata"]["resourceVersion"]
+    out = run(kube, namespace)
+    assert out.reason == C.ROUTER_TARGET_INVALID and "spec.groups[1].inferencePool" in out.message, out
+    assert {name: kube.get_deployment(namespace, name)["metadata"]["resourceVersion"] for name in SERVICES} == before
+    assert get_route(kube, namespace)["metadata"]["resourceVersion"] == route_rv
+    assert cond(fetch(kube, namespace), C.READY)["reason"] == C.ROUTER_TARGET_INVALID

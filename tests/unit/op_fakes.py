@@ -6,6 +6,8 @@ process can "die" right after a write)."""
 from __future__ import annotations
 
 import copy
+import http.server
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,8 +23,15 @@ ERRORS = {"403": (403, "Forbidden"), "404": (404, "NotFound"), "409": (409, "Con
           "500": (500, "InternalError"), "timeout": (None, "Timeout")}
 
 
+SECRET_BODY = "SECRET-BODY-TEXT-do-not-copy"
+
+
 class Killed(BaseException):
     """The operator process died (kill -9) right after a write: nothing after it runs, not even status."""
+
+
+class _Missing(Exception):
+    """An injected 404 on a read: the wrapper returns None (or {} for the autoscaler list)."""
 
 
 def smp(target: dict, patch: dict) -> None:
@@ -51,8 +60,8 @@ def smp(target: dict, patch: dict) -> None:
 
 @dataclass
 class Fault:
-    """Raise ``error`` on the ``nth`` call (1-based, counting calls that match) of ``method`` (on object ``name``,
-    or any)."""
+    """Raise ``error`` on the ``nth`` call (1-based, counting calls that match; 0: every call) of ``method`` (on
+    object ``name``, or any)."""
 
     method: str
     error: str
@@ -88,8 +97,10 @@ class FakeKube:
         for f in self.faults:
             if f.method == method and (f.name is None or f.name == name):
                 f.seen += 1
-                if f.seen == f.nth:
+                if f.nth in (0, f.seen):
                     status, kind = ERRORS[f.error]
+                    if status == 404 and method in READS:  # the real wrapper reads a 404 as "missing"
+                        raise _Missing()
                     raise KubeError(f"{method} {name}", kind, status)
 
     def _wrote(self, label: str) -> None:
@@ -102,31 +113,52 @@ class FakeKube:
 
     # --- reads -----------------------------------------------------------------------------------------------
     def get_kvplan(self, ns, name):
-        self._enter("get_kvplan", name)
+        try:
+            self._enter("get_kvplan", name)
+        except _Missing:
+            return None
         return copy.deepcopy(self.kvplans.get(name))
 
     def get_deployment(self, ns, name):
-        self._enter("get_deployment", name)
+        try:
+            self._enter("get_deployment", name)
+        except _Missing:
+            return None
         return copy.deepcopy(self.deployments.get(name))
 
     def autoscaled_deployments(self, ns):
-        self._enter("autoscaled_deployments", "")
+        try:
+            self._enter("autoscaled_deployments", "")
+        except _Missing:
+            return {}
         return dict(self.scaled)
 
     def get_configmap(self, ns, name):
-        self._enter("get_configmap", name)
+        try:
+            self._enter("get_configmap", name)
+        except _Missing:
+            return None
         return copy.deepcopy(self.configmaps.get(name))
 
     def get_httproute(self, ns, name):
-        self._enter("get_httproute", name)
+        try:
+            self._enter("get_httproute", name)
+        except _Missing:
+            return None
         return copy.deepcopy(self.httproutes.get(name))
 
     def get_inferencepool(self, ns, name):
-        self._enter("get_inferencepool", name)
+        try:
+            self._enter("get_inferencepool", name)
+        except _Missing:
+            return None
         return copy.deepcopy(self.inferencepools.get(name))
 
     def read_secret_key(self, ns, name, key):
-        self._enter("read_secret_key", name)
+        try:
+            self._enter("read_secret_key", name)
+        except _Missing:
+            return None
         return self.secrets.get((name, key))
 
     # --- writes ----------------------------------------------------------------------------------------------
@@ -187,3 +219,40 @@ def kvplan(spec: dict, kube: FakeKube, generation: int = 1, name: str = "fleet")
 
 def container(body: dict, name: str = "vllm") -> dict[str, Any]:
     return next(c for c in body["spec"]["template"]["spec"]["containers"] if c["name"] == name)
+
+
+class Script:
+    """What a scripted Prometheus answers per path (status, headers, body), which paths hang, and what it saw."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, tuple[int, dict[str, str], bytes]] = {}
+        self.hang: set[str] = set()
+        self.seen: list[tuple[str, str | None]] = []
+        self.release = threading.Event()
+
+
+def serve(script: Script) -> tuple[http.server.ThreadingHTTPServer, str]:
+    """Serve ``script`` on 127.0.0.1 (a daemon thread); returns (server, base URL)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            path = self.path.split("?", 1)[0]
+            script.seen.append((path, self.headers.get("Authorization")))
+            if path in script.hang:
+                script.release.wait(30)
+                return
+            status, headers, body = script.answers.get(path, (404, {}, b"not found " + SECRET_BODY.encode()))
+            self.send_response(status)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"

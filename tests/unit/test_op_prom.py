@@ -6,18 +6,14 @@ exercised over real HTTP against a scripted server on 127.0.0.1."""
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 from kvplan_operator import conditions as C
 from kvplan_operator.prom import PromClient, PromError, UrlPolicy, check_url
-
-SECRET_BODY = "SECRET-BODY-TEXT-do-not-copy"
-
+from op_fakes import SECRET_BODY, Script, serve  # type: ignore[import-not-found]
 
 def resolver(table: dict[str, list[str]]):
     return lambda host: table.get(host, ["10.1.2.3"])
@@ -62,40 +58,6 @@ def test_allowed_urls(url, allowed):
 def test_policy_from_environment(monkeypatch):
     monkeypatch.setenv("KVPLAN_PROMETHEUS_ALLOWED_HOSTS", " Prom.Monitoring.svc , *.obs.svc ")
     assert UrlPolicy.from_environment().allowed_hosts == ("prom.monitoring.svc", "*.obs.svc")
-
-
-class Script:
-    """What the scripted server answers per path, and what it saw."""
-
-    def __init__(self) -> None:
-        self.answers: dict[str, tuple[int, dict[str, str], bytes]] = {}
-        self.seen: list[tuple[str, str | None]] = []
-        self.release = threading.Event()
-
-
-def serve(script: Script) -> tuple[http.server.ThreadingHTTPServer, str]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            path = self.path.split("?", 1)[0]
-            script.seen.append((path, self.headers.get("Authorization")))
-            if path == "/hang/api/v1/query":
-                script.release.wait(30)
-                return
-            status, headers, body = script.answers.get(path, (404, {}, b"not found " + SECRET_BODY.encode()))
-            self.send_response(status)
-            for k, v in headers.items():
-                self.send_header(k, v)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
 
 
 @pytest.fixture
@@ -169,8 +131,9 @@ def test_connection_refused_and_timeout(servers):
     with pytest.raises(PromError) as info:
         PromClient(dead, timeout_s=2).query_range("up", start=0, end=60, step=60)
     assert info.value.reason == C.PROMETHEUS_UNAVAILABLE and "failed" in str(info.value)
+    a.hang.add("/api/v1/query")
     with pytest.raises(PromError) as info:  # the server never answers; the client's timeout ends the wait
-        PromClient(url_a + "/hang", timeout_s=0.5).query("up")
+        PromClient(url_a, timeout_s=0.5).query("up")
     assert info.value.reason == C.PROMETHEUS_UNAVAILABLE and "timed out" in str(info.value)
 
 

@@ -301,3 +301,24 @@ def test_handlers_translate_outcomes_to_kopf(kube):
     calls_before = len(prom.calls)
     on_timer(body=body, memo=memo, logger=log)  # rolling horizon: re-plan
     assert len(prom.calls) > calls_before
+
+
+def test_handler_read_failure_is_a_retry_not_a_traceback(kube):
+    """The handler's fresh read of the KVPlan fails (apiserver down): kopf gets a TemporaryError with one line."""
+    import logging
+    import types
+
+    import kopf
+
+    from kvplan_operator.handlers import Runtime, on_change
+    from kvplan_operator.kube import KubeError
+
+    def down(ns, name):
+        raise KubeError(f"get KVPlan/{name}", "Unavailable", detail="ConnectionRefusedError")
+
+    kube.get_kvplan = down
+    rt = Runtime(Deps(kube=kube, prom_factory=lambda *a: RecordedProm(), planner=real_plan, clock=lambda: NOW))
+    with pytest.raises(kopf.TemporaryError) as info:
+        on_change(body=kvplan(copy.deepcopy(SPEC), kube), memo=types.SimpleNamespace(runtime=rt),
+                  logger=logging.getLogger("test"), reason="create")
+    assert "get KVPlan/fleet: Unavailable" in str(info.value) and kube.writes == []

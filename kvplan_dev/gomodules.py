@@ -1,0 +1,68 @@
+"""Files from published Go modules (the upstream Gateway API and Inference Extension CRDs), fetched with the Go
+toolchain from the module proxy and cached under ``~/.cache/kvplan/gomod/<module>@<version>/``.
+
+``go mod download -json <module>@<version>`` fetches and verifies the module zip against the checksum database
+(``GOSUMDB``, on by default) into the shared module cache; the files a test needs are then copied, with the
+module's LICENSE, into kvplan's cache (a file lock serialises concurrent fetches; a folder is used only once every
+file is in place). Versions are pinned here, so a test always installs the same CRDs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from kvplan_dev.gobuild import BuildError, Progress, _Lock, find_go, go_env
+from kvplan_dev.tools import cache_root
+
+#: Gateway API: HTTPRoute and friends (Apache-2.0). v1.6.3 is the newest release the Go toolchain here can download
+#: (v1.7.0's go.mod asks for go >= 1.27).
+GATEWAY_API = ("sigs.k8s.io/gateway-api", "v1.6.3")
+HTTPROUTE_CRD = "config/crd/standard/gateway.networking.k8s.io_httproutes.yaml"
+#: Gateway API Inference Extension: InferencePool, inference.networking.k8s.io/v1 (Apache-2.0). v1.6.0 is the newest
+#: version the module proxy serves here.
+INFERENCE_EXTENSION = ("sigs.k8s.io/gateway-api-inference-extension", "v1.6.0")
+INFERENCEPOOL_CRD = "config/crd/bases/inference.networking.k8s.io_inferencepools.yaml"
+
+
+def module_files(module: str, version: str, files: list[str], progress: Progress = print) -> Path:
+    """The folder holding ``files`` (paths inside the module) and ``LICENSE`` of ``module@version``."""
+    dest = cache_root() / "gomod" / f"{module.replace('/', '_')}@{version}"
+    wanted = [*files, "LICENSE"]
+    if all((dest / f).is_file() for f in wanted):
+        return dest
+    with _Lock(dest.with_name(dest.name + ".lock"), progress):
+        if all((dest / f).is_file() for f in wanted):
+            return dest
+        progress(f"[{module}@{version}] go mod download ...")
+        done = subprocess.run([str(find_go()), "mod", "download", "-json", f"{module}@{version}"], env=go_env(),
+                              capture_output=True, text=True, check=False, cwd=cache_root())
+        try:
+            info = json.loads(done.stdout)
+        except ValueError:
+            info = {}
+        source = Path(info.get("Dir") or "")
+        if done.returncode != 0 or info.get("Error") or not source.is_dir():
+            raise BuildError(f"{module}@{version}: go mod download failed: {info.get('Error') or done.stderr}")
+        staging = dest.with_name(dest.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        for f in wanted:
+            if not (source / f).is_file():
+                raise BuildError(f"{module}@{version}: {f} is not in the module")
+            (staging / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source / f, staging / f)
+        (staging / "PROVENANCE").write_text(
+            f"{module} {version}\nfetched with `go mod download` from the Go module proxy; zip hash {info.get('Sum')}\n"
+            f"origin: {json.dumps(info.get('Origin') or {})}\n")
+        shutil.rmtree(dest, ignore_errors=True)
+        staging.rename(dest)
+    return dest
+
+
+def upstream_crds(progress: Progress = print) -> dict[str, Path]:
+    """The upstream HTTPRoute (Gateway API, standard channel) and InferencePool CRD files."""
+    gw = module_files(*GATEWAY_API, [HTTPROUTE_CRD], progress)
+    ie = module_files(*INFERENCE_EXTENSION, [INFERENCEPOOL_CRD], progress)
+    return {"httproutes": gw / HTTPROUTE_CRD, "inferencepools": ie / INFERENCEPOOL_CRD}

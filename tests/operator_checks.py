@@ -1,0 +1,121 @@
+"""Test-side checks of the operator's honesty, written independently of the operator's code (flags are parsed here,
+not with the operator's parser): do the objects on the cluster agree with each other and with status?
+
+Disagreements looked for:
+
+1. a Deployment whose ``kvplan.io/layout`` annotation names another TP/PP than its container's flags;
+2. the router document (``kvplan.v1``) claiming, for a group it does not mark ``draining``, a TP/PP that the group's
+   Deployment does not have;
+3. status claiming a plan applied (condition Applied=True) whose layouts are not the Deployments', whose id is not
+   the router document's, or whose class weights are not the document's or the HTTPRoute's (unless status notes
+   say the HTTPRoute was not found when the plan was applied).
+
+Shared by the fault-injection unit tests (over the fake's objects) and the integration tests (over the apiserver's).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+
+def container_flags(dep: Mapping[str, Any], name: str = "vllm") -> tuple[int, int]:
+    """(tp, pp) the vLLM container passes (args, command, or a ``sh -c`` string); default 1."""
+    c = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == name)
+    words = list(c.get("command") or []) + list(c.get("args") or [])
+    text = " ".join(words).replace("=", " ")
+    toks = text.split()
+
+    def value(flag: str) -> int:
+        found = 1
+        for i, t in enumerate(toks):
+            if t == flag and i + 1 < len(toks):
+                found = int(toks[i + 1].strip("'\""))
+        return found
+
+    return value("--tensor-parallel-size"), value("--pipeline-parallel-size")
+
+
+def annotated_layout(dep: Mapping[str, Any]) -> tuple[int, int] | None:
+    text = (dep.get("metadata", {}).get("annotations") or {}).get("kvplan.io/layout")
+    if not text:
+        return None
+    parts = dict(p.split("=", 1) for p in text.split(","))
+    return int(parts["tp"]), int(parts["pp"])
+
+
+def largest_remainder(shares: Mapping[str, float], total: int = 1000) -> dict[str, int]:
+    s = sum(max(v, 0.0) for v in shares.values())
+    if s <= 0:
+        return {k: 0 for k in shares}
+    exact = {k: max(v, 0.0) * total / s for k, v in shares.items()}
+    out = {k: math.floor(exact[k]) for k in shares}
+    for k in sorted(shares, key=lambda k: (out[k] - exact[k], k))[:total - sum(out.values())]:
+        out[k] += 1
+    return out
+
+
+def disagreements(*, deployments: Mapping[str, Mapping[str, Any] | None], groups: Mapping[str, str],
+                  router: Mapping[str, Any] | None, route: Mapping[str, Any] | None,
+                  status: Mapping[str, Any], class_header: str = "x-kvplan-class",
+                  services: Mapping[str, str] | None = None) -> list[str]:
+    """Every disagreement (see the module docstring). ``groups``: group -> Deployment name; ``router``: the parsed
+    router document or None; ``route``: the HTTPRoute or None; ``services``: group -> Service name."""
+    out: list[str] = []
+    layouts: dict[str, tuple[int, int]] = {}
+    for g, name in groups.items():
+        dep = deployments.get(name)
+        if dep is None:
+            continue
+        layouts[g] = container_flags(dep)
+        ann = annotated_layout(dep)
+        if ann is not None and ann != layouts[g]:
+            out.append(f"Deployment {name}: annotation says {ann}, flags say {layouts[g]}")
+    if router is not None:
+        for g, entry in (router.get("groups") or {}).items():
+            if entry.get("draining") or g not in layouts:
+                continue
+            if (entry.get("tp"), entry.get("pp")) != layouts[g]:
+                out.append(f"router document: group {g} at tp={entry.get('tp')} pp={entry.get('pp')}, "
+                           f"Deployment at {layouts[g]}")
+    applied = next((c for c in status.get("conditions") or [] if c.get("type") == "Applied"), None)
+    plan = status.get("plan") or {}
+    if applied is not None and applied.get("status") == "True" and plan:
+        for g, entry in (plan.get("groups") or {}).items():
+            if g in layouts and entry.get("tp", 0) > 0 and (entry["tp"], entry["pp"]) != layouts[g]:
+                out.append(f"status claims group {g} at tp={entry['tp']} pp={entry['pp']} applied, "
+                           f"Deployment at {layouts[g]}")
+        if router is not None:
+            if router.get("plan") != plan.get("id"):
+                out.append(f"status claims plan {plan.get('id')} applied, router document has {router.get('plan')}")
+            for c, entry in (plan.get("classes") or {}).items():
+                doc = ((router.get("classes") or {}).get(c) or {}).get("weights") or {}
+                if any(abs(float(doc.get(g, 0)) - float(w or 0)) > 1e-6 for g, w in (entry.get("routing") or {}).items()):
+                    out.append(f"status routing of {c} {entry.get('routing')} != router document {doc}")
+        notes = " ".join(plan.get("notes") or [])
+        if route is not None and services is not None and "HTTPRoute" not in notes:  # status says it was absent
+            by_service = {s: g for g, s in services.items()}
+            for i, rule in enumerate(route.get("spec", {}).get("rules") or []):
+                cls = None
+                for m in rule.get("matches") or []:
+                    for h in m.get("headers") or []:
+                        if str(h.get("name", "")).lower() == class_header:
+                            cls = h.get("value")
+                if cls not in (plan.get("classes") or {}):
+                    continue
+                refs = [b for b in rule.get("backendRefs") or [] if b.get("name") in by_service
+                        and (b.get("kind") or "Service") == "Service"]
+                want = largest_remainder({b["name"]: float(plan["classes"][cls]["routing"].get(by_service[b["name"]])
+                                                           or 0) for b in refs})
+                have = {b["name"]: b.get("weight") for b in refs}
+                if have != want:
+                    out.append(f"HTTPRoute rule {i} ({cls}): weights {have}, status plan says {want}")
+    return out
+
+
+def router_document(configmap: Mapping[str, Any] | None, key: str = "routing.json") -> dict[str, Any] | None:
+    if configmap is None or key not in (configmap.get("data") or {}):
+        return None
+    return dict(json.loads(configmap["data"][key]))

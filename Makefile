@@ -87,7 +87,7 @@ dashboard: venv
 	$(PY) -m kvplan_dev.dashboard
 
 # The chart's README from its values comments, and the Kubernetes definitions in values.schema.json from the local
-# apiserver's /openapi/v2 (tests/unit/test_chart_readme.py, tests/e2e/test_chart_schema.py check both are current).
+# apiserver's /openapi/v2 (tests/unit/test_chart_readme.py, tests/e2e/test_chart_polish.py check both are current).
 .PHONY: chart-readme chart-schema
 chart-readme: venv
 	$(PY) scripts/chart_readme.py

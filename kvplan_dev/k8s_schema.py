@@ -11,7 +11,7 @@ documented upstream).
 
 ``python -m kvplan_dev.k8s_schema`` starts a local control plane, reads ``/openapi/v2`` and rewrites the
 ``definitions`` with keys ``io.k8s.*`` in ``charts/kvplan-operator/values.schema.json`` (``--check``: compare only;
-``--openapi FILE``: read a saved document instead). ``tests/e2e/test_chart_schema.py`` re-reads the live apiserver
+``--openapi FILE``: read a saved document instead). ``tests/e2e/test_chart_polish.py`` re-reads the live apiserver
 and checks the chart's copy is current.
 """
 

@@ -255,9 +255,17 @@ def app_layer(wheel: Path, work: Path, out: Path, epoch: int, progress: Progress
 
 
 def _strip_bin(target: Path) -> None:
-    """pip --target writes console scripts whose shebang names the build machine's Python; the image starts the
-    operator with ``python3.11 -m`` instead, so they go."""
+    """pip --target writes console scripts whose shebang names the build machine's Python (the image starts the
+    operator with ``python3.11 -m`` instead), and a ``direct_url.json`` naming the path the wheel was installed from
+    (which would make the layer depend on the build folder); both go, and RECORD forgets them."""
     shutil.rmtree(target / "bin", ignore_errors=True)
+    for direct in target.glob("*.dist-info/direct_url.json"):
+        record = direct.parent / "RECORD"
+        direct.unlink()
+        if record.exists():
+            lines = record.read_text().splitlines(keepends=True)
+            record.write_text("".join(line for line in lines if not line.startswith(
+                f"{direct.parent.name}/direct_url.json,") and not line.startswith("../../bin/")))
 
 
 def build_wheel(repo: Path, dest: Path) -> Path:

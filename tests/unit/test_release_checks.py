@@ -102,3 +102,23 @@ def test_layers_are_reproducible(tmp_path: Path) -> None:
     assert {(m.uid, m.gid, m.mtime) for m in members} == {(0, 0, 1_700_000_000)}
     third = image.write_layer(tree, tmp_path / "three.tar.gz", 1_700_000_001).read_bytes()
     assert third != first, "the epoch is part of the bytes"
+
+
+def test_app_layer_does_not_depend_on_the_build_folder(tmp_path: Path) -> None:
+    """The kvplan layer built twice, from wheels in different folders, is byte-identical (pip records the wheel's
+    path in direct_url.json, which the build removes)."""
+    from kvplan_dev.release import REPO
+
+    layers = []
+    for name in ("one", "two"):
+        out = tmp_path / name
+        out.mkdir()
+        wheel = image.build_wheel(REPO, out)
+        work = out / "work"
+        work.mkdir()
+        layers.append(image.app_layer(wheel, work, out / "app.tar.gz", 1_700_000_000, lambda line: None).read_bytes())
+    assert layers[0] == layers[1]
+    with tarfile.open(tmp_path / "one" / "app.tar.gz") as tar:
+        names = tar.getnames()
+    assert "opt/kvplan/lib/kvplan_operator/main.py" in names
+    assert not any(n.endswith("direct_url.json") or n.startswith("opt/kvplan/lib/bin") for n in names)

@@ -13,8 +13,8 @@ DEV_LOCK := requirements/dev.lock
 OPERATOR_LOCK := requirements/operator.lock
 UV_COMPILE = $(VENV)/bin/uv pip compile --universal --python-version 3.11 --generate-hashes --quiet
 
-.PHONY: venv tools demo test test-unit test-integration test-e2e test-pythons bench lint-chart typecheck clean lock \
-	release
+.PHONY: venv tools vllm-env demo test test-unit test-integration test-e2e test-vllm test-pythons parity bench \
+	lint-chart typecheck clean lock release
 
 # Installs exactly the lock (--require-hashes: every file checked against its pinned sha256, nothing unpinned, no
 # newer version picked up), then kvplan and kvplan-dev editable without touching the network (--no-deps,
@@ -49,15 +49,32 @@ test-pythons:
 		.venv-$$v/bin/pytest -q -p no:cacheprovider tests/unit; \
 	done
 
+# System tools from the package registries: Debian's prometheus and etcd-server, kube-apiserver built from the
+# Go module k8s.io/kubernetes into ~/.cache/kvplan (cached by version), helm from its Go module.
+tools: venv
+	$(VENV)/bin/kvplan-dev tools ensure
+
+# vllm==0.33.0 and its whole hash-pinned dependency set (requirements/vllm-0.33.0.lock) in its own venv under
+# ~/.cache/kvplan/vllm-0.33.0 ($KVPLAN_CACHE), installed once under a file lock. First time: ~4.3 GB download,
+# 9.4 GB disk, ~10 min (README, "The vLLM environment"); then instant.
+vllm-env: venv
+	$(VENV)/bin/kvplan-dev tools ensure --vllm
+
+# The main job on the embedded default: local control plane + Prometheus backfilled from a bundled trace,
+# the operator, the example KVPlan; prints the plan and what changed; stops everything it started.
+demo: tools
+	$(VENV)/bin/kvplan-dev demo
+
 # The release, really, on this machine: operator image without a Docker daemon (mmdebstrap + crane), a local OCI
 # registry on loopback, the chart pushed there as an OCI artifact, `helm install oci://...` by digest on the local
 # control plane, and the image run with podman until the example KVPlan is Ready. Result: out/release/release.json.
 release: tools
 	$(VENV)/bin/kvplan-dev release
 
-# The full test suite: unit, typecheck/layering, integration (real apiserver+etcd, real Prometheus), e2e.
-# Then the unit tier on the other supported interpreters (3.11 is .venv itself), each from the same lock.
-test: tools
+# The full test suite: unit, typecheck/layering, integration (real apiserver+etcd, real Prometheus), e2e (the
+# release included), and the vllm tier (kvcore's engine model against vLLM 0.33's own scheduler on CPU); then the
+# unit tier on the other supported interpreters (3.11 is .venv itself), each from the same lock.
+test: tools vllm-env
 	$(VENV)/bin/pytest tests
 	$(MAKE) --no-print-directory test-pythons PYTHON_VERSIONS="3.12 3.13"
 
@@ -69,6 +86,14 @@ test-integration: tools
 
 test-e2e: tools
 	$(VENV)/bin/pytest -m e2e tests
+
+test-vllm: vllm-env
+	$(VENV)/bin/pytest -m vllm tests
+
+# kvcore's vLLM engine model against vLLM 0.33's own Scheduler on 260 seeded cases; prints one JSON line
+# {"cases": N, "identical": M, "mismatches": [...], "vllm": "0.33.0", ...} (progress on stderr).
+parity: vllm-env
+	$(PY) -m kvplan_dev.parity
 
 bench: venv
 	$(VENV)/bin/python benchmarks/run_all.py

@@ -378,6 +378,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         imgs="\n".join(f"![{p.stem}](img/{p.name})" for p in imgs), oracle=oracle, oracle_vs_paper=oracle_vs_paper,
         disagree=_disagreements(evs),
     )
+    # keep the section benchmarks/engine_results.py owns (between its markers) when rewriting the rest
+    old = (args.out / "results.md").read_text(encoding="utf-8") if (args.out / "results.md").exists() else ""
+    begin, end = "<!-- engine:begin -->", "<!-- engine:end -->"
+    if begin in old and end in old:
+        md = md.rstrip("\n") + "\n\n" + old[old.index(begin): old.index(end) + len(end)] + "\n"
     (args.out / "results.md").write_text(md, encoding="utf-8")
     print(f"wrote {args.out / 'results.md'} and {len(imgs)} images in {elapsed:.0f} s", file=sys.stderr)
     return 0

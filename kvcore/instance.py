@@ -1,7 +1,8 @@
 """The joint planner's input: request classes, GPU groups, costs and profile overrides.
 
 Units: arrival rates in requests/s, lengths in tokens, costs in token-slot units per request (``cp``, ``cw``) or per
-unit time (see :class:`CostSpec`). All models are frozen pydantic models with ``extra="forbid"``.
+unit time (see :class:`CostSpec`). All models are frozen pydantic models with ``extra="forbid"``; every number is
+finite and below its bound in :mod:`kvcore.bounds`.
 
 Constructing a model directly raises pydantic's ``ValidationError`` (its ``loc`` names the field);
 :func:`load_instance` turns that into :class:`kvcore.errors.InputError` with a dotted path such as
@@ -16,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from kvcore.bounds import MAX_COST, MAX_COUNT, MAX_RATE, MAX_TOKENS
 from kvcore.errors import InputError
 from kvcore.profiles import ProfileOverride, check_known, check_override
 from kvcore.radius import RadiusPolicy
@@ -30,8 +32,8 @@ class Layout(BaseModel):
 
     model_config = _FROZEN
 
-    tp: int = Field(ge=1, description="Tensor-parallel size (vLLM --tensor-parallel-size).")
-    pp: int = Field(ge=1, description="Pipeline-parallel size (vLLM --pipeline-parallel-size).")
+    tp: int = Field(ge=1, le=MAX_COUNT, description="Tensor-parallel size (vLLM --tensor-parallel-size).")
+    pp: int = Field(ge=1, le=MAX_COUNT, description="Pipeline-parallel size (vLLM --pipeline-parallel-size).")
 
 
 class ClassSpec(BaseModel):
@@ -44,15 +46,19 @@ class ClassSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
     name: str = Field(min_length=1, description="Class name, unique in the instance.")
-    arrival_rate: float = Field(ge=0.0, allow_inf_nan=False, description="lambda_i, requests/s.")
-    input_tokens: float = Field(ge=0.0, allow_inf_nan=False, description="L_in, prompt tokens per request.")
-    lmax: float = Field(gt=0.0, allow_inf_nan=False, description="L_max, maximum output tokens per request.")
+    arrival_rate: float = Field(ge=0.0, le=MAX_RATE, allow_inf_nan=False, description="lambda_i, requests/s.")
+    input_tokens: float = Field(ge=0.0, le=MAX_TOKENS, allow_inf_nan=False,
+                                description="L_in, prompt tokens per request.")
+    lmax: float = Field(gt=0.0, le=MAX_TOKENS, allow_inf_nan=False,
+                        description="L_max, maximum output tokens per request.")
     prefix_tokens: float = Field(
-        default=0.0, ge=0.0, allow_inf_nan=False,
+        default=0.0, ge=0.0, le=MAX_TOKENS, allow_inf_nan=False,
         description="L_pre, shared-prefix tokens (part of the input) that prefix caching can reuse. Default 0.",
     )
-    cp: float | None = Field(default=None, ge=0.0, allow_inf_nan=False, description="Cost per overflowing token.")
-    cw: float | None = Field(default=None, ge=0.0, allow_inf_nan=False, description="Cost per unused reserved token.")
+    cp: float | None = Field(default=None, ge=0.0, le=MAX_COST, allow_inf_nan=False,
+                             description="Cost per overflowing token.")
+    cw: float | None = Field(default=None, ge=0.0, le=MAX_COST, allow_inf_nan=False,
+                             description="Cost per unused reserved token.")
     slo: SloSpec | None = Field(default=None, description="SLO parameters mapped to rho = cp / cw (seed eq. 8).")
     history: History = Field(description="Output-length samples (tokens), time-ordered windows; DRO fits the union.")
     radius: RadiusPolicy | None = Field(default=None, description="Wasserstein radius rule; None = project default.")
@@ -95,8 +101,9 @@ class GroupSpec(BaseModel):
 
     name: str = Field(min_length=1, description="Group name (the Deployment), unique in the instance.")
     gpu_type: str = Field(description="GPU type, e.g. 'A100-80GB' (see kvcore.profiles.GPUS).")
-    gpus: int = Field(ge=1, description="G_k, GPUs in the group's node pool.")
-    gpus_per_node: int = Field(default=8, ge=1, description="GPUs per node; TP stays inside a node. Default 8 (DGX).")
+    gpus: int = Field(ge=1, le=MAX_COUNT, description="G_k, GPUs in the group's node pool.")
+    gpus_per_node: int = Field(default=8, ge=1, le=MAX_COUNT,
+                               description="GPUs per node; TP stays inside a node. Default 8 (DGX).")
     model: str = Field(description="Served model, e.g. 'llama-70b' (see kvcore.profiles.MODELS).")
     layouts: tuple[Layout, ...] = Field(min_length=1, description="Allowed (TP, PP) layouts Z_k.")
 
@@ -106,11 +113,11 @@ class CostSpec(BaseModel):
 
     model_config = _FROZEN
 
-    kappa: float = Field(default=0.2, ge=0.0, allow_inf_nan=False,
+    kappa: float = Field(default=0.2, ge=0.0, le=MAX_COST, allow_inf_nan=False,
                          description="Cost per GPU in use per second (times phi). Default 0.2, the paper's value.")
-    c_slo: float = Field(default=5.0, ge=0.0, allow_inf_nan=False,
+    c_slo: float = Field(default=5.0, ge=0.0, le=MAX_COST, allow_inf_nan=False,
                          description="Cost per second of queueing delay per request. Default 5 (paper: c_slo/c_w).")
-    c_rej: float = Field(default=5000.0, ge=0.0, allow_inf_nan=False,
+    c_rej: float = Field(default=5000.0, ge=0.0, le=MAX_COST, allow_inf_nan=False,
                          description="Cost per rejected request. Default 5000 (paper: c_rej/c_w).")
     max_utilisation: float = Field(
         default=0.95, gt=0.0, lt=1.0,

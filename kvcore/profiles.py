@@ -27,8 +27,9 @@ For each layout z = (TP, PP) a replica uses ``TP * PP`` GPUs and the profile giv
 * **Configuration cost** ``phi(z) = TP * PP`` GPUs per replica; a group's phi is ``replicas * TP * PP`` (GPUs in
   use; idle GPUs of an uneven split are not charged).
 
-Sources for the A100-80GB SXM figures: NVIDIA A100 datasheet (80 GB HBM2e, 2,039 GB/s, 312 TFLOPS dense bf16,
-600 GB/s NVLink 3). Efficiencies (eta_bw = 0.8 of peak bandwidth, eta_fl = 0.5 of peak FLOPS) and latencies
+Sources for the A100 SXM figures: NVIDIA A100 Tensor Core GPU datasheet (80 GB: HBM2e, 2,039 GB/s; 40 GB: HBM2,
+1,555 GB/s; both 312 TFLOPS dense bf16 and 600 GB/s NVLink 3).
+Efficiencies (eta_bw = 0.8 of peak bandwidth, eta_fl = 0.5 of peak FLOPS) and latencies
 (alpha_ar = 8 us per all-reduce, alpha_p2p = 30 us per stage hand-off) are typical measured fractions, not
 measurements of ours; override them with measured numbers through :class:`ProfileOverride`.
 
@@ -44,6 +45,9 @@ from functools import lru_cache
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kvcore.bounds import MAX_COUNT, MAX_KV_TOKENS, MAX_SECONDS, MAX_TOKENS_PER_S
+from kvcore.catalogue import GPU_TYPES
+from kvcore.catalogue import MODELS as CATALOGUE_MODELS
 from kvcore.errors import InputError
 
 
@@ -81,8 +85,11 @@ class ModelSpec:
 GPUS: dict[str, GpuSpec] = {
     # 81,920 MiB as nvidia-smi reports it; 2,039 GB/s HBM2e; 312 TFLOPS bf16 dense; 600 GB/s NVLink 3 (total).
     "A100-80GB": GpuSpec(memory_bytes=81920 * 1024**2, hbm_bytes_s=2039e9, bf16_flops=312e12, nvlink_bytes_s=600e9),
+    # The 40 GB SXM4 part: 40,960 MiB of HBM2 (as nvidia-smi reports it) at 1,555 GB/s; the same GA100 compute
+    # (312 TFLOPS bf16 dense) and NVLink 3 (600 GB/s total) as the 80 GB part.
+    "A100-40GB": GpuSpec(memory_bytes=40960 * 1024**2, hbm_bytes_s=1555e9, bf16_flops=312e12, nvlink_bytes_s=600e9),
 }
-"""Known GPU types. Names are matched exactly."""
+"""Known GPU types (:data:`kvcore.catalogue.GPU_TYPES`). Names are matched exactly."""
 
 MODELS: dict[str, ModelSpec] = {
     "llama-70b": ModelSpec(params=70.6e9, layers=80, hidden=8192, kv_heads=8, head_dim=128),
@@ -90,7 +97,11 @@ MODELS: dict[str, ModelSpec] = {
         params=8.03e9, layers=32, hidden=4096, kv_heads=8, head_dim=128, activation_reserve_bytes=2 * 1024**3
     ),
 }
-"""Known models. Names are matched exactly."""
+"""Known models (:data:`kvcore.catalogue.MODELS`). Names are matched exactly."""
+
+if set(GPUS) != set(GPU_TYPES) or set(MODELS) != set(CATALOGUE_MODELS):  # one catalogue of names
+    raise ImportError(f"kvcore.profiles and kvcore.catalogue disagree: {sorted(GPUS)} vs {GPU_TYPES}, "
+                      f"{sorted(MODELS)} vs {CATALOGUE_MODELS}")
 
 GPU_MEMORY_UTILIZATION = 0.90
 """vLLM's default ``--gpu-memory-utilization``."""
@@ -111,8 +122,8 @@ class ProfileOverride(BaseModel):
 
     gpu_type: str = Field(description="GPU type the measurement is for, e.g. 'A100-80GB'.")
     model: str = Field(description="Model the measurement is for, e.g. 'llama-70b'.")
-    tp: int = Field(ge=1, description="Tensor-parallel size.")
-    pp: int = Field(ge=1, description="Pipeline-parallel size.")
+    tp: int = Field(ge=1, le=MAX_COUNT, description="Tensor-parallel size.")
+    pp: int = Field(ge=1, le=MAX_COUNT, description="Pipeline-parallel size.")
     kv_capacity_tokens: float | None = Field(
         default=None, description="KV capacity per replica, tokens; must be > 0. None keeps the roofline value."
     )
@@ -216,8 +227,14 @@ def resolve(gpu_type: str, model: str, tp: int, pp: int, overrides: tuple[Profil
                    fields.get("phi", base.phi))
 
 
+_OVERRIDE_MAX = {"kv_capacity_tokens": MAX_KV_TOKENS, "throughput_tokens_s": MAX_TOKENS_PER_S,
+                 "step_t0_s": MAX_SECONDS, "step_t1_s": MAX_SECONDS, "phi": float(MAX_COUNT)}
+"""Upper bound of each override field (kvcore.bounds): past it the number cannot be a measurement."""
+
+
 def check_override(ov: ProfileOverride, *, field: str) -> None:
-    """Validate one override: known names, positive capacity and throughput, non-negative times and phi."""
+    """Validate one override: known names, positive capacity and throughput, non-negative times and phi, each
+    below its bound in :data:`_OVERRIDE_MAX`."""
     check_known(ov.gpu_type, ov.model, field=field)
     for name in ("kv_capacity_tokens", "throughput_tokens_s"):
         value = getattr(ov, name)
@@ -227,3 +244,7 @@ def check_override(ov: ProfileOverride, *, field: str) -> None:
         value = getattr(ov, name)
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise InputError(f"{field}.{name}", f"must be a finite number >= 0, got {value}")
+    for name, top in _OVERRIDE_MAX.items():
+        value = getattr(ov, name)
+        if value is not None and value > top:
+            raise InputError(f"{field}.{name}", f"must be at most {top:g} (kvcore.bounds), got {value:g}")

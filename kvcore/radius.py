@@ -6,17 +6,19 @@ returns a :class:`RadiusChoice` carrying eps, the rule's name and a one-line hum
 where its eps came from.
 
 Rules are looked up in :data:`RULES` (kind -> function), so a new kind (e.g. the data-driven ``drift`` rule of the
-evaluation issue, in its own module) plugs in by registering a function with :func:`register_rule` and widening
-``RadiusPolicy.kind``; nothing here needs rewriting.
+evaluation issue, in its own module) plugs in by registering a function with :func:`register_rule` and adding the
+kind to :data:`kvcore.catalogue.RadiusKind` (which the CRD's enum is checked against); nothing here needs
+rewriting.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kvcore.bounds import MAX_POWER, MAX_RATIO, MAX_TOKENS
+from kvcore.catalogue import RadiusKind
 from kvcore.errors import InputError
 from kvcore.radius_drift import (
     DEFAULT_DRIFT_Z,
@@ -32,11 +34,12 @@ from kvcore.samples import History, Samples, as_history
 
 
 class RadiusPolicy(BaseModel):
-    """How to choose eps. Frozen; unknown keys are rejected."""
+    """How to choose eps. Frozen; unknown keys are rejected; every number is finite and within :mod:`kvcore.bounds`
+    (so ``horizon_ratio ** horizon_power`` cannot overflow)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["absolute", "fraction", "drift"] = Field(
+    kind: RadiusKind = Field(
         default="drift",
         description=(
             "Which rule: 'absolute' uses `eps` as given; 'fraction' uses `frac` times the pooled sample mean (the "
@@ -48,6 +51,8 @@ class RadiusPolicy(BaseModel):
     eps: float = Field(
         default=0.0,
         ge=0.0,
+        le=MAX_TOKENS,
+        allow_inf_nan=False,
         description=(
             "Radius in output tokens for kind='absolute'. Default 0 (plain SAA) so an absolute policy without a "
             "value never adds robustness silently."
@@ -56,6 +61,8 @@ class RadiusPolicy(BaseModel):
     frac: float = Field(
         default=0.15,
         ge=0.0,
+        le=MAX_RATIO,
+        allow_inf_nan=False,
         description=(
             "Radius as a fraction of the pooled weighted mean output length (dimensionless) for kind='fraction'. "
             "Default 0.15, the paper's recommended value."
@@ -64,6 +71,8 @@ class RadiusPolicy(BaseModel):
     floor_scale: float = Field(
         default=DEFAULT_FLOOR_SCALE,
         ge=0.0,
+        le=MAX_RATIO,
+        allow_inf_nan=False,
         description=(
             "kind='drift': how many of the N observed requests the ball may relocate across the spread S, so the "
             "sampling floor is floor_scale * S / N_eff tokens (dimensionless). Default 3, the rule of three "
@@ -73,6 +82,8 @@ class RadiusPolicy(BaseModel):
     drift_z: float = Field(
         default=DEFAULT_DRIFT_Z,
         ge=0.0,
+        le=MAX_RATIO,
+        allow_inf_nan=False,
         description=(
             "kind='drift': window-to-window W1 distance up to this many noise scales is treated as chance "
             "(dimensionless). Default 6, so diurnal wobble does not count as drift but a step change does."
@@ -81,6 +92,8 @@ class RadiusPolicy(BaseModel):
     horizon_ratio: float = Field(
         default=DEFAULT_HORIZON_RATIO,
         ge=0.0,
+        le=MAX_RATIO,
+        allow_inf_nan=False,
         description=(
             "kind='drift': how long the plan will be in force, as a multiple of the time span of the history it is "
             "fitted on (dimensionless). The operator sets it to spec.replan.interval / spec.prometheus.lookback. "
@@ -90,6 +103,8 @@ class RadiusPolicy(BaseModel):
     horizon_frac: float = Field(
         default=DEFAULT_HORIZON_FRAC,
         ge=0.0,
+        le=MAX_RATIO,
+        allow_inf_nan=False,
         description=(
             "kind='drift': the horizon term at horizon_ratio = 1, as a fraction of the pooled mean output length "
             "(dimensionless). Default 0.15, the paper's radius for a plan used as long as its training data."
@@ -98,6 +113,8 @@ class RadiusPolicy(BaseModel):
     horizon_power: float = Field(
         default=DEFAULT_HORIZON_POWER,
         gt=0.0,
+        le=MAX_POWER,
+        allow_inf_nan=False,
         description=(
             "kind='drift': the horizon term is horizon_frac * mean * horizon_ratio ** horizon_power "
             "(dimensionless exponent). Default 2 (see kvcore.radius_drift)."
@@ -156,11 +173,15 @@ issue 5 over the paper's eps = 0.15 E[xi] (``RadiusPolicy(kind="fraction", frac=
 
 def with_horizon(policy: RadiusPolicy | None, ratio: float) -> RadiusPolicy:
     """``policy`` (the project default when None) told how long the plan stays in force over the span of its
-    history; kinds other than 'drift' do not use the ratio and are returned unchanged. Validated (ratio >= 0)."""
+    history; kinds other than 'drift' do not use the ratio and are returned unchanged. Validated (0 <= ratio <=
+    :data:`kvcore.bounds.MAX_RATIO`); an :class:`InputError` names ``horizon_ratio`` otherwise."""
     base = policy if policy is not None else DEFAULT_RADIUS
     if base.kind != "drift":
         return base
-    return RadiusPolicy.model_validate({**base.model_dump(), "horizon_ratio": ratio})
+    try:
+        return RadiusPolicy.model_validate({**base.model_dump(), "horizon_ratio": ratio})
+    except ValidationError as exc:
+        raise InputError("horizon_ratio", str(exc.errors()[0]["msg"])) from None
 
 
 def choose_radius(policy: RadiusPolicy, history: History | Samples, *, lmax: float, cp: float | None = None,

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from kvcore.bounds import MAX_TOKENS, MAX_WEIGHT
 from kvcore.errors import InputError
 
 FloatArray = npt.NDArray[np.float64]
@@ -35,7 +36,7 @@ def as_float_array(data: Any, field_name: str) -> FloatArray:
     """``data`` as a 1-D float64 array; :class:`InputError` naming ``field_name`` otherwise."""
     try:
         arr = np.asarray(data, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: an integer past float64's range
         raise InputError(field_name, f"not numeric ({exc})") from None
     if arr.ndim != 1:
         raise InputError(field_name, f"must be one-dimensional, got shape {arr.shape}")
@@ -52,6 +53,15 @@ def check_finite_nonnegative(a: FloatArray, field: str, what: str) -> None:
     if neg.any():
         i = int(np.argmax(neg))
         raise InputError(f"{field}[{i}]", f"{what} is negative ({a[i]:g})")
+
+
+def check_at_most(a: FloatArray, top: float, field: str, what: str, bound: str) -> None:
+    """Raise :class:`InputError` naming the first entry of ``a`` above ``top`` (the :mod:`kvcore.bounds` constant
+    ``bound``)."""
+    over = a > top
+    if over.any():
+        i = int(np.argmax(over))
+        raise InputError(f"{field}[{i}]", f"{what} {a[i]:g} is above {top:g} (kvcore.bounds.{bound})")
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,6 +90,7 @@ class Samples:
         if v.size == 0:
             raise InputError(field, "no samples (empty)")
         check_finite_nonnegative(v, field, "output length")
+        check_at_most(v, MAX_TOKENS, field, "output length", "MAX_TOKENS")
         wfield = f"{field}.weights"
         if weights is None:
             w = np.full(v.size, 1.0 / v.size)
@@ -88,6 +99,7 @@ class Samples:
             if w.size != v.size:
                 raise InputError(wfield, f"has {w.size} entries but there are {v.size} samples")
             check_finite_nonnegative(w, wfield, "weight")
+            check_at_most(w, MAX_WEIGHT, wfield, "weight", "MAX_WEIGHT")
             total = float(w.sum())
             if total <= 0:
                 raise InputError(wfield, "all weights are zero", hint="at least one sample needs positive weight")

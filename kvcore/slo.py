@@ -21,6 +21,7 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kvcore.bounds import MAX_SECONDS, MAX_WEIGHT
 from kvcore.errors import InputError
 
 RHO_MAX = 1e6
@@ -32,9 +33,10 @@ class SloSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    mu: float = Field(gt=0.0, allow_inf_nan=False, description="SLO target scale mu (> 0).")
-    sigma: float = Field(gt=0.0, allow_inf_nan=False, description="Latency spread sigma (> 0).")
-    lam: float = Field(gt=1.0, allow_inf_nan=False, description="Requests per SLO judgement lambda (> 1).")
+    mu: float = Field(gt=0.0, le=MAX_SECONDS, allow_inf_nan=False, description="SLO target scale mu (> 0).")
+    sigma: float = Field(gt=0.0, le=MAX_SECONDS, allow_inf_nan=False, description="Latency spread sigma (> 0).")
+    lam: float = Field(gt=1.0, le=MAX_WEIGHT, allow_inf_nan=False,
+                       description="Requests per SLO judgement lambda (> 1).")
 
 
 def rho_from_slo(mu: float, sigma: float, lam: float, *, field: str = "slo") -> float:

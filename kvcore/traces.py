@@ -12,15 +12,16 @@ Every error is an :class:`~kvcore.errors.InputError` whose field names the file 
 
 from __future__ import annotations
 
-import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
+from kvcore.bounds import MAX_SECONDS, MAX_TOKENS
+from kvcore.csvstream import CHUNK, FloatColumn, csv_rows
 from kvcore.errors import InputError
 from kvcore.samples import FloatArray, Samples
 from kvcore.series import vllm_buckets
@@ -50,7 +51,7 @@ class Trace:
         return Samples.from_arrays(self.output_tokens, field=f"{self.source}.output_tokens")
 
 
-def _number(text: str, where: str, *, what: str) -> float:
+def _number(text: str, where: str, *, what: str, top: float = MAX_TOKENS) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -59,105 +60,122 @@ def _number(text: str, where: str, *, what: str) -> float:
         raise InputError(where, f"{what} is not finite ({text.strip()})")
     if value < 0:
         raise InputError(where, f"{what} is negative ({value:g})")
+    if value > top:
+        raise InputError(where, f"{what} {value:g} is above {top:g}, the largest accepted (kvcore.bounds)")
     return value
 
 
-def _read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
-    text = path.read_text(encoding="utf-8")
-    rows = [r for r in csv.reader(text.splitlines())]
-    if not rows or not any(cell.strip() for cell in rows[0]):
-        raise InputError(path.name, "empty file (no header, no samples)")
-    return [h.strip() for h in rows[0]], rows[1:]
+def _cell(text: str, name: str, lineno: int, column: str, what: str, top: float = MAX_TOKENS) -> float:
+    """:func:`_number` for one CSV cell; the field (``file line N column``) is built only for an error."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if 0 <= value <= top:
+        return value
+    return _number(text, f"{name} line {lineno} {column}", what=what, top=top)
+
+
+def _blank(row: list[str]) -> bool:
+    return not row or not "".join(row).strip()
+
+
+def _header(rows: Iterator[tuple[int, list[str]]], name: str) -> list[str]:
+    """The first row of ``rows`` (stripped), or an error when the file is empty or starts with a blank line."""
+    first = next(rows, None)
+    if first is None or not any(cell.strip() for cell in first[1]):
+        raise InputError(name, "empty file (no header, no samples)")
+    return [h.strip() for h in first[1]]
 
 
 def load_trace(path: str | Path) -> Trace:
-    """Load a trace CSV with header ``arrival_s,input_tokens,output_tokens`` (any extra columns are ignored)."""
+    """Load a trace CSV with header ``arrival_s,input_tokens,output_tokens`` (any extra columns are ignored).
+
+    Streams the file (:mod:`kvcore.csvstream`): memory is the three float64 arrays kept, not the file's text."""
     p = Path(path)
-    header, rows = _read_rows(p)
+    rows = csv_rows(p)
+    header = _header(rows, p.name)
     missing = [c for c in TRACE_COLUMNS if c not in header]
     if missing:
         raise InputError(f"{p.name} line 1", f"missing column(s) {', '.join(missing)}; header is {','.join(header)}")
-    idx = {c: header.index(c) for c in TRACE_COLUMNS}
-    arrivals: list[float | None] = []
-    inputs: list[float] = []
-    outputs: list[float] = []
-    for lineno, row in enumerate(rows, start=2):
-        if not row or not any(cell.strip() for cell in row):
+    ia, ii, io = (header.index(c) for c in TRACE_COLUMNS)
+    name, width = p.name, len(header)
+    arrivals, inputs, outputs = FloatColumn(), FloatColumn(), FloatColumn()
+    stamped: bool | None = None  # whether the first request has arrival_s; every other one must agree
+    mixed_line: int | None = None
+    backwards: tuple[int, float, float] | None = None  # (line, arrival, previous arrival), the first time it falls
+    previous = -math.inf
+    for lineno, row in rows:
+        if _blank(row):
             continue
-        if len(row) < len(header):
-            raise InputError(f"{p.name} line {lineno}", f"has {len(row)} fields, the header has {len(header)}")
-        where = f"{p.name} line {lineno}"
-        a = row[idx["arrival_s"]].strip()
-        arrivals.append(None if a == "" else _number(a, f"{where} arrival_s", what="arrival time"))
-        inputs.append(_number(row[idx["input_tokens"]], f"{where} input_tokens", what="input length"))
-        outputs.append(_number(row[idx["output_tokens"]], f"{where} output_tokens", what="output length"))
-    if not outputs:
+        if len(row) < width:
+            raise InputError(f"{name} line {lineno}", f"has {len(row)} fields, the header has {width}")
+        a = row[ia].strip()
+        arrival = None if a == "" else _cell(a, name, lineno, "arrival_s", "arrival time", MAX_SECONDS)
+        inputs.append(_cell(row[ii], name, lineno, "input_tokens", "input length"))
+        outputs.append(_cell(row[io], name, lineno, "output_tokens", "output length"))
+        if stamped is None:
+            stamped = arrival is not None
+        if (arrival is not None) != stamped:
+            mixed_line = lineno if mixed_line is None else mixed_line
+        elif arrival is not None and mixed_line is None:
+            arrivals.append(arrival)
+            if arrival < previous and backwards is None:
+                backwards = (lineno, arrival, previous)
+            previous = arrival
+        if len(outputs.pending) >= CHUNK:
+            for column in (arrivals, inputs, outputs):
+                column.flush()
+    if not len(outputs):
         raise InputError(p.name, "empty file (a header but no requests)")
-    arrival: FloatArray | None = None
-    present = [a is not None for a in arrivals]
-    if all(present):
-        arrival = np.array(arrivals, dtype=np.float64)
-        back = np.flatnonzero(np.diff(arrival) < 0)
-        if back.size:
-            i = int(back[0]) + 1
-            raise InputError(
-                f"{p.name} line {_line_of(rows, i)} arrival_s",
-                f"timestamps go backwards ({arrival[i]:g} s after {arrival[i - 1]:g} s); the trace must be time-ordered",
-            )
-    elif any(present):
-        i = present.index(False) if present[0] else present.index(True)
-        raise InputError(
-            f"{p.name} line {_line_of(rows, i)} arrival_s",
-            "arrival_s is given on some lines and empty on others; give it everywhere or nowhere",
-        )
-    inp = np.array(inputs, dtype=np.float64)
-    out = np.array(outputs, dtype=np.float64)
-    for arr in (inp, out) + ((arrival,) if arrival is not None else ()):
+    if mixed_line is not None:
+        raise InputError(f"{p.name} line {mixed_line} arrival_s",
+                         "arrival_s is given on some lines and empty on others; give it everywhere or nowhere")
+    if backwards is not None:
+        line, now, before = backwards
+        raise InputError(f"{p.name} line {line} arrival_s",
+                         f"timestamps go backwards ({now:g} s after {before:g} s); the trace must be time-ordered")
+    arrival_s = arrivals.array() if stamped else None
+    inp, out = inputs.array(), outputs.array()
+    for arr in (inp, out) + ((arrival_s,) if arrival_s is not None else ()):
         arr.setflags(write=False)
-    return Trace(arrival_s=arrival, input_tokens=inp, output_tokens=out, source=p.name)
+    return Trace(arrival_s=arrival_s, input_tokens=inp, output_tokens=out, source=p.name)
 
 
-def _line_of(rows: list[list[str]], k: int) -> int:
-    """File line number (1-based, header = 1) of the k-th non-blank data row."""
-    seen = -1
-    for lineno, row in enumerate(rows, start=2):
-        if row and any(cell.strip() for cell in row):
-            seen += 1
-            if seen == k:
-                return lineno
-    return len(rows) + 1
-
-
-def load_lengths(path: str | Path, column: str = "output_tokens", *, what: str = "length") -> FloatArray:
+def load_lengths(path: str | Path, column: str = "output_tokens", *, what: str = "length",
+                 top: float = MAX_TOKENS) -> FloatArray:
     """Non-negative numbers from a trace CSV (``column`` by header name) or a one-number-per-line file (header
-    optional). ``what`` names the quantity in error messages (e.g. "length", "weight")."""
+    optional), each at most ``top`` (default :data:`kvcore.bounds.MAX_TOKENS`). ``what`` names the quantity in
+    error messages (e.g. "length", "weight"). Streams the file: memory is the array returned, not the file's text."""
     p = Path(path)
-    header, rows = _read_rows(p)
+    rows = csv_rows(p)
+    header = _header(rows, p.name)
+    values = FloatColumn()
     if len(header) > 1:
         if column not in header:
             raise InputError(f"{p.name} line 1", f"missing column {column!r}; header is {','.join(header)}",
                              hint="choose one with --column")
-        col = header.index(column)
-        data = rows
-        first_line = 2
-        name = column
+        col, name = header.index(column), column
     else:
+        col = 0
         try:
             float(header[0])
-            data, first_line = [header] + rows, 1
         except ValueError:
-            data, first_line = rows, 2
-        col, name = 0, header[0] if first_line == 2 else "value"
-    values: list[float] = []
-    for lineno, row in enumerate(data, start=first_line):
-        if not row or not any(cell.strip() for cell in row):
+            name = header[0]
+        else:
+            name = "value"
+            values.append(_number(header[0], f"{p.name} line 1 {name}", what=what, top=top))
+    for lineno, row in rows:
+        if _blank(row):
             continue
         if col >= len(row):
             raise InputError(f"{p.name} line {lineno}", f"has no {name} field")
-        values.append(_number(row[col], f"{p.name} line {lineno} {name}", what=what))
-    if not values:
+        values.append(_cell(row[col], p.name, lineno, name, what, top))
+        if len(values.pending) >= CHUNK:
+            values.flush()
+    if not len(values):
         raise InputError(p.name, "empty file (no samples)")
-    return np.array(values, dtype=np.float64)
+    return values.array()
 
 
 def histogram_to_samples(

@@ -25,7 +25,7 @@ import time
 import urllib.request
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Sequence
 
 from kvplan_dev.process import ManagedProcess, ProcessRecord, free_port, stop_record, wait_until
 from kvplan_dev.tools import Tools, binary_version, locate_tools
@@ -196,6 +196,28 @@ class LocalCluster:
         if check and done.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)}: exited {done.returncode}: {done.stderr.strip()}")
         return done
+
+    def wait_established(self, crds: Sequence[str], timeout_s: float = 120.0) -> None:
+        """Wait until every CRD (``plural.group``) is ``Established=True`` *and* its resource answers a LIST.
+
+        ``kubectl wait --for=condition=Established`` is not used: right after an apply it fails with "accessor
+        error" while the CRD has no conditions yet. And Established alone is not enough: the apiserver's handler for
+        the new resource may answer 404 for a moment after the condition is set, so a watch opened then fails.
+        ``timeout_s`` bounds the wait for the condition; it is not a measurement."""
+        deadline = time.monotonic() + timeout_s
+        for name in crds:
+            while True:
+                got = self.kubectl("get", "crd", name, "-o", "json", check=False)
+                established = got.returncode == 0 and any(
+                    c.get("type") == "Established" and c.get("status") == "True"
+                    for c in (json.loads(got.stdout).get("status") or {}).get("conditions") or [])
+                if established and self.kubectl("get", name, "--all-namespaces", "-o", "name",
+                                                check=False).returncode == 0:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"CRD {name} not Established and served after {timeout_s:.0f} s: "
+                                       f"{got.stdout.strip()[-500:]} {got.stderr.strip()[-500:]}")
+                time.sleep(0.2)
 
     def service_account_token(self, namespace: str, name: str, duration_s: int = 3600) -> str:
         """A TokenRequest token for ServiceAccount ``namespace/name`` (created if missing), valid ``duration_s``."""

@@ -40,6 +40,9 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import yaml
 
+from kvcore.cli.args import OneLineParser, float_arg
+from kvcore.cli.args import report as report_error
+from kvcore.errors import InputError
 from kvplan_dev.demo_report import deployment_view, plan_lines, text_diff, text_report, view_changes
 
 REPO = Path(__file__).resolve().parent.parent
@@ -145,7 +148,8 @@ class Settings:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The demo's options, for ``kvplan-dev demo``'s sub-parser."""
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    parser.add_argument("--timeout", type=float, default=Settings.timeout_s,
+    parser.add_argument("--timeout", type=float_arg(low=0.0, high=86400.0, low_open=True, unit=" s"),
+                        default=Settings.timeout_s,
                         help="seconds to wait for the KVPlan to become Ready (default %(default)s)")
     parser.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
                         help="copy the operator/apiserver/Prometheus logs here before cleaning up")
@@ -157,6 +161,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _settings(args: argparse.Namespace) -> Settings:
     keep = getattr(args, "keep_logs", None)
+    if keep is not None and Path(keep).exists() and not Path(keep).is_dir():
+        raise InputError("--keep-logs", f"{keep} exists and is not a directory")
     return Settings(json=bool(getattr(args, "json", False)),
                     timeout_s=float(getattr(args, "timeout", None) or Settings.timeout_s),
                     keep_logs=Path(keep) if keep else None, standalone=bool(getattr(args, "standalone", False)),
@@ -201,19 +207,9 @@ def _backfill(prometheus: Any, report: dict[str, Any]) -> None:
     }
 
 
-def wait_established(cluster: Any, crds: Sequence[str], timeout_s: float = 60.0) -> None:
-    """Poll until every CRD reports ``Established=True``. (``kubectl wait`` right after an apply can fail with
-    "accessor error" while the CRD has no status.conditions yet, so it is not used.)"""
-    deadline = time.monotonic() + timeout_s
-    pending = list(crds)
-    while pending:
-        body = _kubectl_json(cluster, "get", "crd", pending[0])
-        if condition(body, "Established").get("status") == "True":
-            pending.pop(0)
-            continue
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"CRD {pending[0]} not Established after {timeout_s:.0f} s: {body.get('status')}")
-        time.sleep(0.2)
+def wait_established(cluster: Any, crds: Sequence[str], timeout_s: float = 120.0) -> None:
+    """Until every CRD is Established and served: :meth:`kvplan_dev.cluster.LocalCluster.wait_established`."""
+    cluster.wait_established(crds, timeout_s=timeout_s)
 
 
 def _install(cluster: Any, tools: Any, workdir: Path, *, standalone: bool = False) -> None:
@@ -387,7 +383,10 @@ def _demo(settings: Settings, report: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo; 0 when the KVPlan became Ready and everything started was stopped, else 1."""
-    settings = _settings(args)
+    try:
+        settings = _settings(args)
+    except InputError as exc:
+        return report_error("kvplan-dev demo", str(exc))
     started = time.monotonic()
     report: dict[str, Any] = {"ok": False, "stopped": []}
     try:
@@ -409,7 +408,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m kvplan_dev.demo [--json]`` (the same as ``kvplan-dev demo``)."""
-    parser = argparse.ArgumentParser(prog="kvplan-dev demo", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = OneLineParser(prog="kvplan-dev demo", description=__doc__.splitlines()[0] if __doc__ else None)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

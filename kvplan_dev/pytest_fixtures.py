@@ -10,7 +10,11 @@ installed or built, or a server that does not become ready, fails the test with 
   kube-controller-manager), so deleting it leaves it ``Terminating``; names are unique, so that is harmless.
 - ``prometheus`` (function): an empty Prometheus per test; call ``prometheus.backfill(series, window)``.
 
-``prebuild_tools`` is for ``pytest_collection_finish`` (builds before the first test, outside the per-test timeout);
+- ``vllm_python`` (session): the cached ``vllm==0.33.0`` venv's python (:mod:`kvplan_dev.vllm_env`), installed on
+  first use, for tests marked ``vllm``.
+
+``prebuild_tools`` is for ``pytest_collection_finish`` (builds before the first test, outside the per-test timeout;
+it also installs the vLLM venv when a ``vllm`` test is selected);
 ``check_no_leftover_processes`` is for ``pytest_sessionfinish``: it fails the run if a process started through
 these fixtures (or any child of pytest) is still alive.
 """
@@ -28,6 +32,7 @@ from kvplan_dev.gobuild import BuildError
 from kvplan_dev.process import ProcessRecord, live_children
 from kvplan_dev.prom import LocalPrometheus
 from kvplan_dev.tools import Tools, ensure_apt, ensure_tools
+from kvplan_dev.vllm_env import ensure_vllm_env
 
 STARTED: list[ProcessRecord] = []
 """Every process the fixtures started in this session (checked at session end)."""
@@ -38,24 +43,42 @@ def _progress(message: str) -> None:
 
 
 _PREBUILD_ERROR: list[str] = []
+_VLLM_ERROR: list[str] = []
 
 
 def prebuild_tools(session: pytest.Session) -> None:
     """For ``pytest_collection_finish``: if any selected test is ``integration`` or ``e2e``, install/build the
-    binaries now, before the first test, so a cold build (tens of minutes) is not cut by the per-test timeout.
-    A failure is remembered and reported by the ``control_plane_tools`` fixture (tests fail, never skip)."""
-    if not any(item.get_closest_marker("integration") or item.get_closest_marker("e2e") for item in session.items):
-        return
+    binaries now, before the first test, so a cold build (tens of minutes) is not cut by the per-test timeout; if
+    any is ``vllm``, install the cached vLLM venv the same way (first time ~10 minutes, with progress lines).
+    A failure is remembered and reported by the ``control_plane_tools`` / ``vllm_python`` fixture (tests fail,
+    never skip)."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
 
     def progress(message: str) -> None:
         if reporter is not None:
             reporter.write_line(message)
 
+    if any(item.get_closest_marker("integration") or item.get_closest_marker("e2e") for item in session.items):
+        try:
+            ensure_tools(progress=progress)
+        except BuildError as exc:
+            _PREBUILD_ERROR.append(str(exc))
+    if any(item.get_closest_marker("vllm") for item in session.items):
+        try:
+            ensure_vllm_env(progress=progress)
+        except BuildError as exc:
+            _VLLM_ERROR.append(str(exc))
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Any:
+    """The cached vLLM 0.33.0 venv's python (a ``pathlib.Path``); installs it on first use."""
+    if _VLLM_ERROR:
+        pytest.fail(f"the vLLM environment could not be installed:\n{_VLLM_ERROR[0]}", pytrace=False)
     try:
-        ensure_tools(progress=progress)
+        return ensure_vllm_env(progress=_progress)
     except BuildError as exc:
-        _PREBUILD_ERROR.append(str(exc))
+        pytest.fail(f"the vLLM environment could not be installed:\n{exc}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

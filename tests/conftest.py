@@ -1,7 +1,8 @@
 """Shared pytest configuration.
 
 Tiers: ``tests/unit`` (pure, fast), ``tests/integration`` (real kube-apiserver + etcd and real Prometheus on
-loopback, marked ``integration``), ``tests/e2e`` (operator under KopfRunner and helm, marked ``e2e``).
+loopback, marked ``integration``), ``tests/e2e`` (operator under KopfRunner and helm, marked ``e2e``), ``tests/vllm``
+(the real vllm==0.33.0 on CPU from its cached venv, marked ``vllm``).
 
 The control-plane fixtures (``cluster``, ``namespace``, ``prometheus``, ``kube_api``) come from
 :mod:`kvplan_dev.pytest_fixtures` and are registered here once, for every tier. Nothing in them skips: a binary that
@@ -14,7 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 from kvplan_dev.pytest_fixtures import (  # noqa: F401 - imported fixtures are registered by name
     check_no_leftover_processes,
@@ -24,13 +25,17 @@ from kvplan_dev.pytest_fixtures import (  # noqa: F401 - imported fixtures are r
     namespace,
     prebuild_tools,
     prometheus,
+    vllm_python,
 )
 
 # Property tests draw the same examples on every run unless asked to explore, so CI cannot pass or fail by luck of
 # the draw; `HYPOTHESIS_PROFILE=explore` (random seeds, example database) is for hunting new counterexamples, which
 # then go into the test as explicit `@example`s.
-settings.register_profile("deterministic", derandomize=True, database=None)
-settings.register_profile("explore", derandomize=False)
+# Neither profile has a per-example deadline or the too-slow health check: both are wall-clock limits, which a
+# loaded machine trips (a correctness test must not depend on the machine's load).
+settings.register_profile("deterministic", derandomize=True, database=None, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("explore", derandomize=False, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,7 +52,8 @@ def traces_dir() -> Path:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Build missing binaries once, before the first integration/e2e test runs (not under the per-test timeout)."""
+    """Build missing binaries (and the vLLM venv) once, before the first integration/e2e/vllm test runs (not under
+    the per-test timeout)."""
     prebuild_tools(session)
 
 

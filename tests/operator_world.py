@@ -9,8 +9,6 @@ import json
 import time
 from pathlib import Path
 
-import pytest
-
 from kvcore.planner import plan
 from kvplan_dev.openmetrics import Window
 from kvplan_dev.prom import series_from_trace
@@ -66,20 +64,11 @@ def deployment(name: str) -> dict:
 
 
 def apply_crds(cluster, path: Path) -> None:
-    """kubectl apply, then poll until every KVPlan/peering CRD is Established (``kubectl wait`` errors out when
-    the CRD has no conditions yet)."""
+    """kubectl apply, then wait until every KVPlan/peering CRD is Established and served
+    (:meth:`kvplan_dev.cluster.LocalCluster.wait_established`)."""
     cluster.kubectl("apply", "-f", str(path))
     names = ["kvplans.kvplan.io"] + (["kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"] if path.is_dir() else [])
-    deadline = time.monotonic() + 60
-    for name in names:
-        while True:
-            out = cluster.kubectl("get", "crd", name, "-o",
-                                  'jsonpath={.status.conditions[?(@.type=="Established")].status}', check=False)
-            if out.stdout.strip() == "True":
-                break
-            if time.monotonic() > deadline:
-                pytest.fail(f"CRD {name} not Established after 60 s: {out.stdout} {out.stderr}")
-            time.sleep(0.2)
+    cluster.wait_established(names)
 
 
 def backfill(prometheus, traces_dir, *, burst: int = 0, base: bool = True, end: float | None = None) -> float:

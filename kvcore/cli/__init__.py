@@ -2,7 +2,8 @@
 
 Each subcommand lives in its own module (``reserve``, ``plan``, ``evaluate``, ``bench``) exposing
 ``register(subparsers) -> None``; the parser it adds sets ``func(args) -> int``. This module only dispatches and
-turns :class:`kvcore.errors.InputError` into a one-line message and exit status 2, never a traceback.
+turns bad input into one line ``kvcore <command>: error: <field>: <message>`` and exit status 2, never a traceback:
+usage errors (:mod:`kvcore.cli.args`), :class:`kvcore.errors.InputError` and a missing file.
 """
 
 from __future__ import annotations
@@ -12,31 +13,34 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from kvcore.cli.args import OneLineParser, remember_parsers, report, unknown_arguments
 from kvcore.errors import InputError
 
 SUBCOMMANDS: tuple[str, ...] = ("reserve", "plan", "evaluate", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kvcore", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = OneLineParser(prog="kvcore", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMANDS:
         module = importlib.import_module(f"kvcore.cli.{name}")
         module.register(sub)
+    remember_parsers(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    own: argparse.ArgumentParser = args._parser
+    if extra:
+        unknown_arguments(own, extra)
     try:
         return int(args.func(args))
     except InputError as exc:
-        print(f"kvcore {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return report(own.prog, str(exc))
     except FileNotFoundError as exc:
-        print(f"kvcore {args.command}: error: {exc.filename}: no such file", file=sys.stderr)
-        return 2
+        return report(own.prog, f"{exc.filename}: no such file")
     except KeyboardInterrupt:
         return 130
 

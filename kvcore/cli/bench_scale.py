@@ -15,20 +15,24 @@ import re
 import time
 from typing import Any
 
+from kvcore.bounds import MAX_SECONDS, MAX_SEED
+from kvcore.cli.args import float_arg, int_arg
 from kvcore.cli.output import format_table, print_json
 from kvcore.errors import InputError
+from kvcore.planner.limits import PlanSize, check_size
 from kvcore.planner.synthetic import LAYOUTS
 
-_SIZE = re.compile(r"^(\d+)x(\d+)x(\d+)$")
+_SIZE = re.compile(r"^(\d{1,12})x(\d{1,12})x(\d{1,12})$")
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("scale", help="BCD (and exact) time and gap on a seeded CxZxN instance",
                        description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--size", required=True, metavar="CxZxN", help="classes x configs x samples, e.g. 5x5x200")
-    p.add_argument("--seed", type=int, default=0, help="instance seed (default 0)")
+    p.add_argument("--seed", type=int_arg(low=0, high=MAX_SEED), default=0, help="instance seed (default 0)")
     p.add_argument("--exact", action="store_true", help="also run the exact reference and report the gap")
-    p.add_argument("--exact-timeout", type=float, default=None, metavar="S",
+    p.add_argument("--exact-timeout", type=float_arg(low=0.0, high=MAX_SECONDS, low_open=True, unit=" s"),
+                   default=None, metavar="S",
                    help="stop the exact reference after S seconds (exact_* null, exact_timed_out true)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_run)
@@ -37,12 +41,16 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
 def parse_size(text: str) -> tuple[int, int, int]:
     m = _SIZE.match(text.strip())
     if not m:
-        raise InputError("--size", f"expected CxZxN (e.g. 5x5x200), got {text!r}")
+        raise InputError("--size", f"expected CxZxN (e.g. 5x5x200), got {text[:40]!r}")
     c, z, n = (int(g) for g in m.groups())
     if c < 1 or n < 1:
         raise InputError("--size", "classes and samples must be >= 1")
     if not 1 <= z <= len(LAYOUTS):
         raise InputError("--size", f"configs must be in 1..{len(LAYOUTS)}, got {z}")
+    try:
+        check_size(PlanSize(classes=c, groups=1, layouts=z, samples_per_class=n, samples=c * n))
+    except InputError as exc:
+        raise InputError("--size", f"{exc.field}: {exc.message}") from None
     return c, z, n
 
 

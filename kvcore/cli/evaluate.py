@@ -1,7 +1,15 @@
-"""`kvcore evaluate`: reservation policies replayed on a trace file under the split or rolling protocol.
+"""`kvcore evaluate`: reservation policies replayed on a trace file under the split or rolling protocol, or (with
+``--engine vllm``) stock vLLM, kvplan's knobs and kvplan's plugin through the vLLM engine model.
 
     kvcore evaluate --trace FILE [--protocol split|rolling] [--rho 2,5,10,20,50,100] [--shift 1.0,1.5,2.5]
                     [--method default,dro-paper,...] [--lmax TOKENS] [--simulate] [--out DIR] [--json]
+    kvcore evaluate --trace FILE --engine vllm [--load 0.7,0.9] [--rho 10] [--frontier] [--out DIR] [--json]
+
+With ``--engine vllm`` the output is one table (or ``{"rows": [...]}`` with ``--json``) with the keys ``trace, load,
+method, preemptions, recomputed_tokens, ttft_p50_s, ttft_p99_s, e2e_p50_s, e2e_p99_s, stall_p99_s, stalled_frac,
+goodput_rps, cost`` for the methods ``vllm-default``, ``kvplan-knobs`` and ``kvplan-plugin`` at each load
+(:mod:`kvcore.evaluate.engine` states the protocol, fleet and measures); ``--frontier`` adds the plugin's rho sweep
+and stock vLLM's watermark x max_num_seqs grid (and, with ``--out``, the frontier plot).
 
 Prints a table of mean cost per request (c_w = 1, c_p = rho) per policy, rho and shift, or with ``--json`` one
 object ``{"trace", "protocol", "lmax", "requests", "plans", "rows": [{"rho", "shift", "method", "cost", ...}]}``.
@@ -13,18 +21,25 @@ trace names its line).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from kvcore.bounds import MAX_RATIO, MAX_SEED, MAX_TOKENS
+from kvcore.cli.args import int_arg
 from kvcore.cli.output import format_table, print_json, progress
 from kvcore.errors import InputError
 from kvcore.evaluate import DEFAULT_METHODS, DEFAULT_RHOS, DEFAULT_SHIFTS, PROTOCOLS, evaluate
 from kvcore.evaluate.report import write_report
+from kvcore.slo import RHO_MAX
 from kvcore.traces import load_trace
 
+#: Largest --load (a fraction of the profile's capacity): past a few times capacity every queue only grows.
+MAX_LOAD = 10.0
 
-def _floats(text: str, flag: str) -> list[float]:
+
+def _floats(text: str, flag: str, top: float) -> list[float]:
     out = []
     for i, part in enumerate(p.strip() for p in text.split(",")):
         if not part:
@@ -35,6 +50,8 @@ def _floats(text: str, flag: str) -> list[float]:
             raise InputError(flag, f"{part!r} is not a number") from None
         if not (v > 0 and v != float("inf")):
             raise InputError(flag, f"{part!r} must be a finite number > 0")
+        if v > top:
+            raise InputError(flag, f"{part!r} must be at most {top:g}")
         out.append(v)
     return out
 
@@ -48,21 +65,70 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                        description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--trace", required=True, type=Path, help="CSV with arrival_s,input_tokens,output_tokens")
     p.add_argument("--protocol", choices=PROTOCOLS, default="split", help="split (default) or rolling")
-    p.add_argument("--rho", default=_fmt(DEFAULT_RHOS), help="comma-separated cost ratios c_p/c_w")
+    p.add_argument("--rho", default=None, help="comma-separated cost ratios c_p/c_w (default 2,5,10,20,50,100; "
+                   "with --engine vllm one value, default 10)")
     p.add_argument("--shift", default=_fmt(DEFAULT_SHIFTS), help="comma-separated output-length multipliers")
     p.add_argument("--method", default=",".join(DEFAULT_METHODS), help="comma-separated policies")
     p.add_argument("--lmax", type=float, default=None, help="L_max in tokens (default: the trace's longest output)")
     p.add_argument("--simulate", action="store_true", help="also replay each row through the simulator")
-    p.add_argument("--seed", type=int, default=0, help="seed of the simulator's generator (default 0)")
+    p.add_argument("--seed", type=int_arg(low=0, high=MAX_SEED), default=0,
+                   help="seed of the simulator's generator (default 0)")
     p.add_argument("--out", type=Path, default=None, help="write CSV, Markdown and PNG plots into this directory")
+    p.add_argument("--engine", choices=("reservation", "vllm"), default="reservation",
+                   help="reservation (default): the reservation-policy evaluation; vllm: stock vLLM vs kvplan's knobs "
+                   "vs kvplan's plugin through the vLLM engine model")
+    p.add_argument("--load", default="0.7,0.9", help="--engine vllm: loads, fractions of the profile's capacity")
+    p.add_argument("--frontier", action="store_true",
+                   help="--engine vllm: also sweep rho (plugin) and watermark x max_num_seqs (stock vLLM)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=_run)
 
 
+def _run_engine(args: argparse.Namespace) -> int:
+    from kvcore.evaluate.engine import evaluate_engine
+    from kvcore.evaluate.engine_report import ROW_KEYS, main_rows, row_dict, write_report
+
+    rhos = _floats(args.rho, "--rho", RHO_MAX) if args.rho is not None else [10.0]
+    if len(rhos) != 1:
+        raise InputError("--rho", f"--engine vllm takes one rho, got {len(rhos)}")
+    loads = _floats(args.load, "--load", MAX_LOAD)
+    trace = load_trace(args.trace)
+    show = not args.no_progress
+
+    def wrap(items: Sequence[float]) -> Iterable[float]:
+        return progress(items, "loads", stream=sys.stderr, enabled=show)
+
+    ev = evaluate_engine(trace, loads=loads, rho=rhos[0], seed=args.seed, frontier=args.frontier, wrap=wrap)
+    written = write_report(ev, args.out) if args.out is not None else []
+    rows = ev.rows if args.frontier else main_rows(ev)
+    if args.json:
+        obj: dict[str, object] = {"rows": [row_dict(r) for r in rows], "capacity_rps": ev.capacity_rps,
+                                  "reserves": ev.reserves, "knobs": ev.knobs}
+        if written:
+            obj["files"] = [str(p) for p in written]
+        print_json(obj, sys.stdout)
+        return 0
+    print(f"{ev.trace}: {ev.requests} requests replayed on {ev.replicas} replicas; load 1 = {ev.capacity_rps:.3g} "
+          f"req/s; plugin reservations {', '.join(f'{k} {v:.0f}' for k, v in ev.reserves.items())} tokens")
+    for load, note in ev.knobs.items():
+        print(f"knobs at load {load}: {note}")
+    print(format_table(list(ROW_KEYS[1:]), [[row_dict(r)[k] for k in ROW_KEYS[1:]] for r in rows]))
+    for p in written:
+        print(f"wrote {p}")
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
-    rhos = _floats(args.rho, "--rho")
-    shifts = _floats(args.shift, "--shift")
+    if args.engine == "vllm":
+        return _run_engine(args)
+    rhos = _floats(args.rho if args.rho is not None else _fmt(DEFAULT_RHOS), "--rho", RHO_MAX)
+    shifts = _floats(args.shift, "--shift", MAX_RATIO)
+    if args.lmax is not None and args.lmax > MAX_TOKENS and math.isfinite(args.lmax):
+        raise InputError("--lmax", f"must be at most {MAX_TOKENS:g} tokens (kvcore.bounds.MAX_TOKENS), got "
+                                   f"{args.lmax:g}")
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise InputError("--out", f"{args.out} exists and is not a directory")
     methods = [m.strip() for m in args.method.split(",") if m.strip()]
     if not methods:
         raise InputError("--method", "no policy given")

@@ -9,18 +9,29 @@ of three ways under each class's ``samples`` key (or a list of them under ``wind
 * ``{buckets: {le: [...], count: [...]}}`` — cumulative histogram buckets (Prometheus ``le``; ``+Inf`` allowed,
   capped at the class's ``lmax``).
 
-Every error is an :class:`~kvcore.errors.InputError` naming the field (``classes[1].samples.trace``).
+Every error is an :class:`~kvcore.errors.InputError` naming the field (``classes[1].samples.trace``). The file is
+read by :func:`kvcore.cli.yaml_guard.safe_yaml_load` (size, depth and alias expansion bounded), and a class or
+group count past :mod:`kvcore.planner.limits` is refused before any trace is read.
 """
 
 from __future__ import annotations
 
+import reprlib
 from pathlib import Path
 from typing import Any
 
+from kvcore.bounds import MAX_TOKENS, MAX_WEIGHT
+from kvcore.cli.yaml_guard import safe_yaml_load
 from kvcore.errors import InputError
 from kvcore.instance import Instance, load_instance
+from kvcore.planner.limits import check_counts
 from kvcore.samples import History, Samples
 from kvcore.traces import histogram_to_samples, load_lengths
+
+
+def short(value: Any) -> str:
+    """``repr(value)``, shortened: a value from a file can be as large as the file."""
+    return reprlib.repr(value)
 
 
 def _prefixed(field: str, exc: InputError) -> InputError:
@@ -39,15 +50,22 @@ def samples_from_spec(spec: Any, *, field: str, base: Path, lmax: float) -> Samp
         raise InputError(f"{field}.{sorted(extra)[0]}", "unknown key")
     try:
         if keys[0] == "trace":
-            path = Path(str(spec["trace"]))
+            if not isinstance(spec["trace"], str) or not spec["trace"]:
+                raise InputError(f"{field}.trace", f"must be a file name, got {short(spec['trace'])}")
+            column = spec.get("column", "output_tokens")
+            if not isinstance(column, str):
+                raise InputError(f"{field}.column", f"must be a column name, got {short(column)}")
+            path = Path(spec["trace"])
             path = path if path.is_absolute() else base / path
+            if path.is_dir():
+                raise InputError(f"{field}.trace", f"is a directory, not a file: {path}")
             if not path.is_file():
                 raise InputError(f"{field}.trace", f"no such file: {path}")
-            values = load_lengths(path, str(spec.get("column", "output_tokens")))
+            values = load_lengths(path, column)
             limit = spec.get("limit")
             if limit is not None:
-                if not isinstance(limit, int) or limit < 1:
-                    raise InputError(f"{field}.limit", f"must be a positive integer, got {limit!r}")
+                if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                    raise InputError(f"{field}.limit", f"must be a positive integer, got {short(limit)}")
                 values = values[:limit]
             return Samples.from_arrays(values, field=f"{field}.trace")
         if keys[0] == "values":
@@ -55,11 +73,27 @@ def samples_from_spec(spec: Any, *, field: str, base: Path, lmax: float) -> Samp
         buckets = spec["buckets"]
         if not isinstance(buckets, dict) or "le" not in buckets or "count" not in buckets:
             raise InputError(f"{field}.buckets", "must be a mapping with lists 'le' and 'count'")
-        return histogram_to_samples(buckets["le"], buckets["count"], max_model_len=lmax)
+        le = _numbers(buckets["le"], f"{field}.buckets.le", strings=True)
+        count = _numbers(buckets["count"], f"{field}.buckets.count", strings=False)
+        return histogram_to_samples(le, count, max_model_len=lmax)
     except InputError as exc:
         if exc.field.startswith(field):
             raise
         raise _prefixed(f"{field}.{keys[0]}", exc) from None
+
+
+def _numbers(value: Any, field: str, *, strings: bool) -> list[Any]:
+    """A YAML list of numbers (or, with ``strings``, strings such as ``"+Inf"``), each within float64's range."""
+    if not isinstance(value, list):
+        raise InputError(field, f"must be a list, got {short(value)}")
+    for i, item in enumerate(value):
+        if isinstance(item, str) and strings:
+            continue
+        if isinstance(item, bool) or not isinstance(item, (int, float)):
+            raise InputError(f"{field}[{i}]", f"must be a number, got {short(item)}")
+        if isinstance(item, int) and abs(item) > MAX_WEIGHT:
+            raise InputError(f"{field}[{i}]", f"{short(item)} is too large (at most {MAX_WEIGHT:g})")
+    return value
 
 
 def instance_from_mapping(data: Any, *, base: Path) -> Instance:
@@ -69,6 +103,10 @@ def instance_from_mapping(data: Any, *, base: Path) -> Instance:
     classes_in = data.get("classes")
     if not isinstance(classes_in, list):
         raise InputError("classes", "must be a list of classes" if classes_in is not None else "no classes")
+    groups_in = data.get("groups")
+    if isinstance(groups_in, list):  # refuse a size the planner cannot handle before reading any samples
+        layouts = [len(g["layouts"]) for g in groups_in if isinstance(g, dict) and isinstance(g.get("layouts"), list)]
+        check_counts(len(classes_in), len(groups_in), max(layouts, default=0))
     classes = []
     for i, raw in enumerate(classes_in):
         field = f"classes[{i}]"
@@ -76,8 +114,8 @@ def instance_from_mapping(data: Any, *, base: Path) -> Instance:
             raise InputError(field, "must be a mapping")
         c = dict(raw)
         lmax = c.get("lmax")
-        if not isinstance(lmax, (int, float)) or lmax <= 0:
-            raise InputError(f"{field}.lmax", f"must be a number > 0, got {lmax!r}")
+        if isinstance(lmax, bool) or not isinstance(lmax, (int, float)) or not 0 < lmax <= MAX_TOKENS:
+            raise InputError(f"{field}.lmax", f"must be a number > 0 and <= {MAX_TOKENS:g}, got {short(lmax)}")
         if ("samples" in c) == ("windows" in c):
             raise InputError(f"{field}.samples", "give exactly one of samples or windows")
         if "samples" in c:
@@ -119,15 +157,5 @@ def _layouts(group: Any, k: int) -> Any:
 
 def load_instance_file(path: str | Path) -> Instance:
     """Read and validate an instance YAML file."""
-    import yaml  # the CLI's dependency only
-
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(2, "no such file", str(p))
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{p.name} line {mark.line + 1}" if mark is not None else p.name
-        raise InputError(where, f"not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    return instance_from_mapping(data, base=p.parent)
+    return instance_from_mapping(safe_yaml_load(p), base=p.parent)

@@ -11,10 +11,10 @@ Exit status: 0 a plan (optimal or feasible), 1 infeasible or solver error (the p
 from __future__ import annotations
 
 import argparse
-import math
 
 from kvcore.cli.instance_file import load_instance_file
 from kvcore.cli.output import format_table, print_json
+from kvcore.bounds import MAX_RATIO
 from kvcore.errors import InputError
 from kvcore.instance import Instance
 from kvcore.planmodel import Plan, PlanStatus
@@ -59,8 +59,8 @@ def render(plan: Plan) -> str:
 
 def with_horizon_ratio(instance: Instance, ratio: float) -> Instance:
     """``instance`` with ``ratio`` as the horizon ratio of every class on the drift rule (explicit or default)."""
-    if not (math.isfinite(ratio) and ratio >= 0):
-        raise InputError("--horizon-ratio", f"must be a finite number >= 0, got {ratio}")
+    if not 0 <= ratio <= MAX_RATIO:
+        raise InputError("--horizon-ratio", f"must be a finite number >= 0, at most {MAX_RATIO:g}, got {ratio}")
     classes = tuple(c.model_copy(update={"radius": with_horizon(c.radius, ratio)}) for c in instance.classes)
     return instance.model_copy(update={"classes": classes})
 

@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from kvcore.cli.output import format_table, print_json
+from kvcore.bounds import MAX_RATIO, MAX_TOKENS, MAX_WEIGHT
 from kvcore.errors import InputError
 from kvcore.radius import RadiusPolicy, with_horizon
 from kvcore.reservation import METHODS, SolverStatus, reserve
@@ -52,16 +53,19 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
 
 def _policy(args: argparse.Namespace) -> RadiusPolicy | None:
     if args.eps is not None:
-        if not args.eps >= 0 or args.eps == float("inf"):
-            raise InputError("--eps", f"radius must be a finite number >= 0 tokens, got {args.eps}")
+        if not 0 <= args.eps <= MAX_TOKENS:
+            raise InputError("--eps", f"radius must be a finite number >= 0 tokens, at most {MAX_TOKENS:g}, got "
+                                      f"{args.eps}")
         return RadiusPolicy(kind="absolute", eps=args.eps)
     if args.eps_frac is not None:
-        if not args.eps_frac >= 0 or args.eps_frac == float("inf"):
-            raise InputError("--eps-frac", f"radius fraction must be a finite number >= 0, got {args.eps_frac}")
+        if not 0 <= args.eps_frac <= MAX_RATIO:
+            raise InputError("--eps-frac", f"radius fraction must be a finite number >= 0, at most {MAX_RATIO:g}, "
+                                           f"got {args.eps_frac}")
         return RadiusPolicy(kind="fraction", frac=args.eps_frac)
     if args.horizon_ratio is not None:
-        if not args.horizon_ratio >= 0 or args.horizon_ratio == float("inf"):
-            raise InputError("--horizon-ratio", f"must be a finite number >= 0, got {args.horizon_ratio}")
+        if not 0 <= args.horizon_ratio <= MAX_RATIO:
+            raise InputError("--horizon-ratio", f"must be a finite number >= 0, at most {MAX_RATIO:g}, got "
+                                                f"{args.horizon_ratio}")
         return with_horizon(None, args.horizon_ratio)
     return None
 
@@ -70,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
     values = load_lengths(args.samples, args.column)
     weights = None
     if args.weight_column is not None:
-        weights = load_lengths(args.samples, args.weight_column, what="weight")
+        weights = load_lengths(args.samples, args.weight_column, what="weight", top=MAX_WEIGHT)
     samples = Samples.from_arrays(values, weights, field=args.column)
     try:
         result = reserve(samples, cp=args.cp, cw=args.cw, lmax=args.lmax, method=args.method, radius=_policy(args))

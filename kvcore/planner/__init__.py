@@ -13,6 +13,7 @@ import time
 from kvcore.instance import Instance, load_instance
 from kvcore.planmodel import Plan, PlanStatus
 from kvcore.planner.bcd import run_bcd
+from kvcore.planner.limits import check_size, size_of
 from kvcore.planner.problem import Problem, compile_problem
 from kvcore.planner.result import build_plan, infeasible_plan
 
@@ -31,10 +32,12 @@ def plan(instance: Instance, *, previous: Plan | None = None) -> Plan:
     """Plan one instance by BCD. Infeasibility is a result (status ``infeasible`` with a reason), not an exception.
 
     Raises:
-        InputError: only for bad input, naming the field.
+        InputError: only for bad input, naming the field, or for a size past :mod:`.limits` (refused before any
+            work, with the limit named and the estimated memory and work).
     """
     t0 = time.perf_counter()
     inst = load_instance(instance)
+    check_size(size_of(inst))
     prob = compile_problem(inst)
     why = no_layout_reason(prob)
     if why is not None:

@@ -29,6 +29,9 @@ from kvcore.planner.problem import Problem, compile_problem
 from kvcore.planner.result import build_plan, infeasible_plan
 from kvcore.planner.state import State
 
+MAX_PAIRS = 2**20
+"""Most (layout, admission) pairs the one-group reference enumerates (about 200 MB of bounds; Table III's largest,
+15 classes x 12 layouts, is 393,216)."""
 SUB_TOL = 1e-8
 """Certified relative gap of each (y, delta) subproblem (HiGHS's 1e-9 tolerances make tighter ones noise)."""
 
@@ -43,21 +46,31 @@ def _min_dro_lp(prob: Problem, i: int) -> float:
 
 
 def solve_exact(instance: Instance, *, time_limit: float | None = None, tol: float = 1e-4,
-                max_nodes: int = 200_000) -> Plan:
+                node_limit: int = 200_000) -> Plan:
     """Global optimum (to SUB_TOL) of a one-group instance; with several groups, :mod:`.exact_multi`'s branch and
-    bound to a certified relative gap ``tol`` (``tol`` and ``max_nodes`` apply to that case only)."""
+    bound to a certified relative gap ``tol`` (``tol`` applies to that case only).
+
+    ``node_limit`` is the deterministic work limit: (layout, admission) subproblems solved with one group, routing
+    boxes branched with several. Stopped by it, the answer is the best point found with its certified gap (status
+    ``feasible``), the same on every machine. ``time_limit`` (seconds) is only an outer safety for benchmarks and
+    the CLI: where it stops the search depends on the machine's speed and load, so tests never use it."""
     t0 = time.perf_counter()
     inst = load_instance(instance)
     prob = compile_problem(inst)
     if prob.n_groups != 1:
         from kvcore.planner.exact_multi import solve_exact_multi
-        return solve_exact_multi(prob, t0=t0, tol=tol, time_limit=time_limit, max_nodes=max_nodes)
+        return solve_exact_multi(prob, t0=t0, tol=tol, time_limit=time_limit, node_limit=node_limit)
     group = prob.groups[0]
     if not group.feasible_indices:
         return infeasible_plan(prob, f"{group.name}: no feasible layout", seconds=time.perf_counter() - t0,
                                method="exact")
     C = prob.n_classes
     lam = prob.lam
+    n_pairs = len(group.feasible_indices) * 2**C
+    if n_pairs > MAX_PAIRS:
+        return Plan(status=PlanStatus.ERROR, method="exact", solve_seconds=time.perf_counter() - t0,
+                    reason=f"beyond the exact reference's size limit: {n_pairs:,} (layout, admission) pairs "
+                           f"({len(group.feasible_indices)} layouts x 2^{C} admission sets; max {MAX_PAIRS:,})")
     min_dro = np.array([_min_dro_lp(prob, i) * 0.999999 - 1e-9 for i in range(C)])
     # Lower bound of each (z, a); enumerate in increasing bound order.
     pairs = []
@@ -72,14 +85,17 @@ def solve_exact(instance: Instance, *, time_limit: float | None = None, tol: flo
     best: tuple[int, np.ndarray, ContinuousResult] | None = None
     global_lb = math.inf
     solved = 0
-    timed_out = False
+    stopped_by = ""
     errors: list[str] = []
     for lb, j, a in pairs:
         if lb >= best_val * (1 - 1e-12):
             global_lb = min(global_lb, lb)
             break  # sorted: every later pair has a bound at least this large
-        if time_limit is not None and time.perf_counter() - t0 > time_limit:
-            timed_out = True
+        if solved >= node_limit:
+            stopped_by = "node"
+        elif time_limit is not None and time.perf_counter() - t0 > time_limit:
+            stopped_by = "time"
+        if stopped_by:
             global_lb = min(global_lb, lb)
             break
         x = np.where(a, lam, 0.0)[:, None]
@@ -96,14 +112,18 @@ def solve_exact(instance: Instance, *, time_limit: float | None = None, tol: flo
         if total < best_val:
             best_val, best = total, (j, a.copy(), res)
     seconds = time.perf_counter() - t0
+    if best is None and stopped_by:
+        return Plan(status=PlanStatus.ERROR, method="exact", solve_seconds=seconds,
+                    reason=f"stopped by the {stopped_by} limit after {solved} subproblems, before a feasible point")
     if best is None:
         return infeasible_plan(prob, "no (layout, admission) pair is feasible", seconds=seconds, method="exact")
     j, a, res = best
     st = State((j,), a, np.where(a, lam, 0.0)[:, None].copy(), res.y.copy(), res.delta.copy())
     global_lb = min(global_lb, best_val)
     gap = (best_val - global_lb) / max(1.0, abs(best_val))
-    status = PlanStatus.FEASIBLE if timed_out or errors else PlanStatus.OPTIMAL
-    reason = (f"timed out after {solved} subproblems; best found" if timed_out else
+    status = PlanStatus.FEASIBLE if stopped_by or errors else PlanStatus.OPTIMAL
+    reason = (f"stopped by the {stopped_by} limit after {solved} subproblems; best found, certified gap {gap:.2e}"
+              if stopped_by else
               f"enumerated {len(pairs)} (layout, admission) pairs, solved {solved}; certified gap {gap:.2e}")
     if errors:
         reason += f"; HiGHS failed on {len(errors)} subproblem(s) ({errors[0]}): not certified"

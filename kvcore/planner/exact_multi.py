@@ -35,7 +35,8 @@ the admission vector a (as the one-group reference does) and, for each pair, bra
 the start is BCD's plan. Branching: the coordinate with the widest flow range ``A_i (hi - lo)``, halved. A node is
 pruned when its bound is ``>= UB (1 - tol)``, and the s-floor LPs bound only points below that target. The global
 lower bound is the least bound of every node left open or dropped; the result certifies ``(UB - LB) / UB <= tol``
-(status optimal) or reports the gap reached when a node or time limit stops it first (status feasible).
+(status optimal) or reports the gap reached when the node limit (deterministic) or a time limit (benchmarks' outer
+safety) stops it first (status feasible).
 """
 
 from __future__ import annotations
@@ -107,8 +108,9 @@ def _y_floor(prob: Problem, i: int, weight: float, slack: float) -> float:
 
 
 def solve_exact_multi(prob: Problem, *, t0: float, tol: float = 1e-4, time_limit: float | None = None,
-                      max_nodes: int = 200_000, dro: str = "lp") -> Plan:
-    """Certified branch and bound for K >= 2 groups; see the module docstring."""
+                      node_limit: int = 200_000, dro: str = "lp") -> Plan:
+    """Certified branch and bound for K >= 2 groups; see the module docstring. ``node_limit`` (boxes branched) is
+    the deterministic work limit; ``time_limit`` (seconds) only an outer safety for benchmarks."""
     C, K = prob.n_classes, prob.n_groups
     lam = prob.lam
     if any(not g.feasible_indices for g in prob.groups):
@@ -223,13 +225,16 @@ def solve_exact_multi(prob: Problem, *, t0: float, tol: float = 1e-4, time_limit
         try_point(p, xc, res.y, res.delta)
         heapq.heappush(heap, (lb, next(counter), _Node(lb, p, lo, hi, (res.y, res.delta))))
     nodes = 0
-    timed_out = False
+    stopped_by = ""
     while heap:
         lb, _, node = heap[0]
         if lb >= best_val * (1 - tol):
             break  # the rest of the queue stays in the global bound below
-        if nodes >= max_nodes or (time_limit is not None and time.perf_counter() - t0 > time_limit):
-            timed_out = True
+        if nodes >= node_limit:
+            stopped_by = "node"
+        elif time_limit is not None and time.perf_counter() - t0 > time_limit:
+            stopped_by = "time"
+        if stopped_by:
             break
         heapq.heappop(heap)
         nodes += 1
@@ -278,8 +283,8 @@ def solve_exact_multi(prob: Problem, *, t0: float, tol: float = 1e-4, time_limit
     status = PlanStatus.OPTIMAL if certified else PlanStatus.FEASIBLE
     reason = (f"{len(pairs)} (layout, admission) pairs, {nodes} routing boxes branched, {solves} subproblems; "
               f"certified gap {gap:.2e}")
-    if timed_out:
-        reason += " (stopped by the node/time limit before the target gap)"
+    if stopped_by:
+        reason += f" (stopped by the {stopped_by} limit before the target gap)"
     if errors:
         reason += f"; HiGHS failed on {len(errors)} subproblem(s) ({errors[0]}): those boxes keep their parent's bound"
     return build_plan(prob, best_state, status=status, reason=reason,

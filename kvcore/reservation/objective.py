@@ -17,6 +17,7 @@ from typing import overload
 import numpy as np
 import numpy.typing as npt
 
+from kvcore.bounds import MAX_COST, MAX_TOKENS
 from kvcore.errors import InputError
 from kvcore.samples import FloatArray, Samples
 
@@ -69,6 +70,9 @@ def check_problem(samples: Samples, *, cp: float, cw: float, lmax: float, eps: f
             raise InputError(name, f"must be finite, got {value}")
         if value < 0:
             raise InputError(name, f"must be >= 0, got {value:g}")
+        top, bound = (MAX_TOKENS, "MAX_TOKENS") if name == "lmax" else (MAX_COST, "MAX_COST")
+        if value > top:
+            raise InputError(name, f"must be at most {top:g} (kvcore.bounds.{bound}), got {value:g}")
     if cp + cw <= 0:
         raise InputError("cp", "cp and cw are both zero; at least one cost must be positive")
     if lmax <= 0:

@@ -1,8 +1,14 @@
-"""Request-level discrete-event simulator of vLLM-style serving groups.
+"""Request-level discrete-event simulators of vLLM-style serving groups.
 
-``simulate(workload, groups, policy, *, rng, config=None) -> SimResult`` (fast) and
-``simulate_reference(...)`` (slow, one decode step at a time) implement the same model, below, and produce the
-same discrete dynamics (the tests compare them).
+Two models, chosen by the caller:
+
+- the **reservation model** (this module's docstring, below): ``simulate(workload, groups, policy, *, rng,
+  config=None) -> SimResult`` (fast) and ``simulate_reference(...)`` (slow, one decode step at a time) implement it
+  and produce the same discrete dynamics (the tests compare them);
+- the **vLLM engine model** (:mod:`kvcore.sim.engine`): ``simulate_engine(workload, groups, policy, *, rng,
+  engine=EngineConfig(...)) -> EngineResult`` replays vLLM 0.33's own scheduling (paged blocks, optimistic
+  admission, preemption by recompute, prefix caching, watermark, chunked prefill, kvplan's gate); a parity tier
+  holds it to vLLM itself.
 
 The model
 ---------
@@ -54,6 +60,7 @@ from kvcore.sim.result import (
 )
 from kvcore.sim.types import SimConfig, SimGroup, SimPolicy, Workload
 from kvcore.sim.workload import resample_trace, workload_from_trace
+from kvcore.sim.engine import EngineConfig, EngineResult, simulate_engine  # noqa: E402 - after the model it uses
 
 __all__ = [
     "REJECT_ADMISSION",
@@ -61,6 +68,8 @@ __all__ = [
     "SERVE",
     "ClassStats",
     "CostTerms",
+    "EngineConfig",
+    "EngineResult",
     "GroupStats",
     "LatencyStats",
     "RequestOutcomes",
@@ -71,6 +80,7 @@ __all__ = [
     "Workload",
     "resample_trace",
     "simulate",
+    "simulate_engine",
     "simulate_reference",
     "workload_from_trace",
     "write_class_csv",

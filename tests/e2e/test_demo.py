@@ -99,8 +99,8 @@ def test_standalone_mode_reconciles() -> None:
     """The chart with ``peering.enabled=false`` runs ``kvplan-operator --standalone``; it must reconcile too."""
     env = {**os.environ, "PYTHONSAFEPATH": "1"}
     kvplan_dev = Path(sys.executable).parent / "kvplan-dev"
-    done = subprocess.run([str(kvplan_dev), "demo", "--json", "--standalone", "--timeout", "30"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run([str(kvplan_dev), "demo", "--json", "--standalone"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)  # the demo's own wait for Ready: 240 s
     data = json.loads(done.stdout)
     assert [p for p in data["started_pids"] if _alive(int(p))] == []
     assert done.returncode == 0, data.get("error")

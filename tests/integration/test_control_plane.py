@@ -27,16 +27,12 @@ REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "test.kvplan.io", "v1", "widgets"
 
 
-def _wait_established(cluster: LocalCluster, crd_name: str) -> None:
-    cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd_name}", "--timeout=60s")
-
-
 @pytest.fixture(scope="module")
 def widget_crd(cluster: LocalCluster) -> str:
     """The test CRD, applied with kubectl and Established."""
     done = cluster.kubectl("apply", "-f", str(DATA / "widgets-crd.yaml"))
     assert "widgets.test.kvplan.io" in done.stdout
-    _wait_established(cluster, "widgets.test.kvplan.io")
+    cluster.wait_established(["widgets.test.kvplan.io"])  # Established and served, before any watch opens
     return "widgets.test.kvplan.io"
 
 
@@ -66,7 +62,7 @@ class _Watcher:
 
     def _run(self, list_fn: Callable[..., Any], args: Any, kwargs: Any) -> None:
         try:
-            for event in self._watch.stream(list_fn, *args, timeout_seconds=30, **kwargs):
+            for event in self._watch.stream(list_fn, *args, timeout_seconds=300, **kwargs):
                 obj = event["object"]
                 name = obj["metadata"]["name"] if isinstance(obj, dict) else obj.metadata.name
                 self.events.append((event["type"], name, obj))
@@ -74,7 +70,7 @@ class _Watcher:
             if not self._stopped:
                 self.error = exc
 
-    def wait_for(self, predicate: Callable[[tuple[str, str, Any]], bool], timeout_s: float = 20.0) -> Any:
+    def wait_for(self, predicate: Callable[[tuple[str, str, Any]], bool], timeout_s: float = 120.0) -> Any:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for event in list(self.events):
@@ -121,7 +117,7 @@ def test_kubectl_applies_the_project_crds(cluster: LocalCluster, path: Path) -> 
     for line in done.stdout.splitlines():
         name = line.split()[0]
         if name.startswith("customresourcedefinition"):
-            _wait_established(cluster, name.split("/", 1)[1])
+            cluster.wait_established([name.split("/", 1)[1]])
 
 
 def test_deployment_and_custom_resource_watched_and_status_patched(
@@ -132,7 +128,8 @@ def test_deployment_and_custom_resource_watched_and_status_patched(
     deployments = _Watcher(apps.list_namespaced_deployment, namespace)
     widgets = _Watcher(custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL)
     try:
-        time.sleep(0.5)  # let both watches open before the writes
+        # No sleep for the watches to open: a watch without a resourceVersion starts with ADDED for every object
+        # that exists, so an object created before the stream opens is still seen; MODIFIED is awaited after ADDED.
         apps.create_namespaced_deployment(namespace, _deployment("web"))
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, _widget("w1", size=3))
         added = deployments.wait_for(lambda e: e[0] == "ADDED" and e[1] == "web")
@@ -204,7 +201,7 @@ def test_rbac_is_enforced_for_a_service_account_token(
                     f"--resource={PLURAL}.{GROUP}")
     cluster.kubectl("-n", namespace, "create", "rolebinding", "widget-reader", "--role=widget-reader",
                     f"--serviceaccount={namespace}:reader")
-    deadline = time.monotonic() + 15.0  # the RBAC authorizer sees new bindings through an informer
+    deadline = time.monotonic() + 120.0  # wait for the condition: the RBAC authorizer sees bindings via an informer
     while True:
         allowed = cluster.kubectl("-n", namespace, "get", "widgets", kubeconfig=sa_config, check=False)
         if allowed.returncode == 0 or time.monotonic() > deadline:

@@ -65,9 +65,7 @@ def backfilled(prometheus: LocalPrometheus, traces_dir: Path) -> tuple[LocalProm
         series_from_trace(traces["code"], labels={"model_name": "code", "engine": "0"}, window=window,
                           compression=1 / STRETCH, metric=VLLM_UNDERSCORE),
     ]
-    started = time.monotonic()
-    stats = prometheus.backfill(series, window)
-    assert time.monotonic() - started < 60.0
+    stats = prometheus.backfill(series, window)  # its speed is measured in docs/testing.md, not asserted here
     assert [s.dropped for s in stats] == [0, 0]  # both traces fit in 6 h when stretched 6x
     return prometheus, window, traces
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from kvplan_dev.process import ManagedProcess, ProcessRecord, live_children, stop_record
 
 
-def _wait_dead(record: ProcessRecord, timeout_s: float = 10.0) -> bool:
+def _wait_dead(record: ProcessRecord, timeout_s: float = 60.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not record.alive():

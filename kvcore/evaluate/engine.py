@@ -1,0 +1,269 @@
+"""``kvcore evaluate --engine vllm``: stock vLLM, kvplan's knobs and kvplan's plugin on the same trace, fleet and
+routing, through the vLLM engine model (:mod:`kvcore.sim.engine`).
+
+**Protocol.** The split protocol: the first half of the trace is history, the second half is replayed. Requests are
+two classes by prompt length (``short``: at most the history's median prompt, ``long``: above), each with its own
+output distribution, both priced at the same rho = c_p / c_w.
+
+**Fleet** (:class:`EngineFleet`): one group of ``replicas`` replicas of the roofline profile (70B on 4 A100-80GB by
+default) with ``kv_capacity_tokens`` KV tokens each (100,000: memory binds, the regime where a reservation
+matters), vLLM's scheduling defaults (16-token blocks, 256 seqs, 2048 batched tokens, prefix caching).
+
+**Load.** ``load`` is offered work over the profile's capacity on this trace: a replica holding as many requests as
+its KV memory fits at the trace's mean context (``B_op = min(max_num_seqs, usable tokens / E[prompt + output/2])``)
+decodes ``B_op / t(B_op)`` tokens/s (``t`` the profile's step time); a request brings ``output / that`` plus
+``prompt / prefill rate`` replica-seconds. The replay's arrival rate is ``load x replicas / E[work]``; the trace's own
+timestamps are rescaled to it (keeping its burstiness), or Poisson when it has none. Stated in every report.
+
+**Variants.**
+
+- ``vllm-default``: vLLM 0.33's defaults;
+- ``kvplan-knobs``: :func:`kvcore.knobs.choose_knobs` on the history at this load (``--watermark``,
+  ``--max-num-seqs``, priorities when rhos differ);
+- ``kvplan-plugin``: kvplan's gate with each class's reservation from the plan's rule (DRO, default radius) on its
+  history at rho.
+
+**Measures** per row: preemptions, recomputed tokens, TTFT and e2e P50/P99 (s), ``stall_p99_s`` (P99 over requests
+of the longest gap between two tokens), ``stalled_frac`` (share with a gap > 1 s), ``goodput_rps`` (requests with
+TTFT <= ``ttft_slo_s`` and mean time per output token <= ``tpot_slo_s``, per second of the replay) and ``cost``
+(waste + rho x overflow per finished request, token slots: waste = reserved slots never filled, (y - xi)^+ under the
+gate, 0 otherwise; overflow = tokens recomputed after preemption).
+
+The frontier sweeps rho for the plugin and (watermark, max_num_seqs) for stock vLLM (:func:`frontier`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvcore.errors import InputError
+from kvcore.evaluate.policies import get_policy
+from kvcore.knobs import KnobChoice, KnobClass, choose_knobs
+from kvcore.profiles import roofline
+from kvcore.samples import History, Samples
+from kvcore.sim import SimGroup, SimPolicy, Workload
+from kvcore.sim.engine import EngineConfig, EngineResult, simulate_engine
+from kvcore.traces import Trace
+
+DEFAULT_LOADS = (0.7, 0.9)
+METHODS = ("vllm-default", "kvplan-knobs", "kvplan-plugin")
+FRONTIER_RHOS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
+FRONTIER_WATERMARKS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2)
+FRONTIER_SEQS = (256, 128, 64, 32)
+CLASSES = ("short", "long")
+
+
+class EngineFleet(BaseModel):
+    """The fleet the engine comparison replays on. Frozen; unknown keys rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    gpu_type: str = Field(default="A100-80GB", description="GPU type of the roofline profile.")
+    model: str = Field(default="llama-70b", description="Model of the roofline profile (the paper's 70B).")
+    tp: int = Field(default=4, ge=1, description="Tensor parallelism: 70B fits 4 A100-80GB with room for KV.")
+    pp: int = Field(default=1, ge=1, description="Pipeline parallelism.")
+    replicas: int = Field(default=2, ge=1, description="Replicas (8 GPUs, the paper's testbed size).")
+    kv_capacity_tokens: int = Field(default=100_000, gt=0, description=(
+        "KV tokens per replica; 100,000 (about a fifth of the roofline figure) so that memory binds."))
+    prefill_tokens_per_s: float = Field(default=4400.0, gt=0, description="Prefill rate per replica, tokens/s "
+                                        "(the simulator's default: 70B on 4 A100 at half of peak).")
+    ttft_slo_s: float = Field(default=2.0, gt=0, description="Goodput: time to first token at most this (s).")
+    tpot_slo_s: float = Field(default=0.1, gt=0, description="Goodput: mean time per output token after the "
+                              "first at most this (s): 10 tokens/s, a reading pace.")
+
+    def group(self) -> SimGroup:
+        prof = roofline(self.gpu_type, self.model, self.tp, self.pp)
+        return SimGroup(name=f"{self.model}-tp{self.tp}pp{self.pp}", replicas=self.replicas,
+                        kv_capacity_tokens=self.kv_capacity_tokens, step_time_base_s=prof.step_t0_s,
+                        step_time_per_seq_s=prof.step_t1_s, prefill_tokens_per_s=self.prefill_tokens_per_s)
+
+
+class EngineRow(BaseModel):
+    """One (trace, load, method) measurement."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    trace: str
+    load: float
+    method: str
+    preemptions: int
+    recomputed_tokens: int
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    e2e_p50_s: float | None
+    e2e_p99_s: float | None
+    stall_p99_s: float | None
+    stalled_frac: float | None
+    goodput_rps: float
+    cost: float
+    rho: float
+    knobs: str = Field(default="", description="The engine settings of the row, for reading the table.")
+
+
+class EngineEvaluation(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    trace: str
+    requests: int
+    replicas: int
+    capacity_rps: float = Field(description="Requests/s the fleet serves at load 1 on this trace (module docstring).")
+    reserves: dict[str, float] = Field(description="Plugin reservation per class at the report's rho (tokens).")
+    knobs: dict[str, str] = Field(default_factory=dict, description="Per load: the knobs chosen and why.")
+    rows: list[EngineRow]
+
+
+class _Setup:
+    """The split, classes, histories and replay of one trace (shared by every variant)."""
+
+    def __init__(self, trace: Trace, fleet: EngineFleet) -> None:
+        n = len(trace)
+        if n < 20:
+            raise InputError(trace.source or "trace", f"needs at least 20 requests for the engine comparison, has {n}")
+        self.half = n // 2
+        inp = np.maximum(np.rint(np.asarray(trace.input_tokens, dtype=np.float64)), 0)
+        out = np.maximum(np.rint(np.asarray(trace.output_tokens, dtype=np.float64)), 1)
+        cut = float(np.median(inp[: self.half]))
+        self.cls = (inp > cut).astype(np.int64)
+        self.inp, self.out = inp, out
+        self.group = fleet.group()
+        self.fleet = fleet
+        usable = (self.group.kv_capacity_tokens // 16 - 1) * 16
+        test = slice(self.half, n)
+        ctx = float(np.mean(inp[test] + out[test] / 2))
+        b_op = min(256.0, max(1.0, usable / max(ctx, 1.0)))
+        t_op = self.group.step_time_base_s + self.group.step_time_per_seq_s * b_op
+        work = out[test] / (b_op / t_op) + inp[test] / fleet.prefill_tokens_per_s
+        self.capacity_rps = fleet.replicas / float(work.mean())
+        self.arrival_all = None if trace.arrival_s is None else np.asarray(trace.arrival_s, dtype=np.float64)
+        self.arrival = None if self.arrival_all is None else self.arrival_all[test]
+        self.lmax = float(out.max())
+
+    def history(self, c: int) -> History:
+        train = self.out[: self.half][self.cls[: self.half] == c]
+        parts = np.array_split(train, max(1, min(4, train.size)))
+        return History(tuple(Samples.from_arrays(p, field=f"history[{CLASSES[c]}][{i}]") for i, p in enumerate(parts)))
+
+    def reserves(self, rho: float) -> list[float]:
+        return [get_policy("default").fn(self.history(c), rho, self.lmax, 1.0).reserve_tokens for c in (0, 1)]
+
+    def workload(self, load: float, seed: int) -> Workload:
+        rate = load * self.capacity_rps
+        n = self.out.size - self.half
+        if self.arrival is not None and float(self.arrival[-1] - self.arrival[0]) > 0:
+            t = self.arrival - self.arrival[0]
+            arrival = t * ((n - 1) / rate) / float(t[-1])
+        else:
+            gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n)
+            gaps[0] = 0.0
+            arrival = np.cumsum(gaps)
+        return Workload.from_arrays(arrival, self.cls[self.half:], self.inp[self.half:], self.out[self.half:],
+                                    n_classes=2)
+
+    def knob_classes(self, load: float, reserves: Sequence[float], rho: float) -> list[KnobClass]:
+        rate = load * self.capacity_rps
+        train_cls = self.cls[: self.half]
+        out = []
+        for c in (0, 1):
+            m = train_cls == c
+            out.append(KnobClass.build(CLASSES[c], rate * float(m.mean()), self.inp[: self.half][m],
+                                       self.out[: self.half][m], reserves[c], rho))
+        return out
+
+
+def _row(setup: _Setup, name: str, load: float, method: str, rho: float, workload: Workload, policy: SimPolicy,
+         res: EngineResult, gated: bool, knobs: str) -> EngineRow:
+    o = res.outcomes
+    assert o is not None
+    n = max(res.finished, 1)
+    xi = workload.output_tokens
+    y = policy.reserve_tokens[workload.class_index]
+    waste = float(np.maximum(y - xi, 0).sum()) if gated else 0.0
+    cost = (waste + rho * float(o.recomputed.sum())) / n
+    ttft = o.first_token_ns * 1e-9 - workload.arrival_s
+    e2e = o.finish_ns * 1e-9 - workload.arrival_s
+    tpot = np.where(xi > 1, (e2e - ttft) / np.maximum(xi - 1, 1), 0.0)
+    good = (o.finish_ns >= 0) & (ttft <= setup.fleet.ttft_slo_s) & (tpot <= setup.fleet.tpot_slo_s)
+    return EngineRow(trace=name, load=load, method=method, preemptions=res.preemptions,
+                     recomputed_tokens=res.recomputed_tokens, ttft_p50_s=res.ttft.p50, ttft_p99_s=res.ttft.p99,
+                     e2e_p50_s=res.e2e.p50, e2e_p99_s=res.e2e.p99, stall_p99_s=res.stall.p99,
+                     stalled_frac=res.stalled_frac, goodput_rps=float(good.sum() / res.duration_s)
+                     if res.duration_s > 0 else 0.0, cost=cost, rho=rho, knobs=knobs)
+
+
+def _run(setup: _Setup, workload: Workload, reserves: Sequence[float], rho: float, engine: EngineConfig,
+         seed: int) -> tuple[SimPolicy, EngineResult]:
+    policy = SimPolicy.from_arrays(list(reserves), np.ones((2, 1)), cp=rho, cw=1.0)
+    res = simulate_engine(workload, [setup.group], policy, rng=np.random.default_rng(seed), engine=engine,
+                          keep_requests=True)
+    return policy, res
+
+
+def _describe(engine: EngineConfig) -> str:
+    text = f"watermark={engine.watermark:g} max_num_seqs={engine.max_num_seqs} policy={engine.policy}"
+    if engine.class_priority:
+        text += " priorities=" + ",".join(f"{c}:{p}" for c, p in zip(CLASSES, engine.class_priority))
+    if engine.admission == "gate":
+        text += " gate"
+    return text
+
+
+def evaluate_engine(trace: Trace, *, loads: Sequence[float] = DEFAULT_LOADS, rho: float = 10.0,
+                    fleet: EngineFleet | None = None, seed: int = 0, frontier: bool = False,
+                    wrap: Callable[[Sequence[float]], Iterable[float]] | None = None) -> EngineEvaluation:
+    """The three variants (and with ``frontier`` the sweeps) at every load; rows in (load, method) order."""
+    fleet = fleet if fleet is not None else EngineFleet()
+    if not (math.isfinite(rho) and rho > 0):
+        raise InputError("--rho", f"must be finite and > 0, got {rho}")
+    for load in loads:
+        if not (math.isfinite(load) and 0 < load < 2):
+            raise InputError("--load", f"must be in (0, 2), got {load}")
+    setup = _Setup(trace, fleet)
+    name = trace.source or "trace"
+    reserves = setup.reserves(rho)
+    base = EngineConfig()
+    rows: list[EngineRow] = []
+    knob_notes: dict[str, str] = {}
+    for load in (wrap(loads) if wrap is not None else loads):
+        workload = setup.workload(load, seed)
+        history_t = None if setup.arrival_all is None else setup.arrival_all[: setup.half]
+        choice: KnobChoice = choose_knobs(setup.group, setup.knob_classes(load, reserves, rho), base=base,
+                                          requests=3000, seed=seed, arrivals_s=history_t)
+        knob_notes[f"{load:g}"] = f"{_describe(choice.engine_config(base, CLASSES))}: {choice.reason}"
+        variants = [("vllm-default", base, reserves), ("kvplan-knobs", choice.engine_config(base, CLASSES), reserves),
+                    ("kvplan-plugin", base.model_copy(update={"admission": "gate"}), reserves)]
+        for method, engine, ys in variants:
+            policy, res = _run(setup, workload, ys, rho, engine, seed)
+            rows.append(_row(setup, name, load, method, rho, workload, policy, res, engine.admission == "gate",
+                             _describe(engine)))
+        if frontier:
+            rows += frontier_rows(setup, name, load, workload, rho, seed)
+    return EngineEvaluation(trace=name, requests=len(trace) - setup.half, replicas=fleet.replicas,
+                            capacity_rps=setup.capacity_rps, reserves=dict(zip(CLASSES, reserves)),
+                            knobs=knob_notes, rows=rows)
+
+
+def frontier_rows(setup: _Setup, name: str, load: float, workload: Workload, rho: float, seed: int,
+                  ) -> list[EngineRow]:
+    """The plugin at every rho of :data:`FRONTIER_RHOS` (cost priced at each) and stock vLLM at every watermark x
+    max_num_seqs (cost priced at the report's rho)."""
+    rows = []
+    base = EngineConfig()
+    for r in FRONTIER_RHOS:
+        ys = setup.reserves(r)
+        engine = base.model_copy(update={"admission": "gate"})
+        policy, res = _run(setup, workload, ys, r, engine, seed)
+        rows.append(_row(setup, name, load, f"plugin-rho={r:g}", r, workload, policy, res, True,
+                         f"gate y={ys[0]:.0f},{ys[1]:.0f}"))
+    for w in FRONTIER_WATERMARKS:
+        for s in FRONTIER_SEQS:
+            engine = base.model_copy(update={"watermark": w, "max_num_seqs": s})
+            policy, res = _run(setup, workload, [0.0, 0.0], rho, engine, seed)
+            rows.append(_row(setup, name, load, f"stock-w={w:g},s={s}", rho, workload, policy, res, False,
+                             _describe(engine)))
+    return rows
+
+
+def as_array(rows: Sequence[EngineRow], field: str) -> NDArray[np.float64]:
+    return np.array([np.nan if getattr(r, field) is None else float(getattr(r, field)) for r in rows])

@@ -1,0 +1,119 @@
+"""Reports of ``kvcore evaluate --engine vllm``: the rows as JSON-ready dicts, Markdown tables, the frontier check
+and PNG plots (matplotlib imported lazily, Agg backend). Written only where the caller says."""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kvcore.evaluate.engine import METHODS, EngineEvaluation, EngineRow
+
+ROW_KEYS = ("trace", "load", "method", "preemptions", "recomputed_tokens", "ttft_p50_s", "ttft_p99_s", "e2e_p50_s",
+            "e2e_p99_s", "stall_p99_s", "stalled_frac", "goodput_rps", "cost")
+"""The keys of a row in ``--json`` output (issue 13)."""
+
+
+def row_dict(row: EngineRow) -> dict[str, Any]:
+    return {k: getattr(row, k) for k in ROW_KEYS}
+
+
+def main_rows(ev: EngineEvaluation) -> list[EngineRow]:
+    return [r for r in ev.rows if r.method in METHODS]
+
+
+def _f(v: float | None, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:.{digits}g}"
+
+
+def table_markdown(ev: EngineEvaluation) -> str:
+    """The three variants at every load, one Markdown table."""
+    head = ("| load | method | preemptions | recomputed tokens | TTFT P50 / P99 s | e2e P50 / P99 s | stall P99 s | "
+            "stalled | goodput req/s | cost |")
+    out = [head, "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in main_rows(ev):
+        out.append(f"| {r.load:g} | {r.method} | {r.preemptions:,} | {r.recomputed_tokens:,} | "
+                   f"{_f(r.ttft_p50_s)} / {_f(r.ttft_p99_s)} | {_f(r.e2e_p50_s)} / {_f(r.e2e_p99_s)} | "
+                   f"{_f(r.stall_p99_s)} | {_f(r.stalled_frac, 2)} | {_f(r.goodput_rps)} | {_f(r.cost)} |")
+    return "\n".join(out)
+
+
+def frontier_check(rows: Sequence[EngineRow], load: float) -> tuple[int, int]:
+    """(stock points, stock points the plugin matches): a stock (watermark, max_num_seqs) point is matched when some
+    plugin rho reaches a stalled share no higher with a P99 e2e no worse."""
+    stock = [r for r in rows if r.load == load and r.method.startswith("stock-")]
+    plugin = [r for r in rows if r.load == load and r.method.startswith("plugin-")]
+    matched = 0
+    for s in stock:
+        if any((p.stalled_frac or 0) <= (s.stalled_frac or 0) and (p.e2e_p99_s or math.inf) <= (s.e2e_p99_s or 0)
+               for p in plugin):
+            matched += 1
+    return len(stock), matched
+
+
+def write_csv(ev: EngineEvaluation, path: Path) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(EngineRow.model_fields))
+        w.writeheader()
+        for r in ev.rows:
+            w.writerow({k: ("" if v is None else v) for k, v in r.model_dump().items()})
+    return path
+
+
+def plot_frontier(ev: EngineEvaluation, path: Path) -> Path:
+    """Stalled share against P99 e2e and against goodput, one row of panels per load: stock vLLM's (watermark,
+    max_num_seqs) grid, the plugin's rho sweep, and the three variants."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    loads = sorted({r.load for r in ev.rows})
+    fig, axes = plt.subplots(len(loads), 2, figsize=(11, 4 * len(loads)), squeeze=False)
+    styles = {"vllm-default": ("k", "s"), "kvplan-knobs": ("tab:green", "D"), "kvplan-plugin": ("tab:red", "*")}
+    for i, load in enumerate(loads):
+        rows = [r for r in ev.rows if r.load == load]
+        stock = [r for r in rows if r.method.startswith("stock-")]
+        plugin = sorted((r for r in rows if r.method.startswith("plugin-")), key=lambda r: r.rho)
+        for j, (field, label) in enumerate((("e2e_p99_s", "P99 end-to-end latency (s)"),
+                                            ("goodput_rps", "goodput (requests/s within SLO)"))):
+            ax = axes[i][j]
+            if stock:
+                ax.scatter([getattr(r, field) for r in stock], [r.stalled_frac or 0 for r in stock], s=18,
+                           color="tab:blue", alpha=0.6, label="stock vLLM: watermark x max_num_seqs")
+            if plugin:
+                ax.plot([getattr(r, field) for r in plugin], [r.stalled_frac or 0 for r in plugin], "-o",
+                        color="tab:orange", ms=4, label="kvplan plugin: rho 1..100")
+            for r in rows:
+                if r.method in styles:
+                    color, marker = styles[r.method]
+                    ax.scatter([getattr(r, field)], [r.stalled_frac or 0], color=color, marker=marker, s=70,
+                               zorder=5, label=r.method)
+            ax.set_yscale("symlog", linthresh=1e-4)
+            ax.set_xlabel(label)
+            ax.set_ylabel("stalled share (gap > 1 s)")
+            ax.set_title(f"{Path(ev.trace).stem}, load {load:g}")
+            ax.grid(True, alpha=0.3)
+            if i == 0 and j == 0:
+                ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def write_report(ev: EngineEvaluation, out: Path) -> list[Path]:
+    """CSV of every row, the Markdown table and (with frontier rows) the PNG, into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"{Path(ev.trace).stem}-engine"
+    written = [write_csv(ev, out / f"{stem}.csv")]
+    md = out / f"{stem}.md"
+    md.write_text(f"### {ev.trace}\n\n{table_markdown(ev)}\n", encoding="utf-8")
+    written.append(md)
+    if any(r.method.startswith(("stock-", "plugin-")) for r in ev.rows):
+        written.append(plot_frontier(ev, out / f"{stem}-frontier.png"))
+    return written

@@ -1,0 +1,303 @@
+"""Knobs that stock vLLM obeys, chosen per group so it comes as close as it can to the plan's reservations.
+
+A reservation protects running requests from preemption; stock vLLM has three knobs that do part of that job:
+``--watermark`` (free blocks held back at admission), ``--max-num-seqs`` (a cap on concurrency) and
+``--scheduling-policy priority`` with a priority per request (which class is served first and preempted last).
+No formula maps reservations to them faithfully, so the rule *measures*: it replays the group's recent history
+(the classes' paired prompt/output samples at their planned arrival rates, with the history's own arrival pattern
+when it has timestamps, :func:`replay`) through the vLLM engine
+model (:mod:`kvcore.sim.engine`) under every candidate and keeps the one the plan prices best.
+
+**Candidates** (all combinations):
+
+- watermark W in ``{0, 0.01, 0.02, 0.05, 0.1}`` (only for vLLM >= 0.33, which has the flag; older engines keep 0);
+- max_num_seqs S in ``{S_0} ∪ {S_plan / 2, S_plan, 2 S_plan}`` clipped to ``[8, S_0]``, where S_0 is the current
+  (vLLM default 256) and ``S_plan = usable tokens / mean(prompt + y)``: how many requests the plan's reservations
+  let one replica hold, the concurrency the reservation model admits;
+- ``fcfs``, and ``priority`` when the classes' cost ratios differ by at least ``PRIORITY_RATIO`` (2x): priorities by
+  decreasing rho (the class whose overflow costs most is admitted first and preempted last).
+
+**Choice.** Each candidate runs on ``replays`` (2) independent replays. It is eligible when, on every replay, its
+P99 end-to-end latency is at most ``(1 + tolerance)`` times stock vLLM's and its goodput at least
+``(1 - tolerance)`` times (tolerance 1%, half the 2% the knobs may cost). The plan prices what a reservation
+prevents as ``sum_j rho_j x recomputed tokens_j`` per request (token-slot units; rho = c_p / c_w of the request's
+class), averaged over the replays. Among eligible candidates whose price is within 10% of the best reduction (the
+knee: a knob pushed to its extreme on the replay risks more latency on real traffic than the replay shows), the
+rule takes the least intrusive (:func:`intrusiveness`: 10 x watermark + halvings of max_num_seqs + 1 for
+priorities), then the cheapest. If
+nothing beats stock vLLM, the knobs stay at stock values. Every candidate's measures are returned, so the operator
+can show why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvcore.errors import InputError
+from kvcore.instance import Instance
+from kvcore.planmodel import Plan
+from kvcore.sim.engine import EngineConfig, EngineResult, simulate_engine
+from kvcore.sim.types import SimGroup, SimPolicy, Workload
+
+WATERMARKS = (0.0, 0.01, 0.02, 0.05, 0.1)
+"""Watermark candidates: vLLM's default 0 and fractions of the KV blocks up to 10%."""
+PRIORITY_RATIO = 2.0
+"""Classes' cost ratios must differ by this factor (max rho / min rho) before priorities are tried."""
+MIN_SEQS = 8
+"""Smallest max_num_seqs tried: below it a replica idles its GPU between long requests."""
+WATERMARK_MIN_VERSION = (0, 33, 0)
+"""``--watermark`` exists in vLLM from 0.33 on."""
+
+
+@dataclass(frozen=True)
+class KnobClass:
+    """One class as the rule sees it on one group: its planned arrival rate there and recent history."""
+
+    name: str
+    rate_rps: float
+    """Requests/s of this class routed to the group (all its replicas)."""
+    inputs: NDArray[np.float64]
+    """Prompt tokens of recent requests (paired with ``outputs``)."""
+    outputs: NDArray[np.float64]
+    """Output tokens of the same requests."""
+    reserve_tokens: float
+    """The plan's y for the class (tokens)."""
+    rho: float
+    """c_p / c_w of the class (dimensionless)."""
+    weights: NDArray[np.float64] | None = None
+    """Probability of each (prompt, output) row (histogram histories); None: equally likely."""
+
+    @classmethod
+    def build(cls, name: str, rate_rps: float, inputs: ArrayLike, outputs: ArrayLike, reserve_tokens: float,
+              rho: float, weights: ArrayLike | None = None) -> KnobClass:
+        i = np.asarray(inputs, dtype=np.float64).ravel()
+        o = np.asarray(outputs, dtype=np.float64).ravel()
+        if i.size == 0 or i.size != o.size:
+            raise InputError(f"knobs.classes[{name}].inputs", f"needs paired samples, got {i.size} and {o.size}")
+        if not (np.isfinite(i).all() and np.isfinite(o).all()):
+            raise InputError(f"knobs.classes[{name}].outputs", "samples must be finite")
+        if not (math.isfinite(rate_rps) and rate_rps >= 0):
+            raise InputError(f"knobs.classes[{name}].rate_rps", f"must be finite and >= 0, got {rate_rps}")
+        if not (math.isfinite(rho) and rho > 0):
+            raise InputError(f"knobs.classes[{name}].rho", f"must be finite and > 0, got {rho}")
+        w = None
+        if weights is not None:
+            w = np.asarray(weights, dtype=np.float64).ravel()
+            if w.size != o.size or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+                raise InputError(f"knobs.classes[{name}].weights", "must be finite, >= 0, one per sample, sum > 0")
+            w = w / w.sum()
+        return cls(name, float(rate_rps), np.maximum(np.rint(i), 0.0), np.maximum(np.rint(o), 1.0),
+                   float(reserve_tokens), float(rho), w)
+
+
+class KnobMeasure(BaseModel):
+    """One candidate's measures on the replay."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    watermark: float
+    max_num_seqs: int
+    policy: str
+    eligible: bool
+    priced_recompute: float = Field(description="sum_j rho_j * recomputed_j / requests, token slots per request.")
+    stalled_frac: float
+    preemptions: int
+    e2e_p99_s: float
+    goodput_rps: float
+
+
+class KnobChoice(BaseModel):
+    """The knobs for one group, with the evidence."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    group: str
+    max_num_seqs: int
+    watermark: float | None = Field(description="None when the engine is older than 0.33 (no --watermark).")
+    scheduling_policy: str
+    class_priority: dict[str, int] = Field(default_factory=dict, description="Per class; empty under fcfs.")
+    reason: str
+    candidates: tuple[KnobMeasure, ...] = ()
+
+    def engine_config(self, base: EngineConfig, classes: Sequence[str]) -> EngineConfig:
+        """``base`` with these knobs (class priorities in ``classes`` order)."""
+        prio = tuple(self.class_priority.get(c, 0) for c in classes) if self.class_priority else None
+        return base.model_copy(update={"max_num_seqs": self.max_num_seqs, "watermark": self.watermark or 0.0,
+                                       "policy": self.scheduling_policy, "class_priority": prio})
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in version.split("+")[0].split(".")[:3])
+    except ValueError:
+        raise InputError("engine_version", f"{version!r} is not a version like 0.33.0") from None
+
+
+def replay(group: SimGroup, classes: Sequence[KnobClass], *, requests: int, rng: np.random.Generator,
+           arrivals_s: ArrayLike | None = None) -> tuple[Workload, SimPolicy]:
+    """``requests`` requests of the classes on ``group``: classes in proportion to their rates, (prompt, output)
+    rows resampled from each class's history; arrivals at the summed rate, Poisson, or, given the history's own
+    ``arrivals_s`` (sorted seconds), its most recent ``requests`` arrivals rescaled to that rate (bursts kept)."""
+    rates = np.array([c.rate_rps for c in classes])
+    total = float(rates.sum())
+    if total <= 0:
+        raise InputError("knobs.classes", "no traffic on this group (every rate is 0)")
+    cls = rng.choice(len(classes), size=requests, p=rates / total)
+    inp = np.empty(requests)
+    out = np.empty(requests)
+    for i, c in enumerate(classes):
+        idx = np.flatnonzero(cls == i)
+        rows = (rng.integers(0, c.inputs.size, size=idx.size) if c.weights is None
+                else rng.choice(c.inputs.size, size=idx.size, p=c.weights))
+        inp[idx], out[idx] = c.inputs[rows], c.outputs[rows]
+    times = None if arrivals_s is None else np.asarray(arrivals_s, dtype=np.float64).ravel()
+    if times is not None and times.size >= 2 and np.all(np.diff(times) >= 0) and times[-1] > times[-min(
+            requests, times.size)]:
+        recent = times[-requests:]
+        recent = recent - recent[0]
+        reps = -(-requests // recent.size)  # a history shorter than the replay is repeated end to end
+        span = float(recent[-1]) * recent.size / max(recent.size - 1, 1)
+        arrival = np.concatenate([recent + k * span for k in range(reps)])[:requests]
+        arrival *= (requests / total) / max(float(arrival[-1]), 1e-12) * (requests - 1) / requests
+    else:
+        gaps = rng.exponential(1.0 / total, size=requests)
+        gaps[0] = 0.0
+        arrival = np.cumsum(gaps)
+    workload = Workload.from_arrays(arrival, cls, inp, out, n_classes=len(classes))
+    policy = SimPolicy.from_arrays([c.reserve_tokens for c in classes], np.ones((len(classes), 1)),
+                                   cp=[c.rho for c in classes], cw=1.0)
+    return workload, policy
+
+
+def _measure(result: EngineResult, rho: NDArray[np.float64], n: int) -> tuple[float, float, int, float, float]:
+    """(rho-priced recompute per request, stalled share, preemptions, P99 e2e, goodput)."""
+    assert result.outcomes is not None
+    priced = float((rho * result.outcomes.recomputed).sum() / n)
+    return (priced, result.stalled_frac or 0.0, result.preemptions, result.e2e.p99 or 0.0, result.goodput_rps)
+
+
+def intrusiveness(watermark: float, max_num_seqs: int, policy: str, stock_seqs: int) -> float:
+    """How far a candidate moves from stock vLLM (dimensionless): 10 per unit of watermark (0.1 of the blocks
+    counts 1), 1 per halving of max_num_seqs, 1 for priorities."""
+    return 10.0 * watermark + math.log2(stock_seqs / max_num_seqs) + (1.0 if policy != "fcfs" else 0.0)
+
+
+def _candidates(group: SimGroup, classes: Sequence[KnobClass], base: EngineConfig, has_watermark: bool,
+                ) -> list[tuple[float, int, str, tuple[int, ...] | None]]:
+    usable = (base.blocks_for(group.kv_capacity_tokens) - 1) * base.block_size
+    rates = np.array([c.rate_rps for c in classes])
+    footprint = float(sum(r * (c.inputs.mean() + c.reserve_tokens) for r, c in zip(rates, classes)) / rates.sum())
+    s_plan = max(1, int(usable // max(footprint, 1.0)))
+    seqs = sorted({base.max_num_seqs} | {min(base.max_num_seqs, max(MIN_SEQS, s)) for s in
+                                         (s_plan // 2, s_plan, 2 * s_plan)}, reverse=True)
+    rhos = [c.rho for c in classes]
+    policies: list[tuple[str, tuple[int, ...] | None]] = [("fcfs", None)]
+    if len(classes) > 1 and max(rhos) / min(rhos) >= PRIORITY_RATIO:
+        order = sorted(range(len(classes)), key=lambda i: -rhos[i])
+        ranks = [0] * len(classes)
+        for rank, i in enumerate(order):
+            ranks[i] = rank
+        policies.append(("priority", tuple(ranks)))
+    return [(w, s, name, prio) for w in (WATERMARKS if has_watermark else (0.0,)) for s in seqs
+            for name, prio in policies]
+
+
+def choose_knobs(group: SimGroup, classes: Sequence[KnobClass], *, base: EngineConfig | None = None,
+                 engine_version: str = "0.33.0", requests: int = 2000, replays: int = 2, tolerance: float = 0.01,
+                 seed: int = 0, arrivals_s: ArrayLike | None = None) -> KnobChoice:
+    """The knobs for one group (module docstring). ``replays`` independent replays of ``requests`` requests each
+    (the most recent stretches of ``arrivals_s``, the history's arrival times in seconds, when known, so bursts are
+    kept; else Poisson); a candidate must be eligible on every one. Pure: seeded, no I/O."""
+    base = base if base is not None else EngineConfig()
+    if not classes:
+        raise InputError("knobs.classes", "at least one class is needed")
+    if replays < 1:
+        raise InputError("knobs.replays", f"must be >= 1, got {replays}")
+    has_watermark = version_tuple(engine_version) >= WATERMARK_MIN_VERSION
+    times = None if arrivals_s is None else np.asarray(arrivals_s, dtype=np.float64).ravel()
+    runs = []
+    for k in range(replays):
+        segment = None
+        if times is not None and times.size >= 2:
+            stop = max(2, times.size - k * requests)
+            segment = times[max(0, stop - requests):stop]
+        workload, policy = replay(group, classes, requests=requests, rng=np.random.default_rng(seed + k),
+                                  arrivals_s=segment)
+        runs.append((workload, policy, np.array([c.rho for c in classes])[workload.class_index]))
+    cands = _candidates(group, classes, base, has_watermark)
+    table = []
+    for w, s, name, prio in cands:
+        cfg = base.model_copy(update={"watermark": w, "max_num_seqs": s, "policy": name, "class_priority": prio,
+                                      "max_num_batched_tokens": max(base.max_num_batched_tokens, s)})
+        table.append([_measure(simulate_engine(wl, [group], pol, rng=np.random.default_rng(seed), engine=cfg,
+                                               keep_requests=True), rho, requests) for wl, pol, rho in runs])
+    stock = table[cands.index((0.0, base.max_num_seqs, "fcfs", None))]
+    measures, eligible = [], []
+    for (w, s, name, prio), per_run in zip(cands, table):
+        ok = all(m[3] <= (1 + tolerance) * st[3] and m[4] >= (1 - tolerance) * st[4] for m, st in zip(per_run, stock))
+        mean = [float(np.mean([m[i] for m in per_run])) for i in range(5)]
+        measures.append(KnobMeasure(watermark=w, max_num_seqs=s, policy=name, eligible=ok, priced_recompute=mean[0],
+                                    stalled_frac=mean[1], preemptions=int(sum(m[2] for m in per_run)),
+                                    e2e_p99_s=mean[3], goodput_rps=mean[4]))
+        if ok:
+            eligible.append(((w, s, name, prio), mean))
+    stock_priced = float(np.mean([m[0] for m in stock]))
+    floor = min(m[0] for _, m in eligible)
+    # the gentlest eligible candidate with at least 90% of the best reduction of priced recompute (a knob pushed to
+    # its extreme on the replay risks more latency on the real traffic than the replay shows)
+    enough = floor + 0.1 * (stock_priced - floor)
+    gentle = [(key, m) for key, m in eligible if m[0] <= enough + 1e-12]
+    (w, s, name, prio), best = min(gentle, key=lambda e: (intrusiveness(e[0][0], e[0][1], e[0][2],
+                                                                        base.max_num_seqs), e[1][0]))
+    names = [c.name for c in classes]
+    where = f"{replays} replay(s) of {requests} requests"
+    if (w, s, name) == (0.0, base.max_num_seqs, "fcfs"):
+        reason = (f"stock vLLM kept: no candidate lowered rho-priced recompute ({stock_priced:.1f} token "
+                  f"slots/request) within {tolerance:.0%} of its P99 e2e and goodput on {where}")
+    else:
+        reason = (f"rho-priced recompute {stock_priced:.1f} -> {best[0]:.1f} token slots/request, stalled "
+                  f"{float(np.mean([m[1] for m in stock])):.4f} -> {best[1]:.4f}, within {tolerance:.0%} of stock "
+                  f"P99 e2e and goodput on {where}")
+    if not has_watermark:
+        reason += f"; watermark not used: vLLM {engine_version} has no --watermark (needs >= 0.33)"
+    return KnobChoice(group=group.name, max_num_seqs=s, watermark=w if has_watermark else None,
+                      scheduling_policy=name, class_priority=dict(zip(names, prio)) if prio else {},
+                      reason=reason, candidates=tuple(measures))
+
+
+def knobs_for_plan(plan: Plan, instance: Instance, *, engine_version: str = "0.33.0", base: EngineConfig | None = None,
+                   requests: int = 2000, seed: int = 0) -> dict[str, KnobChoice]:
+    """The operator's entry: knobs per group of a plan, from the instance's histories (pooled windows), the classes'
+    planned rates on each group (lambda_i pi_ik), their reservations and cost ratios. Groups without traffic or
+    without a feasible layout get no entry."""
+    from kvcore.profiles import resolve
+
+    by_name = {c.name: c for c in instance.classes}
+    specs = {g.name: g for g in instance.groups}
+    out: dict[str, KnobChoice] = {}
+    for gp in plan.groups:
+        if gp.replicas <= 0 or gp.tp <= 0:
+            continue
+        gs = specs[gp.name]
+        prof = resolve(gs.gpu_type, gs.model, gp.tp, gp.pp, instance.profiles)
+        group = SimGroup.from_profile(gp.name, gp.replicas, prof)
+        group = group.model_copy(update={"kv_capacity_tokens": max(1, math.floor(gp.kv_capacity_tokens))})
+        classes = []
+        for cp in plan.classes:
+            share = cp.routing.get(gp.name, 0.0) if cp.admitted else 0.0
+            spec = by_name[cp.name]
+            if share <= 0 or spec.arrival_rate <= 0:
+                continue
+            samples = spec.samples()
+            c_p, c_w = spec.costs()
+            classes.append(KnobClass.build(cp.name, spec.arrival_rate * share,
+                                           np.full(samples.values.size, spec.input_tokens), samples.values,
+                                           cp.reserve_tokens, c_p / c_w if c_w > 0 else 1e6, samples.weights))
+        if classes:
+            out[gp.name] = choose_knobs(group, classes, base=base, engine_version=engine_version, requests=requests,
+                                        seed=seed)
+    return out

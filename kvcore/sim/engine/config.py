@@ -1,0 +1,107 @@
+"""Settings of the vLLM engine model: one :class:`EngineConfig` per serving group (the flags of its ``vllm serve``).
+
+Defaults are vLLM 0.33's for an OpenAI API server on an A100 (``EngineArgs.get_batch_defaults``): 16-token blocks,
+``max_num_seqs`` 256, ``max_num_batched_tokens`` 2048 with chunked prefill, ``fcfs``, no watermark, prefix caching on.
+
+:class:`StepTiming` turns a step's shape into its duration in **integer nanoseconds**, so the fast and the reference
+engine model compute bit-identical clocks (a run of k equal steps is ``k * dt`` exactly, not a float sum).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from kvcore.errors import InputError
+
+NS_PER_S = 1_000_000_000
+
+
+class EngineConfig(BaseModel):
+    """One group's vLLM engine settings. Frozen; unknown keys rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    block_size: int = Field(default=16, ge=1)
+    """Tokens per KV block (``--block-size``; vLLM's default 16)."""
+    num_blocks: int | None = Field(default=None, ge=2)
+    """KV blocks per replica (``--num-gpu-blocks-override``). None: ``floor(kv_capacity_tokens / block_size)`` of
+    the group. vLLM keeps one of them as its null block, so ``num_blocks - 1`` hold requests."""
+    watermark: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """``--watermark`` W: admitting a waiting or preempted request must leave ``int(W * num_blocks)`` blocks free,
+    checked only while some request is running. 0 (vLLM's default) turns it off."""
+    max_num_seqs: int = Field(default=256, ge=1)
+    """``--max-num-seqs``: at most this many running requests (vLLM's default on an A100: 256)."""
+    max_num_batched_tokens: int = Field(default=2048, ge=1)
+    """``--max-num-batched-tokens``: tokens per step; longer prompts are prefilled in chunks (vLLM's API-server
+    default on an A100: 2048)."""
+    policy: Literal["fcfs", "priority"] = "fcfs"
+    """``--scheduling-policy``. ``priority`` orders the waiting queue and picks preemption victims by
+    ``(priority, arrival)``; smaller priority values are served first."""
+    prefix_caching: bool = True
+    """``--enable-prefix-caching`` (on by default in vLLM 0.33): block-hash prefix caching with LRU eviction of
+    freed blocks. A preempted request then finds its own blocks again unless they were reused meanwhile."""
+    admission: Literal["vllm", "gate"] = "vllm"
+    """``vllm``: stock admission. ``gate``: kvplan's reservation gate (:mod:`kvcore.sim.gate`) in front of it, with
+    the policy's per-class reservations, as kvplan's scheduler plugin enforces inside vLLM."""
+    class_priority: tuple[int, ...] | None = None
+    """Per-class request priority sent with ``--scheduling-policy priority`` (index = class). None: all 0."""
+
+    @model_validator(mode="after")
+    def _budget_covers_batch(self) -> EngineConfig:
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= max_num_seqs "
+                             f"({self.max_num_seqs}), as vLLM requires")
+        return self
+
+    def blocks_for(self, kv_capacity_tokens: int) -> int:
+        """Blocks per replica for a group of ``kv_capacity_tokens`` tokens (``num_blocks`` when set)."""
+        if self.num_blocks is not None:
+            return self.num_blocks
+        n = int(kv_capacity_tokens) // self.block_size
+        if n < 2:
+            raise InputError("engine.num_blocks", f"{kv_capacity_tokens} tokens make {n} blocks of {self.block_size}; "
+                                                  "vLLM needs at least 2 (one is its null block)")
+        return n
+
+    def watermark_blocks(self, num_blocks: int) -> int:
+        """``int(W * num_blocks)``, exactly as vLLM's ``KVCacheManager`` computes it."""
+        return int(self.watermark * num_blocks)
+
+    def priority_of(self, cls: int) -> int:
+        """The priority a class-``cls`` request is sent with."""
+        if self.class_priority is None:
+            return 0
+        if cls >= len(self.class_priority):
+            raise InputError("engine.class_priority", f"has {len(self.class_priority)} entries, class {cls} needs one")
+        return int(self.class_priority[cls])
+
+
+@dataclass(frozen=True, slots=True)
+class StepTiming:
+    """Duration of one engine step: ``t0 + t1 * B + (T - B) * t_prefill`` seconds, rounded to whole nanoseconds.
+
+    B is the number of requests scheduled in the step and T the tokens scheduled; a decode step schedules one token
+    per request (T = B) and costs the profile's ``t0 + t1 * B``; every further token (prompt, chunk or recompute)
+    costs ``t_prefill = 1 / prefill_tokens_per_s``. ``StepTiming(1.0, 0.0, 0.0)`` makes every step last exactly one
+    second, which is how the parity tier counts steps.
+    """
+
+    t0_s: float
+    t1_s: float
+    prefill_s_per_token: float
+
+    def __post_init__(self) -> None:
+        for name in ("t0_s", "t1_s", "prefill_s_per_token"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise InputError(f"timing.{name}", f"must be finite and >= 0, got {v}")
+        if self.t0_s <= 0:
+            raise InputError("timing.t0_s", "must be > 0 (a step takes time)")
+
+    def step_ns(self, batch: int, tokens: int) -> int:
+        """Duration of a step of ``batch`` requests and ``tokens`` tokens, integer nanoseconds (>= 1)."""
+        return max(1, round(NS_PER_S * (self.t0_s + self.t1_s * batch + (tokens - batch) * self.prefill_s_per_token)))

@@ -1,0 +1,99 @@
+"""``simulate_engine``: replay a workload through the vLLM engine model (fast, or the step-by-step reference).
+
+Inputs are the simulator's own (:class:`~kvcore.sim.Workload`, :class:`~kvcore.sim.SimGroup`,
+:class:`~kvcore.sim.SimPolicy`) plus one :class:`EngineConfig` per group (or one for all). The random draws are
+:func:`kvcore.sim.prepare.prepare`'s (admission, routing, prefix), in the same layout, so the reservation model and
+the engine model see the same requests on the same groups. How the policy is read:
+
+- ``routing``, ``admission``: as in the reservation model.
+- ``prefix_fraction[i, k]``: the probability that a class-i request on group k *carries* the class's shared prompt
+  prefix of ``prefix_tokens[i]`` tokens. Whether it is *cached* is the engine's business (vLLM's block-hash prefix
+  cache with LRU eviction), not a draw; nothing is pinned.
+- ``reserve_tokens[i]``: y_i, used only by ``admission="gate"`` (kvplan's scheduler plugin).
+- Step times: ``t0 + t1 * B`` from the group (the profile's ``step_t0_s``/``step_t1_s``) plus
+  ``1 / prefill_tokens_per_s`` per token beyond one per request (prefill, chunks, recompute).
+
+A prompt has at least one token (vLLM refuses empty prompts; a 0-token input is replayed as 1). A request is rejected
+as oversize when one replica could never hold it alone: ``ceil((prompt + max(output - 1, y_gate)) / block_size) >
+num_blocks - 1`` (y_gate = y under the gate, else 0); vLLM would refuse it at start-up (``max_model_len``) or hang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kvcore.errors import InputError
+from kvcore.sim.engine.config import NS_PER_S, EngineConfig, StepTiming
+from kvcore.sim.engine.fast import run_fast
+from kvcore.sim.engine.jobs import GroupEngine, Jobs
+from kvcore.sim.engine.reference import run_reference
+from kvcore.sim.engine.result import EngineResult, build_engine_result
+from kvcore.sim.prepare import REJECT_OVERSIZE, SERVE, prepare
+from kvcore.sim.types import SimConfig, SimGroup, SimPolicy, Workload
+
+
+def engine_groups(groups: Sequence[SimGroup], engine: EngineConfig | Sequence[EngineConfig]) -> tuple[GroupEngine, ...]:
+    """Each group's replicas, block count, engine settings and step timing."""
+    engines = [engine] * len(groups) if isinstance(engine, EngineConfig) else list(engine)
+    if len(engines) != len(groups):
+        raise InputError("engine", f"has {len(engines)} entries, there are {len(groups)} groups")
+    out = []
+    for g, e in zip(groups, engines):
+        timing = StepTiming(g.step_time_base_s, g.step_time_per_seq_s, 1.0 / g.prefill_tokens_per_s)
+        out.append(GroupEngine(g.replicas, e.blocks_for(g.kv_capacity_tokens), e, timing))
+    return tuple(out)
+
+
+def build_jobs(workload: Workload, groups: Sequence[SimGroup], policy: SimPolicy,
+               engine: EngineConfig | Sequence[EngineConfig], *, rng: np.random.Generator) -> tuple[Jobs, np.ndarray]:
+    """The engine models' input and each request's status (SERVE / REJECT_ADMISSION / REJECT_OVERSIZE)."""
+    grp = tuple(groups)
+    prep = prepare(workload, grp, policy, rng=rng, config=SimConfig(pin_prefix_memory=False))
+    geng = engine_groups(grp, engine)
+    cls = workload.class_index
+    prompt = np.maximum(workload.input_tokens, 1)
+    prefix = np.where(prep.prefix_hit == 1, policy.prefix_tokens[cls], 0)
+    status = prep.status.copy()
+    status[status == REJECT_OVERSIZE] = SERVE  # the reservation model's rule; the engine has its own below
+    group = np.where(status == SERVE, prep.group, -1)
+    safe = np.maximum(group, 0)
+    bs = np.array([g.engine.block_size for g in geng])[safe]
+    usable = np.array([g.num_blocks - 1 for g in geng])[safe]
+    gate = np.array([g.engine.admission == "gate" for g in geng])[safe]
+    y = policy.reserve_tokens[cls]
+    peak = prompt + np.maximum(workload.output_tokens - 1, np.where(gate, y, 0))
+    oversize = (group >= 0) & (-(-peak // bs) > usable)
+    status[oversize] = REJECT_OVERSIZE
+    group[oversize] = -1
+    priority = [geng[g].engine.priority_of(int(c)) if g >= 0 else 0 for g, c in zip(group.tolist(), cls.tolist())]
+    jobs = Jobs(
+        arrival_ns=np.rint(workload.arrival_s * NS_PER_S).astype(np.int64).tolist(),
+        prompt=prompt.tolist(), output=workload.output_tokens.tolist(), cls=cls.tolist(), priority=priority,
+        prefix=prefix.tolist(), reserve=y.tolist(), group=group.tolist(), groups=geng,
+    )
+    return jobs, status
+
+
+def simulate_engine(
+    workload: Workload,
+    groups: Sequence[SimGroup],
+    policy: SimPolicy,
+    *,
+    rng: np.random.Generator,
+    engine: EngineConfig | Sequence[EngineConfig] | None = None,
+    reference: bool = False,
+    keep_requests: bool = False,
+) -> EngineResult:
+    """Replay ``workload`` through vLLM 0.33's scheduling on ``groups`` (model in :mod:`kvcore.sim.engine`).
+
+    ``engine``: one :class:`EngineConfig` for every group or one per group (default: vLLM's defaults).
+    ``reference=True`` runs the step-by-step reference instead of the fast model (same result, much slower).
+    Nothing is written anywhere.
+    """
+    jobs, status = build_jobs(workload, groups, policy, engine if engine is not None else EngineConfig(), rng=rng)
+    if reference:
+        return build_engine_result("engine-reference", workload, policy, status, run_reference(jobs),
+                                   keep_requests=keep_requests)
+    return build_engine_result("engine-fast", workload, policy, status, run_fast(jobs), keep_requests=keep_requests)

@@ -38,6 +38,9 @@ class Deps:
     prom_policy: UrlPolicy = field(default_factory=UrlPolicy)
     #: Host resolver for the URL policy (injected so tests can point a name at a link-local address).
     resolve: Callable[[str], Any] | None = None
+    #: The engine-knob rule, ``knobs_for_plan(plan, instance, *, engine_version, current)``; None: kvcore's
+    #: (:func:`kvcore.knobs.knobs_for_plan`).
+    knobs: Callable[..., Mapping[str, Any]] | None = None
 
 
 @dataclass(frozen=True)

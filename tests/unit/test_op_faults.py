@@ -32,8 +32,8 @@ from kvplan_operator import conditions as C
 from kvplan_operator.kube import KubeError
 from kvplan_operator.prom import PromClient
 from kvplan_operator.reconcile import Deps, reconcile
-from op_fakes import (ERRORS, READS, FakeKube, Fault, Killed, Script, dep, kvplan,  # type: ignore[import-not-found]
-                      serve)
+from op_fakes import (ERRORS, READS, FakeKube, Fault, Killed, ScriptedKnobs, Script, dep,  # type: ignore[import-not-found]
+                      kvplan, serve)
 from operator_checks import disagreements, router_document  # type: ignore[import-not-found]
 from test_op_history import MATRIX, RecordedProm  # type: ignore[import-not-found]
 from test_op_targets import SPEC  # type: ignore[import-not-found]
@@ -139,6 +139,7 @@ class World:
         if with_pools:
             pools(self)
         self.relayouts = 0
+        self.knobs = ScriptedKnobs()
         self.kube.on_write = self._count
 
     def _count(self, kube: FakeKube, label: str) -> None:
@@ -164,7 +165,7 @@ class World:
         factory = (lambda url, t, tok: PromClient(url, timeout_s=t, token=tok)) if self.real_client else \
             (lambda url, t, tok: prom)
         return Deps(kube=self.kube, prom_factory=factory, planner=self.planner, clock=lambda: now,
-                    resolve=lambda host: ["10.0.0.9"])
+                    resolve=lambda host: ["10.0.0.9"], knobs=self.knobs)
 
     def reconcile(self, now: float) -> Any:
         self._snapshot_layouts()

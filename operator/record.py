@@ -170,13 +170,17 @@ class Recorder:
                        self.run.elapsed())
 
     def engine(self, dec: Decided, desired: Desired) -> None:
-        """The engine knobs: ``status.plan.groups.<g>.engine``, ``classes.<c>.priority`` and EngineKnobs."""
+        """The engine knobs: ``status.plan.groups.<g>.engine``, ``classes.<c>.priority`` and
+        ``gateReserveTokens`` (what the reservation file gates admission with), and the EngineKnobs condition."""
         for g, k in dec.knobs.groups.items():
             if g in self.st["plan"]["groups"]:
                 self.st["plan"]["groups"][g]["engine"] = engine_status(k)
         for c, p in desired.class_priority.items():
             if c in self.st["plan"]["classes"]:
                 self.st["plan"]["classes"][c]["priority"] = p
+        for c, y in dec.gate_reserve.items():
+            if c in self.st["plan"]["classes"]:
+                self.st["plan"]["classes"][c]["gateReserveTokens"] = y
         if dec.knobs.groups:
             self.cond(C.ENGINE_KNOBS, *knob_condition(dec.knobs))
 

@@ -94,7 +94,9 @@ def plugin_drift(deployment: Mapping[str, Any], container: Mapping[str, Any], *,
     if not on:
         return [f"{k} of the plugin (removed)" for k, v in present(deployment, container).items() if v]
     out = []
-    if not any(v == volume(state_configmap) for v in _pod(deployment).get("volumes") or []):
+    want = volume(state_configmap)
+    if not any(v.get("name") == VOLUME and {k: (v.get("configMap") or {}).get(k) for k in ("name", "items")}
+               == want["configMap"] for v in _pod(deployment).get("volumes") or []):  # defaultMode: the apiserver's
         out.append(f"volumes[{VOLUME}]")
     if not any({k: m.get(k) for k in ("name", "mountPath", "readOnly")} == mount()
                for m in container.get("volumeMounts") or []):

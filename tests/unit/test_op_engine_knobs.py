@@ -240,6 +240,8 @@ def test_the_plugin_mounts_the_reservation_file_and_reservations_change_without_
     path.write_text(w.kube.configmaps["fleet-kvplan"]["data"]["reservations.json"])
     source = ReservationSource(path, check_every=1)
     assert source.check() and source.state.problem is None and source.current.reserve("chat") == 500
+    pod["volumes"][0]["configMap"]["defaultMode"] = 420  # what the apiserver adds: not a difference
+    assert w.run(T0 + 30).ok and [x for x in w.kube.writes if x != "status"] == []
     template = copy.deepcopy(big["spec"]["template"])
     w.planner.reserve = 900
     assert w.run(T0 + 60).ok

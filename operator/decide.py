@@ -68,7 +68,8 @@ def _refusal(exc: Exception, spec: KVPlanSpec) -> Failure:
 def _solve(deps: Deps, obs: Observation, previous: Plan | None,
            layouts: Mapping[str, tuple[int, int]] | None = None) -> Plan | Failure:
     try:
-        return deps.planner(build_instance(obs.spec, obs.classes, layouts=layouts), previous=previous)
+        return deps.planner(build_instance(obs.spec, obs.classes, layouts=layouts, capacity=obs.capacity),
+                            previous=previous)
     except (InputError, ValidationError) as exc:
         return _refusal(exc, obs.spec)
     except Exception as exc:  # a planner bug must not escape the reconcile; the type is enough to find it
@@ -118,7 +119,7 @@ def decide(run: RunContext, obs: Observation, deps: Deps) -> Decided | Failure:
     if unheld:
         decision = Decision(decision.plan, True, decision.reason + "; layout of " + ", ".join(unheld)
                             + " is not in the spec's allowed layouts (re-laid out)")
-    instance = build_instance(obs.spec, obs.classes)
+    instance = build_instance(obs.spec, obs.classes, capacity=obs.capacity)
     knobs = engine_knobs(deps, obs, decision.plan, instance, current=current, spec_changed=spec_changed,
                          changes=changes)
     return Decided(decision.plan, decision, current, pinned, spec_changed, changes, resumed, solve_s, knobs,

@@ -31,6 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated hosts (patterns like *.monitoring.svc, optional :port) a KVPlan's "
                         "spec.prometheus.url may name; empty: any host but link-local and metadata addresses "
                         "(default $KVPLAN_PROMETHEUS_ALLOWED_HOSTS)")
+    p.add_argument("--prometheus-token-files", default=os.environ.get("KVPLAN_PROMETHEUS_TOKEN_FILES", ""),
+                   help="comma-separated files (exact paths in the operator's pod) a KVPlan's "
+                        "spec.prometheus.bearerTokenFile may name; empty: none (default "
+                        "$KVPLAN_PROMETHEUS_TOKEN_FILES)")
     p.add_argument("--verbose", action="store_true", help="debug logging")
     return p
 
@@ -39,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     os.environ["KVPLAN_METRICS_PORT"] = str(args.metrics_port)
     os.environ["KVPLAN_PROMETHEUS_ALLOWED_HOSTS"] = args.prometheus_allowed_hosts
+    os.environ["KVPLAN_PROMETHEUS_TOKEN_FILES"] = args.prometheus_token_files
     import kopf
 
     from . import handlers  # registers the handlers on kopf's default registry

@@ -140,7 +140,8 @@ class Recorder:
                                 changed=list(applied.done))
         autos = {g.name: obs.groups[g.name].autoscaler for g in spec.groups}
         self.st["plan"] = plan_body(plan, observed=obs.classes, targets=desired.groups, applied=desired.classes,
-                                    autoscalers=autos, decision=dec.decision.reason, notes=built.notes)
+                                    autoscalers=autos, decision=dec.decision.reason, notes=built.notes,
+                                    capacity=obs.capacity)
         self.st["plan"]["id"] = desired.plan_id
         self.engine(dec, desired)
         self.st["objective"] = objective_body(plan)

@@ -97,7 +97,8 @@ def test_make_lint_chart(tools: Any) -> None:
                       "Service", "KopfPeering"}, id="watched-namespaces"),
         pytest.param(("serviceMonitor.enabled=true", "replicaCount=2", "httpRoute.enabled=true",
                       "prometheus.authSecrets={prom-token}",
-                      "prometheus.allowedHosts={prometheus.monitoring.svc,*.obs.svc:9090}"),
+                      "prometheus.allowedHosts={prometheus.monitoring.svc,*.obs.svc:9090}",
+                      "prometheus.tokenFiles={/var/run/secrets/prom/token}"),
                      {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
                       "ServiceMonitor", "ClusterKopfPeering"}, id="every-option"),
         pytest.param(("metrics.enabled=false", "peering.enabled=false"),
@@ -126,6 +127,9 @@ def test_template_renders(tools: Any, sets: tuple[str, ...], kinds: set[str]) ->
     allowed = [a for a in container["args"] if a.startswith("--prometheus-allowed-hosts")]
     assert allowed == (["--prometheus-allowed-hosts=prometheus.monitoring.svc,*.obs.svc:9090"]
                        if any(x.startswith("prometheus.allowedHosts") for x in sets) else [])
+    files = [a for a in container["args"] if a.startswith("--prometheus-token-files")]
+    assert files == (["--prometheus-token-files=/var/run/secrets/prom/token"]
+                     if any(x.startswith("prometheus.tokenFiles") for x in sets) else [])
     liveness_port = int(container["args"][[a.startswith("--liveness") for a in container["args"]].index(True)]
                         .rsplit(":", 1)[1].split("/")[0])
     assert liveness_port != 8080, "liveness and metrics would share a port"

@@ -28,7 +28,7 @@ from kvcore.errors import InputError
 from kvcore.planmodel import ClassPlan, GroupPlan, ObjectiveTerms, Plan, PlanStatus
 from kvcore.reservation_file import parse_reservations
 from kvplan_operator import conditions as C
-from kvplan_operator.engine_knobs import class_priorities, scheduler_class
+from kvplan_operator.engine_knobs import scheduler_class
 from kvplan_operator.reconcile import Deps, reconcile
 from kvplan_operator.spec import InvalidSpec, parse_spec
 from kvplan_operator.targets import plugin_mount as PM
@@ -387,20 +387,20 @@ def test_plugin_names_match_the_plugin_package():
 
 
 def test_class_priorities_follow_rho_ties_in_spec_order():
-    from kvplan_operator.translate import build_instance
-    from test_op_reconcile import busy_matrix  # type: ignore[import-not-found]
-    from kvplan_operator.history import observe_class
+    """1 + rank by decreasing rho (c_p / c_w; an SLO class's rho = exp(mu / (sigma sqrt(2 ln lambda))), docs/model.md),
+    equal rho in spec order; published only when some group runs --scheduling-policy priority."""
+    import math
 
-    spec = copy.deepcopy(SPEC)
-    spec["classes"].append(copy.deepcopy(spec["classes"][0]) | {"name": "chat-two"})
-    parsed = parse_spec(spec)
-    prom = RecordedProm(matrix=busy_matrix())
-    obs = {c.name: observe_class(prom, c, lookback_s=6 * 3600, windows=6, now=T0, index=i)
-           for i, c in enumerate(parsed.classes)}
-    inst = build_instance(parsed, obs)
-    rho = {c.name: c.costs()[0] / c.costs()[1] for c in inst.classes}
-    prio = class_priorities(inst)
-    assert sorted(prio.values()) == [1, 2, 3]
-    assert prio["chat"] < prio["chat-two"]  # equal rho: spec order
-    assert [c for c, _ in sorted(prio.items(), key=lambda kv: kv[1])] == sorted(
-        rho, key=lambda c: (-rho[c], list(rho).index(c)))
+    w = World()
+    w.spec["classes"].insert(1, copy.deepcopy(w.spec["classes"][0]) | {"name": "chat-two"})
+    w.planner = lambda instance, previous=None: fixed_plan().model_copy(update={"classes": fixed_plan().classes + [
+        ClassPlan(name="chat-two", reserve_tokens=50, admitted=True, routing={"big": 1.0, "small": 0.0})]})
+    assert w.run(T0).ok and "priority" not in w.kube.status["plan"]["classes"]["chat"]  # every group fcfs
+    w.rule = ScriptedKnobs({"small": (256, 0.0, "priority")})
+    assert w.run(T0 + 60).ok
+    slo = SPEC["classes"][1]["slo"]
+    rho = {"chat": 10.0, "chat-two": 10.0, "code-gen": math.exp(slo["mu"] / (slo["sigma"] * math.sqrt(
+        2 * math.log(slo["lambda"]))))}
+    want = sorted(rho, key=lambda c: (-rho[c], ["chat", "chat-two", "code-gen"].index(c)))
+    prio = {c: w.kube.status["plan"]["classes"][c]["priority"] for c in rho}
+    assert prio == {c: i + 1 for i, c in enumerate(want)} == {"chat": 1, "chat-two": 2, "code-gen": 3}

@@ -98,7 +98,8 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
   verbs: ["get"]
 {{- end }}
 {{- with .Values.prometheus.authSecrets }}
-# Prometheus credentials: only the Secrets listed in values (prometheus.authSecrets), read-only.
+# Prometheus credentials (bearer token, basic auth, CA bundle): only the Secrets listed in values
+# (prometheus.authSecrets), read-only.
 - apiGroups: [""]
   resources: ["secrets"]
   resourceNames: {{ toJson . }}
@@ -131,6 +132,9 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
 - --metrics-port={{ if .Values.metrics.enabled }}{{ .Values.metrics.port }}{{ else }}0{{ end }}
 {{- with .Values.prometheus.allowedHosts }}
 - --prometheus-allowed-hosts={{ join "," . }}
+{{- end }}
+{{- with .Values.prometheus.tokenFiles }}
+- --prometheus-token-files={{ join "," . }}
 {{- end }}
 {{- if eq .Values.logLevel "debug" }}
 - --verbose

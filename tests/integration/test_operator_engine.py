@@ -191,3 +191,47 @@ def test_engine_defaults_applied_by_apiserver(crd, kube_api, kube, namespace):
     assert s["groups"][0]["engine"] == {"vllmVersion": "0.33.0", "knobs": "Auto"}
     assert s["groups"][0]["plugin"] == {"enabled": False, "scheduler": "Auto"}
     assert s["classes"][0]["fleetDefault"] is False and "maxPromptTokens" not in s["classes"][0]
+
+
+def test_gate_example_end_to_end(crd, cluster, kube_api, kube, namespace, prometheus):
+    """examples/kvplan-70b-gate.yaml over examples/vllm-deployments.yaml, with the plugin's per-class series of the
+    example fleet (kvplan_dev.demo_series) in Prometheus: Ready, the gate on the interactive group only, the file's
+    prompt-length rules and fleet default as the example says."""
+    import json
+    import time
+
+    import yaml
+
+    from kvcore.planner import plan
+    from kvplan_dev.demo_series import fleet_series
+    from kvplan_dev.openmetrics import Window, read_trace
+    from kvplan_operator.prom import PromClient
+    from kvplan_operator.reconcile import Deps, reconcile
+
+    window = Window(end_unix_s=time.time() - 60, duration_s=6 * 3600, step_s=60)
+    series, _ = fleet_series(read_trace(REPO / "kvcore" / "data" / "traces" / "azure2023_conv.csv"), window,
+                             namespace=namespace, plugin=True)
+    prometheus.backfill(series, window)
+    doc = yaml.safe_load((REPO / "examples" / "kvplan-70b-gate.yaml").read_text())
+    doc["spec"]["prometheus"]["url"] = prometheus.url
+    cluster.kubectl("-n", namespace, "apply", "-f", str(REPO / "examples" / "vllm-deployments.yaml"))
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input_text=json.dumps(doc))
+    deps = Deps(kube=kube, prom_factory=PromClient.connect, planner=plan, backoff_base_s=1.0)
+    out = reconcile(kube.get_kvplan(namespace, "llama-70b"), deps)
+    body = kube.get_kvplan(namespace, "llama-70b")
+    assert out.ok, (out, body.get("status"))
+    assert cond(body, C.READY)["status"] == "True" and cond(body, C.ENGINE_KNOBS)["status"] == "True"
+    st = body["status"]["plan"]["groups"]
+    inter = vllm(kube, namespace, "vllm-llama70b-interactive")
+    args = " ".join(inter["args"])
+    want = SYNC if st["interactive"]["pp"] > 1 else ASYNC
+    assert f"--scheduler-cls {want}" in args and st["interactive"]["engine"]["schedulerCls"] == want
+    assert {"name": "kvplan-reservations", "mountPath": "/etc/kvplan", "readOnly": True} in inter["volumeMounts"]
+    assert "--scheduler-cls" not in " ".join(vllm(kube, namespace, "vllm-llama70b-batch")["args"])
+    res = parse_reservations(kube.get_configmap(namespace, "llama-70b-kvplan")["data"]["reservations.json"])
+    assert res.default_class == "batch"
+    assert [(r.max_prompt_tokens, r.klass) for r in res.prompt_length_rules] == [(999, "chat"), (1999, "code")]
+    deployments = {g: kube.get_deployment(namespace, d) for g, d in (("interactive", "vllm-llama70b-interactive"),
+                                                                      ("batch", "vllm-llama70b-batch"))}
+    assert knob_disagreements(deployments=deployments, groups={g: g for g in deployments}, status=body["status"],
+                              state=kube.get_configmap(namespace, "llama-70b-kvplan")) == []

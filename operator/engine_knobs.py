@@ -255,7 +255,7 @@ def decide_knobs(spec: KVPlanSpec, plan: Plan, instance: Instance, rule: KnobRul
                           f"maxLayoutChangesPerHour {max_per_hour} in the last hour)"), key
     else:
         held = set(moving)
-        budget = (f"knob change of {', '.join(moving)} held: {len(recorded)} restarts in the last hour "
+        budget = (f"knob change of {', '.join(moving)} held: {len(recorded)} restart(s) in the last hour "
                   f"(maxLayoutChangesPerHour {max_per_hour})")
     groups = {}
     for g in spec.groups:

@@ -16,6 +16,8 @@ from pydantic.alias_generators import to_camel
 
 from kvcore.catalogue import HistorySource as SourceName  # the history sources' names (one catalogue)
 
+from .spec_engine import Engine, Plugin, class_rule_errors
+
 #: Default node selector per GPU type (the NVIDIA GPU feature-discovery product label).
 DEFAULT_NODE_SELECTORS: dict[str, dict[str, str]] = {
     "A100-80GB": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
@@ -99,38 +101,6 @@ class Layout(_Model):
 
 
 _DEFAULT_LAYOUTS = (Layout(tp=1), Layout(tp=2), Layout(tp=4), Layout(tp=8))
-
-#: ``engine.vllmVersion`` when a group gives none: the vLLM kvplan's engine model, knob rule and plugins target.
-DEFAULT_VLLM_VERSION = "0.33.0"
-#: ``major.minor[.patch]`` with an optional local suffix (``0.33.0+cu128``); pre-releases are not accepted.
-VLLM_VERSION = r"^[0-9]+\.[0-9]+(\.[0-9]+)?(\+[A-Za-z0-9.]+)?$"
-
-
-class Engine(_Model):
-    """The group's serving engine and the stock vLLM knobs kvplan may set on it (docs/operator.md, "Engine knobs")."""
-
-    vllm_version: str = Field(DEFAULT_VLLM_VERSION, pattern=VLLM_VERSION, max_length=64,
-                              description="vLLM version of the group's image; gates --watermark (>= 0.33) and the "
-                              "plugin (0.33.x).")
-    knobs: Literal["Auto", "Formula"] = Field("Auto", description="Auto: --max-num-seqs, --watermark and "
-                                              "--scheduling-policy from kvcore's knob rule; Formula: only "
-                                              "--max-num-seqs from the capacity formula, riding along with rollouts "
-                                              "(kvplan 0.1).")
-
-    @property
-    def version(self) -> tuple[int, int, int]:
-        """``vllm_version`` as (major, minor, patch); a missing patch is 0."""
-        parts = [int(p) for p in self.vllm_version.split("+", 1)[0].split(".")]
-        return (parts[0], parts[1], parts[2] if len(parts) > 2 else 0)
-
-
-class Plugin(_Model):
-    """kvplan's reservation-gated scheduler (``kvplan_vllm``) on the group's engines (docs/vllm-plugins.md)."""
-
-    enabled: bool = Field(False, description="Add --scheduler-cls and mount the reservation file.")
-    scheduler: Literal["Auto", "Async", "Sync"] = Field("Auto", description="Auto: the async variant unless the "
-                                                        "container's flags or layout turn vLLM's async scheduling off.")
-
 
 class Group(_Model):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
@@ -403,7 +373,7 @@ def _semantic_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:
         if c.prefix_tokens > c.input_tokens:
             errs.append((f"{p}.prefixTokens", f"{c.prefix_tokens} exceeds inputTokens {c.input_tokens}"))
     errs += _source_errors(spec)
-    errs += _class_rule_errors(spec)
+    errs += class_rule_errors(spec.classes)
     for field, text, (low, high) in (("spec.prometheus.lookback", spec.prometheus.lookback, LOOKBACK_BOUNDS),
                                      ("spec.replan.interval", spec.replan.interval, INTERVAL_BOUNDS)):
         try:
@@ -416,23 +386,6 @@ def _semantic_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:
     errs += _prometheus_errors(spec.prometheus)
     if not errs and spec.prometheus.lookback_seconds / spec.prometheus.windows < 60:
         errs.append(("spec.prometheus.windows", "each sub-window must span at least 1m (lookback / windows)"))
-    return errs
-
-
-def _class_rule_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:
-    """At most one fleet default; no two classes with one prompt-length rule (the second could never match)."""
-    errs: list[tuple[str, str]] = []
-    defaults = [i for i, c in enumerate(spec.classes) if c.fleet_default]
-    for i in defaults[1:]:
-        errs.append((f"spec.classes[{i}].fleetDefault", f"spec.classes[{defaults[0]}] is the fleet default already"))
-    limits: dict[int, int] = {}
-    for i, c in enumerate(spec.classes):
-        if c.max_prompt_tokens is None:
-            continue
-        if c.max_prompt_tokens in limits:
-            errs.append((f"spec.classes[{i}].maxPromptTokens", f"{c.max_prompt_tokens} is spec.classes"
-                         f"[{limits[c.max_prompt_tokens]}]'s too: this rule could never match"))
-        limits.setdefault(c.max_prompt_tokens, i)
     return errs
 
 

@@ -29,7 +29,7 @@ from kvcore.planmodel import Plan
 
 from . import conditions as C
 from .desired import LayoutChange, layouts_key
-from .engine_knobs import KnobDecision, decide_knobs
+from .engine_knobs import KnobDecision, RuleCall, decide_knobs
 from .observe import Observation
 from .policy import OK_STATUSES, Decision, decide as choose, layout_moves, layouts_of, recent_changes, target_layouts
 from .run import Deps, Failure, RunContext
@@ -120,13 +120,13 @@ def decide(run: RunContext, obs: Observation, deps: Deps) -> Decided | Failure:
         decision = Decision(decision.plan, True, decision.reason + "; layout of " + ", ".join(unheld)
                             + " is not in the spec's allowed layouts (re-laid out)")
     instance = build_instance(obs.spec, obs.classes, capacity=obs.capacity)
-    knobs = engine_knobs(deps, obs, decision.plan, instance, current=current, spec_changed=spec_changed,
+    knobs = engine_knobs(run, deps, obs, decision.plan, instance, current=current, spec_changed=spec_changed,
                          changes=changes)
     return Decided(decision.plan, decision, current, pinned, spec_changed, changes, resumed, solve_s, knobs,
                    gate_reservations(decision.plan, instance))
 
 
-def engine_knobs(deps: Deps, obs: Observation, plan: Plan, instance: Instance, *,
+def engine_knobs(run: RunContext, deps: Deps, obs: Observation, plan: Plan, instance: Instance, *,
                  current: Mapping[str, tuple[int, int]], spec_changed: bool,
                  changes: tuple[LayoutChange, ...]) -> KnobDecision:
     """Step 4: the groups' engine knobs for ``plan``, under the budget left after its re-layouts."""
@@ -134,7 +134,8 @@ def engine_knobs(deps: Deps, obs: Observation, plan: Plan, instance: Instance, *
 
     seen = {k: s.layout for k, s in obs.groups.items() if s.layout is not None}
     layouts = target_layouts(plan, seen)
-    return decide_knobs(obs.spec, plan, instance, deps.knobs or knobs_for_plan,
+    call = RuleCall(deps.knobs or knobs_for_plan, deps.knob_cache, run.owner, run.generation, run.now)
+    return decide_knobs(obs.spec, plan, instance, call,
                         bodies={k: s.body for k, s in obs.groups.items()},
                         adopted=[k for k, s in obs.groups.items() if s.adopted],
                         relaid=[k for k, v in current.items() if layouts.get(k) != v], layouts=layouts,

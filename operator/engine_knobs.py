@@ -36,6 +36,7 @@ from kvcore.errors import InputError
 from kvcore.instance import Instance
 from kvcore.planmodel import Plan
 
+from .knob_cache import KnobCache
 from .spec import Group, KVPlanSpec
 from .targets.deployment import find_container
 from .targets.plugin_mount import ASYNC_SCHEDULER, SYNC_SCHEDULER, is_plugin_scheduler, present
@@ -165,14 +166,40 @@ def _version_text(v: tuple[int, int, int]) -> str:
     return ".".join(str(p) for p in v)
 
 
-def _rule(spec: KVPlanSpec, plan: Plan, instance: Instance, rule: KnobRule, now: Mapping[str, Knobs]
+@dataclass(frozen=True)
+class RuleCall:
+    """How to run the knob rule this time: the rule, and where to reuse its answers (:mod:`.knob_cache`)."""
+
+    rule: KnobRule
+    cache: KnobCache | None = None
+    owner: str = ""
+    generation: int | None = None
+    now: float = 0.0
+
+
+def situation(call: RuleCall, g: Group, plan: Plan, running: Knobs) -> tuple[Any, ...]:
+    """What a cached answer for group ``g`` depends on (:mod:`.knob_cache`)."""
+    gp = next((x for x in plan.groups if x.name == g.name), None)
+    return (call.generation, g.engine.version, (gp.tp, gp.pp, gp.replicas) if gp else None,
+            (running.watermark, running.max_num_seqs, running.scheduling_policy))
+
+
+def _rule(spec: KVPlanSpec, plan: Plan, instance: Instance, call: RuleCall, now: Mapping[str, Knobs]
           ) -> tuple[dict[str, Any], dict[str, str]]:
-    """The knob rule over every Auto group, one call per engine version: (choices, group -> failure message)."""
+    """The knob rule over every Auto group without a reusable answer, one call per engine version: (choices,
+    group -> failure message)."""
     by_version: dict[tuple[int, int, int], list[str]] = {}
-    for g in spec.groups:
-        if g.engine.knobs == "Auto":
-            by_version.setdefault(g.engine.version, []).append(g.name)
     choices: dict[str, Any] = {}
+    seen: dict[str, tuple[Any, ...]] = {}
+    for g in spec.groups:
+        if g.engine.knobs != "Auto":
+            continue
+        seen[g.name] = situation(call, g, plan, now[g.name])
+        cached = call.cache.get((call.owner, g.name), seen[g.name], call.now) if call.cache is not None else None
+        if cached is not None:
+            choices[g.name] = cached
+        else:
+            by_version.setdefault(g.engine.version, []).append(g.name)
     failed: dict[str, str] = {}
     for version, names in sorted(by_version.items()):
         sub = plan.model_copy(update={"groups": [gp for gp in plan.groups if gp.name in names]})
@@ -180,11 +207,20 @@ def _rule(spec: KVPlanSpec, plan: Plan, instance: Instance, rule: KnobRule, now:
                    if (k := now[n]).max_num_seqs is not None and k.watermark is not None
                    and k.scheduling_policy is not None}
         try:
-            choices.update(rule(sub, instance, engine_version=_version_text(version), current=current))
+            answer = dict(call.rule(sub, instance, engine_version=_version_text(version), current=current))
         except InputError as exc:
             failed.update({n: f"{exc.field}: {exc.message}" for n in names})
+            continue
         except Exception as exc:  # a rule bug must not stop the plan; the type is enough to find it
             failed.update({n: f"{type(exc).__name__} in the knob rule" for n in names})
+            continue
+        choices.update(answer)
+        if call.cache is not None:
+            for n in names:
+                if n in answer:
+                    call.cache.put((call.owner, n), seen[n], call.now, answer[n])
+    if call.cache is not None:
+        call.cache.forget(call.owner, {g.name: g for g in spec.groups})
     return choices, failed
 
 
@@ -223,7 +259,7 @@ def _held(planned: Knobs, now: Knobs) -> tuple[HeldKnob, ...]:
     return tuple(out)
 
 
-def decide_knobs(spec: KVPlanSpec, plan: Plan, instance: Instance, rule: KnobRule, *,
+def decide_knobs(spec: KVPlanSpec, plan: Plan, instance: Instance, call: RuleCall, *,
                  bodies: Mapping[str, Mapping[str, Any] | None], adopted: Sequence[str], relaid: Sequence[str],
                  layouts: Mapping[str, tuple[int, int]], spec_changed: bool, recorded: Sequence[str],
                  max_per_hour: int) -> KnobDecision:
@@ -231,7 +267,7 @@ def decide_knobs(spec: KVPlanSpec, plan: Plan, instance: Instance, rule: KnobRul
     manages already; ``relaid``: groups this apply re-lays out; ``layouts``: group -> planned (tp, pp);
     ``recorded``: the budget's attempts in the last hour (their keys)."""
     now = {g.name: running_knobs(bodies.get(g.name), g.container) for g in spec.groups}
-    choices, failed = _rule(spec, plan, instance, rule, now)
+    choices, failed = _rule(spec, plan, instance, call, now)
     planned: dict[str, Knobs] = {}
     notes: dict[str, list[str]] = {}
     for g in spec.groups:

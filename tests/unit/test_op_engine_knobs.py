@@ -66,18 +66,19 @@ class Planner:
 
 
 class World:
-    def __init__(self, *, budget: int = 1, big_args: list[str] | None = None, **group0: Any) -> None:
+    def __init__(self, *, budget: int = 1, big_args: list[str] | None = None, cache: Any = None,
+                 **group0: Any) -> None:
         self.kube = FakeKube(deployments={"vllm-big": dep("vllm-big", big_args), "vllm-small": dep("vllm-small")})
         self.spec = copy.deepcopy(SPEC)
         self.spec["replan"] = {"maxLayoutChangesPerHour": budget}
         self.spec["groups"][0].update(group0)
-        self.planner, self.rule, self.generation = Planner(), ScriptedKnobs(), 1
+        self.planner, self.rule, self.generation, self.cache = Planner(), ScriptedKnobs(), 1, cache
 
     def run(self, t: float) -> Any:
         self.kube.writes.clear()
         prom = RecordedProm(matrix=busy())
         deps = Deps(kube=self.kube, prom_factory=lambda *a: prom, planner=self.planner, clock=lambda: t,
-                    resolve=lambda host: ["10.0.0.9"], knobs=self.rule)
+                    resolve=lambda host: ["10.0.0.9"], knobs=self.rule, knob_cache=self.cache)
         return reconcile(kvplan(self.spec, self.kube, generation=self.generation), deps)
 
     def args(self, name: str = "vllm-big") -> list[str]:
@@ -404,3 +405,31 @@ def test_class_priorities_follow_rho_ties_in_spec_order():
     want = sorted(rho, key=lambda c: (-rho[c], ["chat", "chat-two", "code-gen"].index(c)))
     prio = {c: w.kube.status["plan"]["classes"][c]["priority"] for c in rho}
     assert prio == {c: i + 1 for i, c in enumerate(want)} == {"chat": 1, "chat-two": 2, "code-gen": 3}
+
+
+def test_the_knob_cache_reuses_an_answer_while_the_situation_holds():
+    """The runtime's cache: the rule runs once per group while generation, version, layout/replicas, the knobs in
+    force and the routed classes stay; again once the answer is older than max_age_s or any of these moves; a
+    reservation drift alone reuses it. Failures are not cached."""
+    from kvplan_operator.knob_cache import KnobCache
+
+    w = World(budget=5, cache=KnobCache(max_age_s=600))
+    assert w.run(T0).ok and [g for _, g, _ in w.rule.calls] == [["big", "small"]]
+    w.planner.reserve = 650  # drift inside the same situation
+    assert w.run(T0 + 60).ok and len(w.rule.calls) == 1
+    assert w.reservations().reserve("chat") == 650  # the plan itself still moved
+    assert w.run(T0 + 660).ok and len(w.rule.calls) == 2  # expired
+    w.planner.tp = 8  # big's layout moves: only big is asked again
+    assert w.run(T0 + 700).ok and [g for _, g, _ in w.rule.calls][2:] == [["big"]]
+    w.generation = 2
+    assert w.run(T0 + 760).ok and [g for _, g, _ in w.rule.calls][3:] == [["big", "small"]]
+    w.rule.knobs = {"small": (32, 0.0, "fcfs")}  # an answer is kept in the cache...
+    w.rule.fail = RuntimeError("x")
+    assert w.run(T0 + 1400).ok and w.cond(C.ENGINE_KNOBS)["reason"] == C.KNOB_RULE_FAILED
+    w.rule.fail = None  # ...but a failure is not: the next reconcile asks again
+    assert w.run(T0 + 1460).ok and w.flag("--max-num-seqs", "vllm-small") == "32"
+    assert len(w.cache.entries) == 2
+    w.spec["groups"] = w.spec["groups"][:1]
+    w.generation = 3
+    w.run(T0 + 1500)
+    assert {k[1] for k in w.cache.entries} == {"big"}  # a group gone from the spec is forgotten

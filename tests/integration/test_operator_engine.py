@@ -142,7 +142,7 @@ def test_plugin_mounts_the_file_and_reservations_change_without_a_rollout(crd, k
     assert {e["name"] for e in c["env"]} == {"HF_HOME", "KVPLAN_RESERVE_CHAT", "KVPLAN_RESERVE_CODE"}
 
 
-def test_an_old_engine_gets_no_watermark_nor_plugin(crd, kube_api, kube, namespace, prometheus, traces_dir):
+def test_an_old_engine_gets_no_watermark_nor_plugin(crd, cluster, kube_api, kube, namespace, prometheus, traces_dir):
     backfill(prometheus, traces_dir)
     spec = kvplan_spec(prometheus.url)
     spec["groups"][0]["engine"] = {"vllmVersion": "0.32.1"}
@@ -162,6 +162,8 @@ def test_an_old_engine_gets_no_watermark_nor_plugin(crd, kube_api, kube, namespa
     assert flag(a["args"], "--tensor-parallel-size") == str(body["status"]["plan"]["groups"]["pool-a"]["tp"])
     events = [e.reason for e in kube.core.list_namespaced_event(namespace).items if e.involved_object.kind == "KVPlan"]
     assert C.KNOB_UNSUPPORTED in events
+    wide = cluster.kubectl("get", "kvp", "-n", namespace, "-o", "wide").stdout.split("\n")
+    assert wide[0].split()[-2:] == ["KNOBS", "AGE"] and wide[1].split()[-2] == C.KNOB_UNSUPPORTED, wide
 
 
 @pytest.mark.parametrize(("mutate", "needle"), [

@@ -12,7 +12,8 @@ and 4c):
 - turning the plugin off removes exactly what it added;
 - an engine too old (vLLM 0.32.1) gets neither ``--watermark`` nor the plugin, and EngineKnobs=False with reason
   KnobUnsupported naming the group, the version and the knob, while the rest of the plan applies;
-- the apiserver itself refuses bad engine and class fields (CEL and patterns).
+- the apiserver itself refuses bad engine and class fields (CEL and patterns);
+- on Gateway API's own HTTPRoute CRD, class rules carry ``X-Vllm-Priority`` while a group runs the priority policy.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from kvplan_operator import conditions as C
 from kvplan_operator.kube import Kube
 from operator_checks import knob_disagreements  # type: ignore[import-not-found]
 from operator_world import REPO, apply_crds, backfill, cond, fetch, kvplan_spec, run, setup
+from test_operator_httproute import crds  # type: ignore[import-not-found]  # noqa: F401 - the upstream CRDs fixture
 
 pytestmark = pytest.mark.integration
 
@@ -237,3 +239,42 @@ def test_gate_example_end_to_end(crd, cluster, kube_api, kube, namespace, promet
                                                                       ("batch", "vllm-llama70b-batch"))}
     assert knob_disagreements(deployments=deployments, groups={g: g for g in deployments}, status=body["status"],
                               state=kube.get_configmap(namespace, "llama-70b-kvplan")) == []
+
+
+class PriorityRule:
+    """A knob rule answering instantly: pool-a under --scheduling-policy priority, pool-b stock (the real rule's
+    choice depends on the trace; the header is what this test is about)."""
+
+    def __call__(self, plan: Any, instance: Any, *, engine_version: str = "0.33.0", current: Any = None) -> dict:
+        from kvcore.knobs import KnobChoice
+
+        return {g.name: KnobChoice(group=g.name, max_num_seqs=256, watermark=0.0, reason="scripted",
+                                   scheduling_policy="priority" if g.name == "pool-a" else "fcfs")
+                for g in plan.groups if g.replicas > 0 and g.tp > 0}
+
+
+def test_priority_header_on_the_upstream_httproute(crds, kube_api, kube, namespace, prometheus, traces_dir):
+    """On Gateway API's own HTTPRoute CRD (v1.6.3, standard channel): each class rule gets a RequestHeaderModifier
+    setting X-Vllm-Priority to the class's priority, merged into a filter the rule already has; the apiserver
+    accepts it (its CEL allows one such filter per rule); the fleet rule keeps only the user's filter."""
+    from test_operator_httproute import ROUTE, create_services_and_route  # type: ignore[import-not-found]
+
+    backfill(prometheus, traces_dir)
+    spec = kvplan_spec(prometheus.url)
+    spec["router"]["httpRoute"] = {"name": ROUTE}
+    spec["classes"][1]["costs"] = {"preemption": 2, "waste": 1}  # rho 10 vs 2: chat first
+    setup(kube_api, namespace, spec)
+    created = create_services_and_route(kube_api, namespace)
+    out = run(kube, namespace, knobs=PriorityRule())
+    assert out.ok, out
+    st = fetch(kube, namespace)["status"]["plan"]
+    assert {c: st["classes"][c]["priority"] for c in ("chat", "code")} == {"chat": 1, "code": 2}
+    rules = kube.get_httproute(namespace, ROUTE)["spec"]["rules"]
+    assert rules[0]["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+        "set": [{"name": "X-Vllm-Priority", "value": "1"}]}}]
+    assert rules[1]["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+        "set": [{"name": "X-Vllm-Priority", "value": "2"}]}}]
+    assert rules[2]["filters"] == created["spec"]["rules"][2]["filters"]  # the fleet rule: the user's, untouched
+    version = kube.get_httproute(namespace, ROUTE)["metadata"]["resourceVersion"]
+    assert run(kube, namespace, knobs=PriorityRule()).ok
+    assert kube.get_httproute(namespace, ROUTE)["metadata"]["resourceVersion"] == version

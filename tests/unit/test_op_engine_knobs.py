@@ -433,3 +433,30 @@ def test_the_knob_cache_reuses_an_answer_while_the_situation_holds():
     w.generation = 3
     w.run(T0 + 1500)
     assert {k[1] for k in w.cache.entries} == {"big"}  # a group gone from the spec is forgotten
+
+
+def test_class_rules_of_the_httproute_carry_the_priority_header():
+    """With a group under --scheduling-policy priority, each class rule of the HTTPRoute sets X-Vllm-Priority (the
+    header vLLM 0.33 reads) in its RequestHeaderModifier filter, merged into the user's own; the fleet rule is left
+    alone; back to fcfs, kvplan's header (and the filter it created) goes, the user's entries stay."""
+    from test_op_faults import route  # type: ignore[import-not-found]
+
+    w = World()
+    w.kube.httproutes["llm"] = route()
+    user = {"type": "RequestHeaderModifier", "requestHeaderModifier": {"add": [{"name": "x-team", "value": "a"}]}}
+    w.kube.httproutes["llm"]["spec"]["rules"][0]["filters"] = [copy.deepcopy(user)]
+    w.rule = ScriptedKnobs({"small": (256, 0.0, "priority")})
+    assert w.run(T0).ok
+    rules = w.kube.httproutes["llm"]["spec"]["rules"]
+    prio = {c: w.kube.status["plan"]["classes"][c]["priority"] for c in ("chat", "code-gen")}
+    assert rules[0]["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+        "add": [{"name": "x-team", "value": "a"}], "set": [{"name": "X-Vllm-Priority", "value": str(prio["chat"])}]}}]
+    assert rules[1]["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+        "set": [{"name": "X-Vllm-Priority", "value": str(prio["code-gen"])}]}}]
+    assert "filters" not in rules[2]  # the fleet rule
+    assert [b["weight"] for b in rules[0]["backendRefs"]] == [500, 500]  # weights as before
+    assert w.run(T0 + 60).ok and [x for x in w.kube.writes if x != "status"] == []
+    w.rule = ScriptedKnobs()  # every group back to fcfs: no priorities
+    assert w.run(T0 + 3700).ok
+    rules = w.kube.httproutes["llm"]["spec"]["rules"]
+    assert rules[0]["filters"] == [user] and "filters" not in rules[1]

@@ -131,6 +131,9 @@ class Settings:
     """Run as the chart does with ``peering.enabled=false``: ``--standalone``, no peering object or its RBAC."""
     example: str = "plugin"
     """Which example KVPlan to apply (:data:`EXAMPLES`)."""
+    operator_image: str | None = None
+    """Run the operator from this container image (podman, :mod:`kvplan_dev.container`) instead of the venv's
+    ``kvplan-operator``; ``make release`` passes the image it pushed, by digest."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -146,6 +149,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--example", choices=sorted(EXAMPLES), default=Settings.example,
                         help="plugin: examples/kvplan-70b.yaml (per-class series of kvplan's vLLM plugin); stock: "
                              "examples/kvplan-70b-stock.yaml (stock vLLM metrics alone) (default %(default)s)")
+    parser.add_argument("--operator-image", default=None, metavar="REF",
+                        help="run the operator from this image with podman (e.g. the one `make release` pushed)")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -155,7 +160,8 @@ def _settings(args: argparse.Namespace) -> Settings:
     return Settings(json=bool(getattr(args, "json", False)),
                     timeout_s=float(getattr(args, "timeout", None) or Settings.timeout_s),
                     keep_logs=Path(keep) if keep else None, standalone=bool(getattr(args, "standalone", False)),
-                    example=str(getattr(args, "example", None) or Settings.example))
+                    example=str(getattr(args, "example", None) or Settings.example),
+                    operator_image=getattr(args, "operator_image", None))
 
 
 def _kubectl_json(cluster: Any, *args: str) -> dict[str, Any]:
@@ -202,7 +208,7 @@ def wait_established(cluster: Any, crds: Sequence[str], timeout_s: float = 120.0
 def _install(cluster: Any, tools: Any, workdir: Path, *, standalone: bool = False) -> None:
     for namespace in (NAMESPACE, OPERATOR_NAMESPACE):
         cluster.kubectl("create", "namespace", namespace)
-    cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds"))
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
     wait_established(cluster, ("kvplans.kvplan.io", "kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"))
     done = subprocess.run(
         [str(tools.helm), "template", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
@@ -218,9 +224,15 @@ def _install(cluster: Any, tools: Any, workdir: Path, *, standalone: bool = Fals
     log("chart objects applied: " + ", ".join(f"{d['kind']}/{d['metadata']['name']}" for d in rbac))
 
 
-def _start_operator(kubeconfig: Path, workdir: Path, *, standalone: bool = False) -> Any:
+def _start_operator(kubeconfig: Path, workdir: Path, *, standalone: bool = False, image: str | None = None) -> Any:
     from kvplan_dev.process import ManagedProcess, free_port
 
+    if image is not None:
+        from kvplan_dev.container import operator_in_container
+
+        args = [f"--namespace={NAMESPACE}", "--standalone" if standalone else f"--peering={RELEASE}",
+                f"--liveness=http://127.0.0.1:{free_port()}/healthz", f"--metrics-port={free_port()}"]
+        return operator_in_container(image, kubeconfig, workdir, args)
     binary = Path(sys.executable).parent / "kvplan-operator"
     if not binary.exists():
         raise RuntimeError(f"{binary}: not installed; run `make venv`")
@@ -308,11 +320,13 @@ def _demo(settings: Settings, report: dict[str, Any]) -> None:
             log(f"    kube-apiserver {cluster.apiserver_version} at {cluster.server}")
             log("3/8 install: CRDs and the chart's RBAC (helm template) ...")
             _install(cluster, tools, workdir, standalone=settings.standalone)
-            log("4/8 operator: kvplan-operator under the chart's ServiceAccount token ...")
+            log("4/8 operator: kvplan-operator under the chart's ServiceAccount token"
+                + (f", in a container of {settings.operator_image}" if settings.operator_image else "") + " ...")
             log_dirs[2].mkdir(parents=True, exist_ok=True)
             sa_kubeconfig = cluster.service_account_kubeconfig(OPERATOR_NAMESPACE, RELEASE,
                                                                path=log_dirs[2] / "kubeconfig")
-            operator = _start_operator(sa_kubeconfig, log_dirs[2], standalone=settings.standalone)
+            operator = _start_operator(sa_kubeconfig, log_dirs[2], standalone=settings.standalone,
+                                       image=settings.operator_image)
             stack.enter_context(_stopping(report, "kvplan-operator", operator))
             example = EXAMPLES[settings.example]
             log(f"5/8 apply: examples/vllm-deployments.yaml and examples/{example.name} ...")

@@ -155,4 +155,7 @@ def on_delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         rt.retry_at.pop(uid, None)
         with rt.guard:
             rt.locks.pop(uid, None)
+        metrics = getattr(rt.deps, "metrics", None)
+        if metrics is not None:  # a deleted KVPlan's series go with it
+            metrics.forget(body["metadata"]["namespace"], body["metadata"]["name"])
 

@@ -28,6 +28,7 @@ a request without one carries) is left to no class, so kvplan's plugin never mis
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -38,6 +39,7 @@ from kvcore.planmodel import Plan
 
 from .knob_cache import KnobCache
 from .spec import Group, KVPlanSpec
+from .spec_engine import DEFAULT_VLLM_VERSION, parse_version
 from .targets.deployment import find_container
 from .targets.plugin_mount import ASYNC_SCHEDULER, SYNC_SCHEDULER, is_plugin_scheduler, present
 from .targets.vllm_flags import (EXECUTOR_FLAG, POLICY_FLAG, SCHEDULER_FLAG, SEQS_FLAG, WATERMARK_FLAG, has_switch,
@@ -86,6 +88,8 @@ class GroupKnobs:
     group: str
     mode: str
     version: str
+    #: where ``version`` came from: spec, image or default (:func:`engine_version`).
+    version_from: str
     planned: Knobs
     target: Knobs
     running: Knobs
@@ -155,6 +159,37 @@ def scheduler_class(group: Group, body: Mapping[str, Any] | None, pp: int) -> st
     return ASYNC_SCHEDULER
 
 
+#: An official vLLM image and its version tag: ``[registry/]vllm/vllm-openai:v0.33.0`` (also ``vllm-openai-cpu``,
+#: ``...-rocm``); any other image's tag says nothing about vLLM's version.
+_OFFICIAL = re.compile(r"^(?:.*/)?vllm-openai(?:-[a-z0-9]+)?:v?([0-9]+\.[0-9]+(?:\.[0-9]+)*)(?:@.*)?$")
+
+
+@dataclass(frozen=True)
+class EngineVersion:
+    """A group's vLLM version and where it came from: ``spec`` (``engine.vllmVersion``), ``image`` (the official
+    image's tag) or ``default`` (:data:`~kvplan_operator.spec_engine.DEFAULT_VLLM_VERSION`)."""
+
+    version: tuple[int, int, int]
+    text: str
+    source: str
+
+    def describe(self) -> str:
+        return {"spec": f"engine.vllmVersion {self.text}", "image": f"vLLM {self.text} (the image's tag)",
+                "default": f"vLLM {self.text} (assumed: no engine.vllmVersion, no official image tag)"}[self.source]
+
+
+def engine_version(g: Group, body: Mapping[str, Any] | None) -> EngineVersion:
+    """``engine.vllmVersion``, else the tag of an official ``vllm/vllm-openai`` image of the group's container,
+    else :data:`~kvplan_operator.spec_engine.DEFAULT_VLLM_VERSION`."""
+    if g.engine.vllm_version is not None:
+        return EngineVersion(parse_version(g.engine.vllm_version), g.engine.vllm_version, "spec")
+    image = str((find_container(body or {}, g.container) or {}).get("image") or "")
+    m = _OFFICIAL.match(image)
+    if m:
+        return EngineVersion(parse_version(m.group(1)), m.group(1), "image")
+    return EngineVersion(parse_version(DEFAULT_VLLM_VERSION), DEFAULT_VLLM_VERSION, "default")
+
+
 def class_priorities(instance: Instance) -> dict[str, int]:
     """class -> 1 + rank by decreasing rho = c_p / c_w (ties in spec order): the knob rule's order."""
     rho = [c.costs()[0] / c.costs()[1] if c.costs()[1] > 0 else float("inf") for c in instance.classes]
@@ -177,15 +212,15 @@ class RuleCall:
     now: float = 0.0
 
 
-def situation(call: RuleCall, g: Group, plan: Plan, running: Knobs) -> tuple[Any, ...]:
+def situation(call: RuleCall, g: Group, plan: Plan, running: Knobs, version: EngineVersion) -> tuple[Any, ...]:
     """What a cached answer for group ``g`` depends on (:mod:`.knob_cache`)."""
     gp = next((x for x in plan.groups if x.name == g.name), None)
-    return (call.generation, g.engine.version, (gp.tp, gp.pp, gp.replicas) if gp else None,
+    return (call.generation, version.version, (gp.tp, gp.pp, gp.replicas) if gp else None,
             (running.watermark, running.max_num_seqs, running.scheduling_policy))
 
 
-def _rule(spec: KVPlanSpec, plan: Plan, instance: Instance, call: RuleCall, now: Mapping[str, Knobs]
-          ) -> tuple[dict[str, Any], dict[str, str]]:
+def _rule(spec: KVPlanSpec, plan: Plan, instance: Instance, call: RuleCall, now: Mapping[str, Knobs],
+          versions: Mapping[str, EngineVersion]) -> tuple[dict[str, Any], dict[str, str]]:
     """The knob rule over every Auto group without a reusable answer, one call per engine version: (choices,
     group -> failure message)."""
     by_version: dict[tuple[int, int, int], list[str]] = {}
@@ -194,12 +229,12 @@ def _rule(spec: KVPlanSpec, plan: Plan, instance: Instance, call: RuleCall, now:
     for g in spec.groups:
         if g.engine.knobs != "Auto":
             continue
-        seen[g.name] = situation(call, g, plan, now[g.name])
+        seen[g.name] = situation(call, g, plan, now[g.name], versions[g.name])
         cached = call.cache.get((call.owner, g.name), seen[g.name], call.now) if call.cache is not None else None
         if cached is not None:
             choices[g.name] = cached
         else:
-            by_version.setdefault(g.engine.version, []).append(g.name)
+            by_version.setdefault(versions[g.name].version, []).append(g.name)
     failed: dict[str, str] = {}
     for version, names in sorted(by_version.items()):
         sub = plan.model_copy(update={"groups": [gp for gp in plan.groups if gp.name in names]})
@@ -224,14 +259,15 @@ def _rule(spec: KVPlanSpec, plan: Plan, instance: Instance, call: RuleCall, now:
     return choices, failed
 
 
-def _planned(g: Group, choice: Any, body: Mapping[str, Any] | None, pp: int) -> tuple[Knobs, list[str]]:
-    v = g.engine.version
+def _planned(g: Group, choice: Any, body: Mapping[str, Any] | None, pp: int, ver: EngineVersion
+             ) -> tuple[Knobs, list[str]]:
+    v = ver.version
     notes: list[str] = []
     knobs = Knobs()
     if g.engine.knobs == "Auto":
         if v < WATERMARK_VERSION:
-            notes.append(f"group {g.name}: --watermark not written: engine.vllmVersion {g.engine.vllm_version} has "
-                         f"no --watermark (needs >= 0.33)")
+            notes.append(f"group {g.name}: --watermark not written: {ver.describe()} has no --watermark "
+                         f"(needs >= 0.33)")
         if choice is not None:
             knobs = Knobs(max_num_seqs=int(choice.max_num_seqs),
                           watermark=None if choice.watermark is None or v < WATERMARK_VERSION
@@ -241,7 +277,7 @@ def _planned(g: Group, choice: Any, body: Mapping[str, Any] | None, pp: int) -> 
         own = literal(read_flags(find_container(body or {}, g.container) or {})[SCHEDULER_FLAG] or "")
         if not PLUGIN_VERSIONS[0] <= v < PLUGIN_VERSIONS[1]:
             notes.append(f"group {g.name}: --scheduler-cls {cls} (kvplan's plugin) not added: the plugin needs vLLM "
-                         f"0.33.x, engine.vllmVersion is {g.engine.vllm_version}")
+                         f"0.33.x, the group has {ver.describe()}")
         elif own and not is_plugin_scheduler(own):
             notes.append(f"group {g.name}: --scheduler-cls {cls} (kvplan's plugin) not added: the container runs "
                          f"its own scheduler {own}")
@@ -267,12 +303,14 @@ def decide_knobs(spec: KVPlanSpec, plan: Plan, instance: Instance, call: RuleCal
     manages already; ``relaid``: groups this apply re-lays out; ``layouts``: group -> planned (tp, pp);
     ``recorded``: the budget's attempts in the last hour (their keys)."""
     now = {g.name: running_knobs(bodies.get(g.name), g.container) for g in spec.groups}
-    choices, failed = _rule(spec, plan, instance, call, now)
+    versions = {g.name: engine_version(g, bodies.get(g.name)) for g in spec.groups}
+    choices, failed = _rule(spec, plan, instance, call, now, versions)
     planned: dict[str, Knobs] = {}
     notes: dict[str, list[str]] = {}
     for g in spec.groups:
         choice = choices.get(g.name) if g.name not in failed else None
-        planned[g.name], notes[g.name] = _planned(g, choice, bodies.get(g.name), layouts.get(g.name, (1, 1))[1])
+        planned[g.name], notes[g.name] = _planned(g, choice, bodies.get(g.name), layouts.get(g.name, (1, 1))[1],
+                                                  versions[g.name])
     moving = sorted(g.name for g in spec.groups if g.name in adopted and g.name not in relaid
                     and bodies.get(g.name) is not None and differs(planned[g.name], now[g.name]))
     key = "knobs:" + ",".join(f"{n}={'/'.join(str(v) for v in planned[n].flags().values())}" for n in moving)
@@ -298,7 +336,8 @@ def decide_knobs(spec: KVPlanSpec, plan: Plan, instance: Instance, call: RuleCal
         n = g.name
         choice = choices.get(n)
         groups[n] = GroupKnobs(
-            group=n, mode=g.engine.knobs, version=g.engine.vllm_version, planned=planned[n],
+            group=n, mode=g.engine.knobs, version=versions[n].text, version_from=versions[n].source,
+            planned=planned[n],
             target=now[n] if n in held else planned[n], running=now[n],
             held=_held(planned[n], now[n]) if n in held else (), unsupported=tuple(notes[n]),
             rule=str(choice.reason) if choice is not None and n not in failed else None, failed=failed.get(n))
@@ -310,7 +349,7 @@ def engine_status(k: GroupKnobs) -> dict[str, Any]:
     """``status.plan.groups.<g>.engine``: the knobs this apply leaves in force, the plan's where they differ
     (``held``: knob, planned, current), refusals, and the knob rule's reason."""
     t = k.target
-    return {"vllmVersion": k.version, "knobs": k.mode, "maxNumSeqs": t.max_num_seqs, "watermark": t.watermark,
+    return {"vllmVersion": k.version, "vllmVersionFrom": k.version_from, "knobs": k.mode, "maxNumSeqs": t.max_num_seqs, "watermark": t.watermark,
             "schedulingPolicy": t.scheduling_policy, "schedulerCls": t.scheduler_cls,
             "held": [{"knob": h.knob, "planned": h.planned, "current": h.current} for h in k.held],
             "unsupported": list(k.unsupported), "rule": k.failed or k.rule}

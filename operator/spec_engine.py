@@ -11,7 +11,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-#: ``engine.vllmVersion`` when a group gives none: the vLLM kvplan's engine model, knob rule and plugins target.
+#: The vLLM version assumed when ``engine.vllmVersion`` is not given and the container's image is not an official
+#: ``vllm/vllm-openai:vX.Y.Z`` (:func:`kvplan_operator.engine_knobs.engine_version`): the one kvplan's engine model,
+#: knob rule and plugins target.
 DEFAULT_VLLM_VERSION = "0.33.0"
 #: ``major.minor[.patch]`` with an optional local suffix (``0.33.0+cu128``); pre-releases are not accepted.
 VLLM_VERSION = r"^[0-9]+\.[0-9]+(\.[0-9]+)?(\+[A-Za-z0-9.]+)?$"
@@ -24,19 +26,19 @@ class _Model(BaseModel):
 class Engine(_Model):
     """The group's serving engine and the stock vLLM knobs kvplan may set on it (docs/operator.md, "Engine knobs")."""
 
-    vllm_version: str = Field(DEFAULT_VLLM_VERSION, pattern=VLLM_VERSION, max_length=64,
-                              description="vLLM version of the group's image; gates --watermark (>= 0.33) and the "
-                              "plugin (0.33.x).")
+    vllm_version: str | None = Field(None, pattern=VLLM_VERSION, max_length=64,
+                                     description="vLLM version of the group's image; gates --watermark (>= 0.33) and "
+                                     "the plugin (0.33.x). None: the official image's tag, else 0.33.0.")
     knobs: Literal["Auto", "Formula"] = Field("Auto", description="Auto: --max-num-seqs, --watermark and "
                                               "--scheduling-policy from kvcore's knob rule; Formula: only "
                                               "--max-num-seqs from the capacity formula, riding along with rollouts "
                                               "(kvplan 0.1).")
 
-    @property
-    def version(self) -> tuple[int, int, int]:
-        """``vllm_version`` as (major, minor, patch); a missing patch is 0."""
-        parts = [int(p) for p in self.vllm_version.split("+", 1)[0].split(".")]
-        return (parts[0], parts[1], parts[2] if len(parts) > 2 else 0)
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``0.33.0+cu128`` / ``0.33`` / ``0.10.1.1`` -> (major, minor, patch); a missing patch is 0."""
+    parts = [int(p) for p in text.split("+", 1)[0].split(".")[:3]]
+    return (parts[0], parts[1], parts[2] if len(parts) > 2 else 0)
 
 
 class Plugin(_Model):

@@ -212,8 +212,8 @@ def test_the_plugin_on_an_old_engine_adds_nothing_of_itself():
     assert not {"volumeMounts"} & set(container(big)) and "KVPLAN_RESERVATIONS_FILE" not in {
         e["name"] for e in container(big)["env"]}
     cond = w.cond(C.ENGINE_KNOBS)
-    assert cond["reason"] == C.KNOB_UNSUPPORTED and "the plugin needs vLLM 0.33.x, engine.vllmVersion is 0.32.1" in \
-        cond["message"] and "group big: --scheduler-cls" in cond["message"]
+    assert cond["reason"] == C.KNOB_UNSUPPORTED and "the plugin needs vLLM 0.33.x, the group has engine.vllmVersion " \
+        "0.32.1" in cond["message"] and "group big: --scheduler-cls" in cond["message"]
     assert w.flag("--tensor-parallel-size") == "4"  # the rest of the plan applied
 
 
@@ -460,3 +460,34 @@ def test_class_rules_of_the_httproute_carry_the_priority_header():
     assert w.run(T0 + 3700).ok
     rules = w.kube.httproutes["llm"]["spec"]["rules"]
     assert rules[0]["filters"] == [user] and "filters" not in rules[1]
+
+
+@pytest.mark.parametrize(("spec_version", "image", "want"), [
+    pytest.param(None, "vllm/vllm-openai:v0.30.1", ((0, 30, 1), "image"), id="official-image-tag"),
+    pytest.param(None, "registry.local/mirror/vllm-openai:v0.10.1.1@sha256:0f", ((0, 10, 1), "image"),
+                 id="mirrored-official-four-part"),
+    pytest.param(None, "myorg/vllm-server:1.2.0", ((0, 33, 0), "default"), id="other-image-says-nothing"),
+    pytest.param(None, "vllm/vllm-openai:latest", ((0, 33, 0), "default"), id="latest-says-nothing"),
+    pytest.param("0.32", "vllm/vllm-openai:v0.30.1", ((0, 32, 0), "spec"), id="the-spec-wins"),
+])
+def test_engine_version_from_spec_else_the_official_image_tag(spec_version, image, want):
+    from kvplan_operator.engine_knobs import engine_version
+
+    spec = copy.deepcopy(SPEC)
+    if spec_version:
+        spec["groups"][0]["engine"] = {"vllmVersion": spec_version}
+    body = dep("vllm-big")
+    container(body)["image"] = image
+    v = engine_version(parse_spec(spec).groups[0], body)
+    assert (v.version, v.source) == want
+
+
+def test_an_old_image_without_a_version_in_the_spec_gets_no_watermark():
+    w = World()
+    container(w.kube.deployments["vllm-big"])["image"] = "vllm/vllm-openai:v0.30.1"
+    w.rule = ScriptedKnobs({"big": (64, 0.05, "fcfs")})
+    assert w.run(T0).ok
+    assert "--watermark" not in w.args() and w.flag("--max-num-seqs") == "64"
+    assert [v for v, g, _ in w.rule.calls if g == ["big"]] == ["0.30.1"]
+    assert "vLLM 0.30.1 (the image's tag) has no --watermark" in w.cond(C.ENGINE_KNOBS)["message"]
+    assert (w.engine()["vllmVersion"], w.engine()["vllmVersionFrom"]) == ("0.30.1", "image")

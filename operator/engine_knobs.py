@@ -5,10 +5,11 @@ Per group (``spec.groups[].engine``, ``spec.groups[].plugin``):
 
 - ``knobs: Auto`` (default): ``--max-num-seqs``, ``--watermark`` and ``--scheduling-policy`` from kvcore's knob
   rule (:func:`kvcore.knobs.knobs_for_plan`: the recent history replayed through the vLLM engine model), given the
-  knobs the engines run now so that a re-plan on fresh data keeps them while they are inside the rule's knee. The
-  watermark exists from vLLM 0.33 on: for an older ``engine.vllmVersion`` the rule is run without it and the
-  group's knob is refused (``KnobUnsupported``). ``knobs: Formula``: kvplan 0.1's ``--max-num-seqs`` formula only
-  (build.py), nothing else;
+  knobs the engines run now so that a re-plan on fresh data keeps them while they are inside the rule's knee (and
+  reusing its answer while the group's situation holds, :mod:`.knob_cache`). The watermark exists from vLLM 0.33
+  on: for an older vLLM (:func:`engine_version`: ``engine.vllmVersion``, else an official image's tag, else 0.33.0)
+  the rule is run without it and the group's knob is refused (``KnobUnsupported``). ``knobs: Formula``: kvplan
+  0.1's ``--max-num-seqs`` formula only (build.py), nothing else;
 - ``plugin.enabled``: ``--scheduler-cls`` of kvplan's reservation gate, the async variant unless vLLM's async
   scheduling is off for this container (:func:`scheduler_class`); only for vLLM 0.33.x (the plugin's pin), and
   never over a container's own ``--scheduler-cls``.
@@ -35,6 +36,7 @@ from typing import Any
 
 from kvcore.errors import InputError
 from kvcore.instance import Instance
+from kvcore.knobs import WATERMARK_MIN_VERSION as WATERMARK_VERSION  # --watermark exists from vLLM 0.33 on
 from kvcore.planmodel import Plan
 
 from .knob_cache import KnobCache
@@ -49,8 +51,6 @@ from .targets.vllm_flags import (EXECUTOR_FLAG, POLICY_FLAG, SCHEDULER_FLAG, SEQ
 KnobRule = Callable[..., Mapping[str, Any]]
 #: vLLM versions kvplan's plugin supports (``kvplan[vllm]`` pins ``vllm>=0.33,<0.34``).
 PLUGIN_VERSIONS = ((0, 33, 0), (0, 34, 0))
-#: ``--watermark`` exists from this vLLM version on.
-WATERMARK_VERSION = (0, 33, 0)
 #: Executor backends that schedule asynchronously in vLLM 0.33 (``supports_async_scheduling``).
 ASYNC_EXECUTORS = frozenset({"mp", "uni", "external_launcher"})
 

@@ -124,7 +124,7 @@ class EngineEvaluation(BaseModel):
     rows: list[EngineRow]
 
 
-class _Setup:
+class EngineSetup:
     """The split, classes, histories and replay of one trace (shared by every variant)."""
 
     def __init__(self, trace: Trace, fleet: EngineFleet, replay_requests: int = 3000) -> None:
@@ -160,9 +160,9 @@ class _Setup:
                                             ttft_slo_s=self.fleet.ttft_slo_s, tpot_slo_s=self.fleet.tpot_slo_s)
         return self._replays[load]
 
-    def rule(self, load: float, rho: float | None, seed: int) -> ReserveChoice:
-        """The reservations that pay at ``load``, every class at ``rho``; None: priced by the engine (the plan's
-        reservations at the engine's rho_e, harm at its price in token slots)."""
+    def rule(self, load: float, rho: float | Sequence[float] | None, seed: int) -> ReserveChoice:
+        """The reservations that pay at ``load``, the classes at ``rho`` (one for both, or one each); None: priced by
+        the engine (the plan's reservations at the engine's rho_e, harm at its price in token slots)."""
         rs = self.replays(load, seed)
         if rho is None:
             rho_e = engine_rho(rs)
@@ -176,8 +176,10 @@ class _Setup:
         parts = np.array_split(train, max(1, min(4, train.size)))
         return History(tuple(Samples.from_arrays(p, field=f"history[{CLASSES[c]}][{i}]") for i, p in enumerate(parts)))
 
-    def reserves(self, rho: float) -> list[float]:
-        return [self.reserves_at(c, rho) for c in (0, 1)]
+    def reserves(self, rho: float | Sequence[float]) -> list[float]:
+        """The plan's reservation of each class at ``rho`` (one for both, or one each)."""
+        rhos = _per_class(rho)
+        return [self.reserves_at(c, rhos[c]) for c in (0, 1)]
 
     def reserves_at(self, c: int, rho: float) -> float:
         """The plan's reservation of class ``c`` at ``rho`` (rho 0: nothing)."""
@@ -198,19 +200,29 @@ class _Setup:
         return Workload.from_arrays(arrival, self.cls[self.half:], self.inp[self.half:], self.out[self.half:],
                                     n_classes=2)
 
-    def knob_classes(self, load: float, reserves: Sequence[float], rho: float) -> list[KnobClass]:
+    def knob_classes(self, load: float, reserves: Sequence[float], rho: float | Sequence[float]) -> list[KnobClass]:
         rate = load * self.capacity_rps
         train_cls = self.cls[: self.half]
+        rhos = _per_class(rho)
         out = []
         for c in (0, 1):
             m = train_cls == c
             out.append(KnobClass.build(CLASSES[c], rate * float(m.mean()), self.inp[: self.half][m],
-                                       self.out[: self.half][m], reserves[c], rho))
+                                       self.out[: self.half][m], reserves[c], rhos[c]))
         return out
 
 
-def _row(setup: _Setup, name: str, load: float, method: str, rho: float, workload: Workload, policy: SimPolicy,
-         res: EngineResult, gated: bool, knobs: str) -> EngineRow:
+def _per_class(rho: float | Sequence[float]) -> tuple[float, float]:
+    if isinstance(rho, (int, float)):
+        return float(rho), float(rho)
+    if len(rho) != len(CLASSES):
+        raise InputError("rho", f"needs one value or one per class ({len(CLASSES)}), got {len(rho)}")
+    return float(rho[0]), float(rho[1])
+
+
+def measure_row(setup: EngineSetup, name: str, load: float, method: str, rho: float, workload: Workload,
+                policy: SimPolicy, res: EngineResult, gated: bool, knobs: str) -> EngineRow:
+    """One row of measures (module docstring) of ``res``, a replay of ``workload`` under ``policy``."""
     o = res.outcomes
     assert o is not None
     n = max(res.finished, 1)
@@ -229,8 +241,9 @@ def _row(setup: _Setup, name: str, load: float, method: str, rho: float, workloa
                      if res.duration_s > 0 else 0.0, cost=cost, rho=rho, knobs=knobs)
 
 
-def _run(setup: _Setup, workload: Workload, reserves: Sequence[float], rho: float, engine: EngineConfig,
-         seed: int) -> tuple[SimPolicy, EngineResult]:
+def run_variant(setup: EngineSetup, workload: Workload, reserves: Sequence[float], rho: float,
+                engine: EngineConfig, seed: int) -> tuple[SimPolicy, EngineResult]:
+    """Replay ``workload`` on the setup's group with these reservations (tokens per class) and engine settings."""
     policy = SimPolicy.from_arrays(list(reserves), np.ones((2, 1)), cp=rho, cw=1.0)
     res = simulate_engine(workload, [setup.group], policy, rng=np.random.default_rng(seed), engine=engine,
                           keep_requests=True)
@@ -249,9 +262,10 @@ def _describe(engine: EngineConfig) -> str:
 def evaluate_engine(trace: Trace, *, loads: Sequence[float] = DEFAULT_LOADS, rho: float = 10.0,
                     fleet: EngineFleet | None = None, seed: int = 0, frontier: bool = False,
                     wrap: Callable[[Sequence[float]], Iterable[float]] | None = None,
-                    replay_requests: int = 3000) -> EngineEvaluation:
+                    replay_requests: int = 3000, setup: EngineSetup | None = None) -> EngineEvaluation:
     """The variants of :data:`METHODS` (and with ``frontier`` the sweeps) at every load; rows in (load, method)
-    order. ``replay_requests``: requests per history replay of the knob and reservation rules (2 replays each)."""
+    order. ``replay_requests``: requests per history replay of the knob and reservation rules (2 replays each).
+    ``setup``: an :class:`EngineSetup` of this trace and fleet to reuse (its replays are memoised)."""
     fleet = fleet if fleet is not None else EngineFleet()
     if not (math.isfinite(rho) and rho > 0):
         raise InputError("--rho", f"must be finite and > 0, got {rho}")
@@ -260,7 +274,7 @@ def evaluate_engine(trace: Trace, *, loads: Sequence[float] = DEFAULT_LOADS, rho
             raise InputError("--load", f"must be in (0, 2), got {load}")
     if replay_requests < 20:
         raise InputError("--replay-requests", f"must be at least 20, got {replay_requests}")
-    setup = _Setup(trace, fleet, replay_requests)
+    setup = setup if setup is not None else EngineSetup(trace, fleet, replay_requests)
     name = trace.source or "trace"
     reserves = setup.reserves(rho)
     base = EngineConfig()
@@ -282,9 +296,10 @@ def evaluate_engine(trace: Trace, *, loads: Sequence[float] = DEFAULT_LOADS, rho
         variants = [("vllm-default", base, reserves), ("kvplan-knobs", choice.engine_config(base, CLASSES), reserves),
                     ("kvplan-plugin", gate, paying), ("kvplan-plugin-dro", gate, reserves)]
         for method, engine, ys in variants:
-            policy, res = _run(setup, workload, ys, rho, engine, seed)
+            policy, res = run_variant(setup, workload, ys, rho, engine, seed)
             text = _describe(engine) + (f" y={ys[0]:.0f},{ys[1]:.0f}" if engine.admission == "gate" else "")
-            rows.append(_row(setup, name, load, method, rho, workload, policy, res, engine.admission == "gate", text))
+            rows.append(measure_row(setup, name, load, method, rho, workload, policy, res, engine.admission == "gate",
+                                    text))
         if frontier:
             rows += frontier_rows(setup, name, load, workload, rho, seed)
     return EngineEvaluation(trace=name, requests=len(trace) - setup.half, replicas=fleet.replicas,
@@ -296,7 +311,7 @@ def _reserves_text(rule: ReserveChoice) -> str:
     return ", ".join(f"{c} {rule.reserves[c]} ({rule.sources[c]})" for c in CLASSES)
 
 
-def frontier_rows(setup: _Setup, name: str, load: float, workload: Workload, rho: float, seed: int,
+def frontier_rows(setup: EngineSetup, name: str, load: float, workload: Workload, rho: float, seed: int,
                   ) -> list[EngineRow]:
     """At every rho of :data:`FRONTIER_RHOS` (cost priced at each): the plugin with the reservations that pay
     (``plugin-rho=``) and with the plan's raw reservations (``plugin-dro-rho=``); the rule priced by the engine
@@ -309,20 +324,20 @@ def frontier_rows(setup: _Setup, name: str, load: float, workload: Workload, rho
         rule = setup.rule(load, r, seed)
         ys = [float(rule.reserves[c]) for c in CLASSES]
         price = rho if r is None else r
-        policy, res = _run(setup, workload, ys, price, gate, seed)
+        policy, res = run_variant(setup, workload, ys, price, gate, seed)
         tag = "engine" if r is None else f"{r:g}"
-        rows.append(_row(setup, name, load, f"plugin-rho={tag}", price, workload, policy, res, True,
+        rows.append(measure_row(setup, name, load, f"plugin-rho={tag}", price, workload, policy, res, True,
                          f"gate y={_reserves_text(rule)}"))
     for r in FRONTIER_RHOS:
         ys = setup.reserves(r)
-        policy, res = _run(setup, workload, ys, r, gate, seed)
-        rows.append(_row(setup, name, load, f"plugin-dro-rho={r:g}", r, workload, policy, res, True,
+        policy, res = run_variant(setup, workload, ys, r, gate, seed)
+        rows.append(measure_row(setup, name, load, f"plugin-dro-rho={r:g}", r, workload, policy, res, True,
                          f"gate y={ys[0]:.0f},{ys[1]:.0f}"))
     for w in FRONTIER_WATERMARKS:
         for s in FRONTIER_SEQS:
             engine = base.model_copy(update={"watermark": w, "max_num_seqs": s})
-            policy, res = _run(setup, workload, [0.0, 0.0], rho, engine, seed)
-            rows.append(_row(setup, name, load, f"stock-w={w:g},s={s}", rho, workload, policy, res, False,
+            policy, res = run_variant(setup, workload, [0.0, 0.0], rho, engine, seed)
+            rows.append(measure_row(setup, name, load, f"stock-w={w:g},s={s}", rho, workload, policy, res, False,
                              _describe(engine)))
     return rows
 

@@ -11,7 +11,7 @@ _OPERATOR_DIR = "operator"
 _OPERATOR_PKG = "kvplan_operator"
 _SKIP = ["*.__pycache__", "*.__pycache__.*"]
 
-packages = find_namespace_packages(include=["kvcore", "kvcore.*", "kvplan_dev", "kvplan_dev.*"], exclude=_SKIP)
+packages = find_namespace_packages(include=["kvcore", "kvcore.*", "kvplan_dev", "kvplan_dev.*", "kvplan_vllm", "kvplan_vllm.*"], exclude=_SKIP)
 packages += [
     _OPERATOR_PKG + name[len(_OPERATOR_DIR):]
     for name in find_namespace_packages(include=[_OPERATOR_DIR, _OPERATOR_DIR + ".*"], exclude=_SKIP)

@@ -7,6 +7,8 @@
 3. Issue 5's gm table: SAA, DRO eps = 0.15 E (paper), DRO eps = 0.02 E, P95, P99 and the new default, split and
    rolling x shift 1.0 / 1.5 / 2.5, on the traces with timestamps and, separately, on the one without.
 4. Table V style ablation of the joint planner (:mod:`ablation` beside this file) under a 2.5x shift.
+6. Issue 14: what histogram buckets cost the default policy, per layout, within-bucket model and radius binning
+   term (:mod:`binning` beside this file). Section 5 is ``benchmarks/engine_results.py``'s, kept as it is.
 
 Everything is measured in this one run; ratios compare numbers from the same run. ``--quick`` uses fewer rho and
 shift values (for a smoke test), never for the committed results.
@@ -28,6 +30,8 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from ablation import ABLATION_NOTES, run_ablation  # noqa: E402
+from binning import markdown as binning_markdown  # noqa: E402
+from binning import run as run_binning  # noqa: E402
 
 from kvcore.evaluate import (  # noqa: E402
     DEFAULT_METHODS,
@@ -343,6 +347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim_md, _ = _sim_table(paths, fleet)
     print("ablation ...", file=sys.stderr)
     ablation_md = run_ablation(args.traces, seeds=args.seeds)
+    print("binning ...", file=sys.stderr)
+    binning_md = binning_markdown(run_binning(paths, rhos=rhos, shifts=shifts), paths, rhos=rhos, shifts=shifts)
     imgs = _plots(evs, cells_ts, args.out / "img")
     print("oracle bound ...", file=sys.stderr)
     oracle_sc = _oracle_scenarios(paths, evs, shifts)
@@ -376,17 +382,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         issue5=ISSUE5_REPORTED, regret=_regret_table(evs), cost_tables=_cost_tables(evs), paper_iv=PAPER_TABLE_IV,
         sim=sim_md, fleet=fleet.model_dump(), ablation=ablation_md, ablation_notes=ABLATION_NOTES,
         imgs="\n".join(f"![{p.stem}](img/{p.name})" for p in imgs), oracle=oracle, oracle_vs_paper=oracle_vs_paper,
-        disagree=_disagreements(evs),
+        disagree=_disagreements(evs), binning=binning_md, engine_place=ENGINE_PLACE,
     )
-    # keep the section benchmarks/engine_results.py owns (between its markers) when rewriting the rest
+    # keep the section benchmarks/engine_results.py owns (between its markers), as section 5, when rewriting the rest
     old = (args.out / "results.md").read_text(encoding="utf-8") if (args.out / "results.md").exists() else ""
     begin, end = "<!-- engine:begin -->", "<!-- engine:end -->"
-    if begin in old and end in old:
-        md = md.rstrip("\n") + "\n\n" + old[old.index(begin): old.index(end) + len(end)] + "\n"
+    engine = old[old.index(begin): old.index(end) + len(end)] + "\n\n" if begin in old and end in old else ""
+    md = md.replace(ENGINE_PLACE, engine)
     (args.out / "results.md").write_text(md, encoding="utf-8")
     print(f"wrote {args.out / 'results.md'} and {len(imgs)} images in {elapsed:.0f} s", file=sys.stderr)
     return 0
 
+
+ENGINE_PLACE = "<!-- engine section (benchmarks/engine_results.py) -->\n"
+"""Where the section ``benchmarks/engine_results.py`` owns goes (section 5), replaced by it when present."""
 
 RESULTS_TEMPLATE = """# Results: the paper's tables on the shared traces
 
@@ -401,7 +410,7 @@ simulator), so we compare directions and ratios, not numbers.
 
 Each cell: gm over (trace, rho in {{2, 5, 10, 20, 50, 100}}) of a policy's cost divided by the cheapest of the
 six listed policies in that scenario, and in brackets the worst single scenario. The new default is
-`RadiusPolicy{default}`: DRO with eps = max(sampling floor + drift towards longer outputs, horizon term
+`RadiusPolicy{default}`: DRO with eps = max(sampling floor + binning term + drift towards longer outputs, horizon term
 0.15 E[xi] x horizon_ratio^2), capped at saturation (`kvcore/radius_drift.py`, explained in `docs/model.md`,
 "Radius policy"). The harness hands each plan its horizon ratio, how long it is in force over the span of its
 history, as the operator does (`spec.replan.interval / spec.prometheus.lookback`): 1 under the split
@@ -499,6 +508,18 @@ about reservations for that trace.
 {ablation_notes}
 
 {ablation}
+
+{engine_place}## 6. Issue 14: training on histogram buckets instead of raw lengths
+
+What the operator sees is not the output lengths but, per history window, how many requests fell in each bucket
+of the exporter's layout: vLLM's 1-2-5 buckets (`vllm:request_generation_tokens`), the Envoy AI Gateway's powers
+of 4, or kvplan's plugin's fine layout (buckets at most 10 % wide). `kvcore evaluate --observe LAYOUT` trains every
+policy on exactly that (`kvcore/evaluate/observe.py`): each history window binned into the layout up to L_max, plus
+`+Inf` closed at L_max, and read back with a within-bucket model (`kvcore/binned_model.py`). The model and the
+radius's binning term are explained in `docs/model.md`, "Histogram buckets"; `python benchmarks/binning.py`
+regenerates this section alone.
+
+{binning}
 """
 
 if __name__ == "__main__":

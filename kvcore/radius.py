@@ -21,11 +21,13 @@ from kvcore.bounds import MAX_POWER, MAX_RATIO, MAX_TOKENS
 from kvcore.catalogue import RadiusKind
 from kvcore.errors import InputError
 from kvcore.radius_drift import (
+    DEFAULT_BINNING,
     DEFAULT_DRIFT_Z,
     DEFAULT_FLOOR_SCALE,
     DEFAULT_HORIZON_FRAC,
     DEFAULT_HORIZON_POWER,
     DEFAULT_HORIZON_RATIO,
+    Binning,
     Side,
     drift_radius,
     exposed_side,
@@ -120,6 +122,17 @@ class RadiusPolicy(BaseModel):
             "(dimensionless exponent). Default 2 (see kvcore.radius_drift)."
         ),
     )
+    binning: Binning = Field(
+        default=DEFAULT_BINNING,
+        description=(
+            "kind='drift': which part of the distance that histogram binning can introduce (the samples' "
+            "`binning` bound, tokens) joins the sampling floor: 'open' the open +Inf bucket's, whose requests may "
+            "sit anywhere up to max_model_len; 'all' every bucket's (every placement of each bucket's requests "
+            "inside it is in the ball); 'none'. Default 'open': inside a finite bucket binning moves a request "
+            "less than the bucket's width, which the within-bucket model handles; counting it costs more than the "
+            "binning itself (docs/model.md, 'Histogram buckets')."
+        ),
+    )
 
 
 class RadiusChoice(BaseModel):
@@ -153,7 +166,7 @@ def _fraction(policy: RadiusPolicy, history: History, lmax: float, side: Side) -
 def _drift(policy: RadiusPolicy, history: History, lmax: float, side: Side) -> RadiusChoice:
     d = drift_radius(history, lmax, floor_scale=policy.floor_scale, drift_z=policy.drift_z, side=side,
                      horizon_ratio=policy.horizon_ratio, horizon_frac=policy.horizon_frac,
-                     horizon_power=policy.horizon_power)
+                     horizon_power=policy.horizon_power, binning=policy.binning)
     return RadiusChoice(eps=d.eps, rule="drift", reason=d.reason)
 
 

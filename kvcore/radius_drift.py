@@ -104,6 +104,17 @@ long as the history it was fitted on."""
 Side = Literal["up", "down", "both"]
 """Which direction of drift counts: towards longer outputs, shorter ones, or either (module docstring)."""
 
+Binning = Literal["open", "all", "none"]
+"""Which part of the distance histogram binning can introduce (:attr:`Samples.binning`) joins the sampling floor:
+the open ``+Inf`` bucket's (``open``), every bucket's (``all``) or none (docs/model.md, "Histogram buckets")."""
+
+DEFAULT_BINNING: Binning = "open"
+"""The binning term counts the open ``+Inf`` bucket only: its requests may sit anywhere up to max_model_len, far
+from every sample, which is the kind of error a Wasserstein ball is for. Inside a finite bucket binning can move
+a request less than the bucket's width, and the reservation at most within the bucket holding the critical
+fractile; counting that (``all``: 0.4-0.5 E[xi] through vLLM's 1-2-5 buckets) crosses DRO's bang-bang threshold at
+every rho >= 10 and costs more than the binning itself (docs/model.md, "Histogram buckets", measured)."""
+
 
 def exposed_side(cp: float | None, cw: float | None) -> Side:
     """The side a reservation is exposed on: ``up`` when overflow costs more (``cp > cw``), ``down`` when waste
@@ -124,6 +135,8 @@ class DriftRadius:
         distance: W1 between the newest window and the older ones counted on ``side`` (0 with one window).
         horizon: ``horizon_frac * mean * horizon_ratio ** horizon_power``, the horizon term.
         horizon_ratio: plan lifetime / history span the horizon term was computed for (dimensionless).
+        binning: the part of the histogram-binning bound (:attr:`Samples.binning` of the pooled history, on
+            ``side``) that joined the sampling floor; 0 for raw samples.
         side: which direction of drift counted.
         noise: ``S * sqrt(1/n_new + 1/n_old)``, the chance scale of ``distance``.
         cap: ``max(mean, lmax - mean)``, the saturation radius.
@@ -140,6 +153,7 @@ class DriftRadius:
     distance: float
     horizon: float
     horizon_ratio: float
+    binning: float
     side: Side
     noise: float
     cap: float
@@ -198,8 +212,10 @@ def drift_radius(
     horizon_ratio: float = DEFAULT_HORIZON_RATIO,
     horizon_frac: float = DEFAULT_HORIZON_FRAC,
     horizon_power: float = DEFAULT_HORIZON_POWER,
+    binning: Binning = DEFAULT_BINNING,
 ) -> DriftRadius:
-    """Apply the drift rule (module docstring) to ``history``; ``lmax`` in tokens bounds the support."""
+    """Apply the drift rule (module docstring) to ``history``; ``lmax`` in tokens bounds the support. ``binning``
+    says which part of the pooled history's binning bound joins the sampling floor."""
     pooled = history.pooled()
     n_eff = pooled.effective_size()
     s = spread(pooled)
@@ -207,6 +223,9 @@ def drift_radius(
     cap = saturation_radius(pooled, lmax)
     mean = pooled.mean()
     horizon = horizon_frac * mean * horizon_ratio**horizon_power
+    binned = 0.0
+    if binning != "none" and pooled.binning is not None:
+        binned = pooled.binning.term(side, binning)
     distance = noise = drift = 0.0
     windows = [w for w in history.windows if len(w) > 0]
     if len(windows) >= 2:
@@ -215,33 +234,36 @@ def drift_radius(
         distance = wasserstein1_side(older, newest, side)
         noise = s * math.sqrt(1.0 / newest.effective_size() + 1.0 / older.effective_size())
         drift = max(0.0, distance - drift_z * noise)
-    data = floor + drift
+    data = floor + binned + drift
     eps = min(cap, max(data, horizon))
+    hidden = "" if binned <= 0 else (
+        f" + binning {binned:.2f} (what the {'open +Inf bucket' if binning == 'open' else 'buckets'} may hide)")
     toward = {"up": "towards longer outputs", "down": "towards shorter outputs", "both": "either way"}[side]
     if max(data, horizon) > cap:
         why = f"capped at the saturation radius max(mean, L_max - mean) = {cap:.1f} tokens"
     elif horizon > data:
         why = (
             f"horizon: the plan holds {horizon_ratio:.3g} x its history span, {horizon_frac:g} x mean x "
-            f"{horizon_ratio:.3g}^{horizon_power:g} = {horizon:.2f} tokens, above sampling floor {floor:.2f} + "
+            f"{horizon_ratio:.3g}^{horizon_power:g} = {horizon:.2f} tokens, above sampling floor {floor:.2f}{hidden} + "
             f"drift {drift:.2f}"
         )
     elif drift > 0.0:
         why = (
             f"drift: newest window moved {distance:.1f} tokens (W1, {toward}) from the older ones, "
             f"{distance / noise:.1f} noise scales; {drift:.1f} tokens beyond {drift_z:g} scales counted, plus "
-            f"sampling floor {floor:.2f}"
+            f"sampling floor {floor:.2f}{hidden}"
         )
     elif len(windows) >= 2:
         why = (
-            f"sampling floor {floor_scale:g} x spread {s:.1f} / {n_eff:.0f} samples; no significant drift "
+            f"sampling floor {floor_scale:g} x spread {s:.1f} / {n_eff:.0f} samples{hidden}; no significant drift "
             f"{toward} (newest window {distance:.1f} tokens from the rest, within {drift_z:g} x {noise:.1f} noise)"
         )
     else:
-        why = f"sampling floor {floor_scale:g} x spread {s:.1f} / {n_eff:.0f} samples; one window, drift not measured"
+        why = (f"sampling floor {floor_scale:g} x spread {s:.1f} / {n_eff:.0f} samples{hidden}; one window, drift "
+               "not measured")
     reason = f"eps = {eps:.2f} tokens ({eps / mean if mean > 0 else 0.0:.3f} x mean {mean:.1f}): {why}"
     return DriftRadius(
         eps=float(eps), floor=float(floor), drift=float(drift), distance=float(distance), horizon=float(horizon),
-        horizon_ratio=float(horizon_ratio), side=side, noise=float(noise), cap=float(cap), spread=float(s),
-        n_eff=float(n_eff), mean=float(mean), windows=len(windows), reason=reason,
+        horizon_ratio=float(horizon_ratio), binning=float(binned), side=side, noise=float(noise), cap=float(cap),
+        spread=float(s), n_eff=float(n_eff), mean=float(mean), windows=len(windows), reason=reason,
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -62,6 +62,41 @@ def check_at_most(a: FloatArray, top: float, field: str, what: str, bound: str) 
     if over.any():
         i = int(np.argmax(over))
         raise InputError(f"{field}[{i}]", f"{what} {a[i]:g} is above {top:g} (kvcore.bounds.{bound})")
+@dataclass(frozen=True)
+class BinningBound:
+    """How far (1-Wasserstein, tokens) samples read from histogram buckets can be from the requests they stand for:
+    the largest distance over every placement of each bucket's requests inside its bucket (computed and proved in
+    :mod:`kvcore.binned_bound`).
+
+    Attributes:
+        up: the largest ``integral (F_samples - F_requests)^+ dx``: requests sitting higher than the samples.
+        down: the largest ``integral (F_requests - F_samples)^+ dx``: requests sitting lower.
+        both: the largest full W1 (``<= up + down``, ``>= max(up, down)``).
+        open_up, open_down, open_both: the same, for the open ``+Inf`` bucket alone (whose requests may sit anywhere
+            up to max_model_len); 0 when there is none or it is empty.
+    """
+
+    up: float = 0.0
+    down: float = 0.0
+    both: float = 0.0
+    open_up: float = 0.0
+    open_down: float = 0.0
+    open_both: float = 0.0
+
+    def term(self, side: Literal["up", "down", "both"], scope: Literal["all", "open"]) -> float:
+        """The bound on ``side`` over every bucket (``all``) or the open bucket alone (``open``), tokens."""
+        if scope == "open":
+            return {"up": self.open_up, "down": self.open_down, "both": self.open_both}[side]
+        return {"up": self.up, "down": self.down, "both": self.both}[side]
+
+    @staticmethod
+    def mixture(parts: list[BinningBound | None]) -> BinningBound:
+        """The bound for an equal-share mixture of windows (a window without one, raw samples, contributes 0).
+        W1 and its one-sided parts are jointly convex, so the mixture's distance is at most the mean of the
+        windows' distances."""
+        k = len(parts)
+        fields = ("up", "down", "both", "open_up", "open_down", "open_both")
+        return BinningBound(**{f: sum(getattr(p, f) for p in parts if p is not None) / k for f in fields})
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,16 +109,19 @@ class Samples:
         observations: how many independent requests the samples stand for, when that is not one per sample:
             histogram buckets are a handful of samples whose weights are the frequencies of thousands of requests.
             None: one request per sample. See :meth:`effective_size`.
+        binning: when the samples were read from histogram buckets, how far they can be from the requests counted
+            (:class:`BinningBound`); None for raw samples.
     """
 
     values: FloatArray
     weights: FloatArray
     _sorted: tuple[FloatArray, FloatArray] | None = field(default=None, repr=False, compare=False)
     observations: float | None = None
+    binning: BinningBound | None = None
 
     @classmethod
     def from_arrays(cls, values: Any, weights: Any = None, *, field: str = "samples",
-                    observations: float | None = None) -> Samples:
+                    observations: float | None = None, binning: BinningBound | None = None) -> Samples:
         """Validate and normalise. Errors are :class:`InputError` naming ``field`` (or ``field.weights``,
         ``field.observations``)."""
         v = as_float_array(values, field)
@@ -110,7 +148,8 @@ class Samples:
         v.setflags(write=False)
         w = np.ascontiguousarray(w, dtype=np.float64)
         w.setflags(write=False)
-        return cls(values=v, weights=w, observations=None if observations is None else float(observations))
+        return cls(values=v, weights=w, observations=None if observations is None else float(observations),
+                   binning=binning)
 
     def __len__(self) -> int:
         return int(self.values.size)
@@ -182,7 +221,8 @@ class History:
 
         When a window carries :attr:`Samples.observations`, the pool's is the effective size of that equal-share
         mixture, ``1 / sum_k ((1/K)^2 / n_k)`` with n_k each window's effective size; for raw samples this is
-        exactly Kish's formula on the pooled weights, so the two kinds mix consistently."""
+        exactly Kish's formula on the pooled weights, so the two kinds mix consistently. The pool's
+        :attr:`Samples.binning` is :meth:`BinningBound.mixture` of the windows' (None when no window has one)."""
         if len(self.windows) == 1:
             return self.windows[0]
         k = len(self.windows)
@@ -191,7 +231,10 @@ class History:
         observations = None
         if any(s.observations is not None for s in self.windows):
             observations = 1.0 / sum(1.0 / (k * k * s.effective_size()) for s in self.windows)
-        return Samples.from_arrays(values, weights, field="history", observations=observations)
+        binning = None
+        if any(s.binning is not None for s in self.windows):
+            binning = BinningBound.mixture([s.binning for s in self.windows])
+        return Samples.from_arrays(values, weights, field="history", observations=observations, binning=binning)
 
 
 def as_history(data: History | Samples) -> History:

@@ -22,6 +22,8 @@ import numpy.typing as npt
 
 from kvcore.bounds import MAX_SECONDS, MAX_TOKENS
 from kvcore.csvstream import CHUNK, FloatColumn, csv_rows
+from kvcore.binned import buckets_from_cumulative
+from kvcore.binned_model import DEFAULT_MODEL, bucket_samples, check_model
 from kvcore.errors import InputError
 from kvcore.samples import FloatArray, Samples
 from kvcore.series import vllm_buckets
@@ -179,58 +181,35 @@ def load_lengths(path: str | Path, column: str = "output_tokens", *, what: str =
 
 
 def histogram_to_samples(
-    bounds: Sequence[float | str], cumulative_counts: Sequence[float] | npt.ArrayLike, *, max_model_len: float
+    bounds: Sequence[float | str], cumulative_counts: Sequence[float] | npt.ArrayLike, *, max_model_len: float,
+    model: str = DEFAULT_MODEL,
 ) -> Samples:
     """Weighted samples from cumulative histogram buckets.
 
     Args:
-        bounds: the ``le`` bounds, in any order, as numbers or strings (``"+Inf"`` included or not).
+        bounds: the ``le`` bounds, in any order (each paired with the count at the same position), as numbers or
+            strings (``"+Inf"`` included or not).
         cumulative_counts: the count at or below each bound (e.g. ``increase(..._bucket[w])`` per ``le``), same
-            order as ``bounds``. Counter resets and scrape skew can make them non-monotonic; see below.
-        max_model_len: the longest possible output, tokens; stands in for ``+Inf`` and caps larger bounds.
+            order as ``bounds``.
+        max_model_len: the longest possible output, tokens; closes the ``+Inf`` bucket and caps larger bounds.
+        model: the within-bucket model (:data:`kvcore.binned_model.MODELS`); default ``log-spline``.
 
-    Steps: sort by bound; take the running max of the counts (a bucket cannot hold fewer requests than a lower
-    one, so a dip is counter noise); difference them into per-bucket counts; drop empty buckets.
+    Steps (:func:`kvcore.binned.buckets_from_cumulative`): sort the (bound, count) pairs by bound; refuse counts
+    that decrease as ``le`` grows (beyond floating-point noise: counts listed in another order than their bounds
+    would otherwise pile every request into one bucket), then difference them into per-bucket counts. Without a
+    ``+Inf`` bucket, requests above the largest bound are unknown and not counted.
 
-    Representative value: each bucket ``(previous bound, le]`` becomes one sample at its **upper bound** ``le``
-    (``+Inf`` and any bound above it become ``max_model_len``). Every request in the bucket is no longer than
-    that, so a reservation fitted on these samples never under-reserves because of binning; the price is
-    over-reservation of up to the bucket width (with 1-2-5 buckets, a bucket's upper bound is at most 2.5x its
-    lower bound). A midpoint would be unbiased for uniform mass but can under-reserve, which costs cp >> cw.
-    Without a ``+Inf`` bucket, requests above the largest bound are unknown and simply not counted.
+    Placement (:mod:`kvcore.binned_model`): each bucket's requests are spread inside it by the model, a monotone
+    spline of the cumulative counts in log(1 + length) by default, chosen by measurement (docs/model.md,
+    "Histogram buckets"); each bucket keeps its count exactly. (Until issue 14 each bucket became one sample at
+    its upper bound, which cost 1.3x the raw-sample reserve through vLLM's 1-2-5 buckets.)
 
     The result carries ``observations`` = the number of requests counted, so the radius rule's sampling error
-    scales with the requests seen, not with the handful of buckets.
+    scales with the requests seen, not with the samples, and ``binning``, the largest 1-Wasserstein distance
+    between the samples and any requests with these counts (:mod:`kvcore.binned_bound`).
     """
-    if max_model_len is None or not math.isfinite(max_model_len) or max_model_len <= 0:
-        raise InputError("max_model_len", f"must be a positive number of tokens, got {max_model_len}")
-    b = np.empty(len(bounds))
-    for i, raw in enumerate(bounds):
-        try:
-            b[i] = float(raw)
-        except (TypeError, ValueError):
-            raise InputError(f"bounds[{i}]", f"le bound {raw!r} is not a number") from None
-    c = np.asarray(cumulative_counts, dtype=np.float64)
-    if c.shape != b.shape:
-        raise InputError("cumulative_counts", f"has {c.size} entries for {b.size} bounds")
-    if b.size == 0:
-        raise InputError("bounds", "no buckets")
-    if np.isnan(b).any() or (b < 0).any():
-        raise InputError("bounds", "le bounds must be >= 0 and not NaN")
-    if not np.isfinite(c).all() or (c < 0).any():
-        i = int(np.argmax(~np.isfinite(c) | (c < 0)))
-        raise InputError(f"cumulative_counts[{i}]", f"count must be finite and >= 0, got {c[i]}")
-    order = np.argsort(b, kind="stable")
-    b, c = b[order], c[order]
-    if (np.diff(b) == 0).any():
-        raise InputError("bounds", "duplicate le bound")
-    c = np.maximum.accumulate(c)
-    counts = np.diff(c, prepend=0.0)
-    values = np.minimum(b, float(max_model_len))
-    keep = counts > 0
-    if not keep.any():
-        raise InputError("cumulative_counts", "all buckets are empty (no requests observed)")
-    return Samples.from_arrays(values[keep], counts[keep], field="histogram", observations=float(counts[keep].sum()))
+    buckets = buckets_from_cumulative(bounds, cumulative_counts, max_model_len=max_model_len)
+    return bucket_samples(buckets, check_model(model))
 
 
 #: vLLM's 1-2-5 layout for token histograms; the one definition is :func:`kvcore.series.vllm_buckets`.

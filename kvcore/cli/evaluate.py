@@ -2,7 +2,8 @@
 ``--engine vllm``) stock vLLM, kvplan's knobs and kvplan's plugin through the vLLM engine model.
 
     kvcore evaluate --trace FILE [--protocol split|rolling] [--rho 2,5,10,20,50,100] [--shift 1.0,1.5,2.5]
-                    [--method default,dro-paper,...] [--lmax TOKENS] [--simulate] [--out DIR] [--json]
+                    [--method default,dro-paper,...] [--lmax TOKENS] [--observe raw|vllm|powers-of-4|kvplan]
+                    [--bucket-model log-spline|...] [--simulate] [--out DIR] [--json]
     kvcore evaluate --trace FILE --engine vllm [--load 0.7,0.9] [--rho 10] [--frontier] [--out DIR] [--json]
 
 With ``--engine vllm`` the output is one table (or ``{"rows": [...]}`` with ``--json``) with the keys ``trace, load,
@@ -13,7 +14,10 @@ and ``kvplan-plugin-dro`` (the plan's raw reservations) at each load
 and stock vLLM's watermark x max_num_seqs grid (and, with ``--out``, the frontier plot).
 
 Prints a table of mean cost per request (c_w = 1, c_p = rho) per policy, rho and shift, or with ``--json`` one
-object ``{"trace", "protocol", "lmax", "requests", "plans", "rows": [{"rho", "shift", "method", "cost", ...}]}``.
+object ``{"trace", "protocol", "observe", "lmax", "requests", "plans", "rows": [{"observe", "rho", "shift",
+"method", "cost", ...}]}``. ``--observe LAYOUT`` trains every policy on what the operator would see, per-window
+bucket counts in that layout read back with ``--bucket-model`` (:mod:`kvcore.evaluate.observe`); costs are still
+measured on the raw test outputs.
 ``--out DIR`` also writes CSV, Markdown and PNG plots there. A progress bar goes to stderr. Protocols, policies
 and the simulated fleet are documented in :mod:`kvcore.evaluate`. Exit status: 0 done, 2 bad input (a malformed
 trace names its line).
@@ -29,9 +33,11 @@ from pathlib import Path
 
 from kvcore.bounds import MAX_RATIO, MAX_SEED, MAX_TOKENS
 from kvcore.cli.args import int_arg
+from kvcore.binned_model import DEFAULT_MODEL, MODELS
 from kvcore.cli.output import format_table, print_json, progress
 from kvcore.errors import InputError
 from kvcore.evaluate import DEFAULT_METHODS, DEFAULT_RHOS, DEFAULT_SHIFTS, PROTOCOLS, evaluate
+from kvcore.evaluate.observe import OBSERVE
 from kvcore.evaluate.report import write_report
 from kvcore.slo import RHO_MAX
 from kvcore.traces import load_trace
@@ -71,6 +77,10 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--shift", default=_fmt(DEFAULT_SHIFTS), help="comma-separated output-length multipliers")
     p.add_argument("--method", default=",".join(DEFAULT_METHODS), help="comma-separated policies")
     p.add_argument("--lmax", type=float, default=None, help="L_max in tokens (default: the trace's longest output)")
+    p.add_argument("--observe", choices=OBSERVE, default="raw",
+                   help="train on raw lengths (default) or on per-window bucket counts in this layout")
+    p.add_argument("--bucket-model", choices=MODELS, default=DEFAULT_MODEL,
+                   help=f"within-bucket model the counts are read with (default {DEFAULT_MODEL})")
     p.add_argument("--simulate", action="store_true", help="also replay each row through the simulator")
     p.add_argument("--seed", type=int_arg(low=0, high=MAX_SEED), default=0,
                    help="seed of the simulator's generator (default 0)")
@@ -92,6 +102,8 @@ def _run_engine(args: argparse.Namespace) -> int:
     from kvcore.evaluate.engine import evaluate_engine
     from kvcore.evaluate.engine_report import ROW_KEYS, main_rows, row_dict, write_report
 
+    if args.observe != "raw":
+        raise InputError("--observe", "trains the reservation policies; --engine vllm does not take it")
     rhos = _floats(args.rho, "--rho", RHO_MAX) if args.rho is not None else [10.0]
     if len(rhos) != 1:
         raise InputError("--rho", f"--engine vllm takes one rho, got {len(rhos)}")
@@ -146,7 +158,8 @@ def _run(args: argparse.Namespace) -> int:
         return progress(items, label, stream=sys.stderr, enabled=show)
 
     ev = evaluate(trace, protocol=args.protocol, rhos=rhos, shifts=shifts, methods=methods, lmax=args.lmax,
-                  simulate=args.simulate, seed=args.seed, wrap=wrap)
+                  simulate=args.simulate, seed=args.seed, wrap=wrap, observe=args.observe,
+                  bucket_model=args.bucket_model)
     written = write_report(ev, args.out) if args.out is not None else []
     if args.json:
         obj = ev.model_dump(exclude={"rows"})
@@ -155,7 +168,8 @@ def _run(args: argparse.Namespace) -> int:
             obj["files"] = [str(p) for p in written]
         print_json(obj, sys.stdout)
         return 0
-    print(f"{ev.trace}: {ev.protocol} protocol, {ev.requests} requests, L_max {ev.lmax:g} tokens, "
+    seen = "" if ev.observe == "raw" else f", trained on {ev.observe} bucket counts ({ev.bucket_model})"
+    print(f"{ev.trace}: {ev.protocol} protocol{seen}, {ev.requests} requests, L_max {ev.lmax:g} tokens, "
           f"{ev.plans} plan(s), {ev.scored_plans} of them serving requests"
           + (f", {ev.reused_windows} empty window(s) kept the previous plan" if ev.reused_windows else ""))
     headers = ["shift", "rho", "method", "cost", "reserve", "eps", "under"]

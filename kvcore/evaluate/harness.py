@@ -1,5 +1,8 @@
 """The harness: every (shift, rho, policy) scenario of one trace under one protocol, scored per request.
 
+``observe`` trains every policy on what the operator would see (per-window bucket counts of a layout, see
+:mod:`kvcore.evaluate.observe`) instead of the raw lengths; costs are always measured on the raw test outputs.
+
 Cost of a request served with reservation y, in token slots (c_w = 1, c_p = rho):
 ``rho * (xi - y)^+ + (y - xi)^+``, with xi its (shifted, capped) output length. A row's ``cost`` is the mean over
 every scored request of the protocol (all rolling steps pooled). With ``simulate`` the same requests are replayed
@@ -15,7 +18,9 @@ from typing import TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from kvcore.binned_model import DEFAULT_MODEL, check_model
 from kvcore.errors import InputError
+from kvcore.evaluate.observe import check_observe, observe_episodes
 from kvcore.evaluate.policies import DEFAULT_METHODS, get_policy
 from kvcore.evaluate.protocols import PROTOCOLS, Episode, episodes_for, resolve_lmax, rolling_schedule
 from kvcore.evaluate.simulate import SimFleet, simulate_episodes
@@ -38,6 +43,8 @@ class Row(BaseModel):
 
     trace: str
     protocol: str
+    observe: str = Field(default="raw", description="What the policy was trained on: raw lengths or a bucket "
+                         "layout's per-window counts (kvcore.evaluate.observe).")
     rho: float = Field(description="c_p / c_w (c_w = 1).")
     shift: float = Field(description="Output-length multiplier of the test requests.")
     method: str
@@ -60,6 +67,9 @@ class Evaluation(BaseModel):
 
     trace: str
     protocol: str
+    observe: str = Field(default="raw", description="What every policy was trained on (raw or a bucket layout).")
+    bucket_model: str = Field(default=DEFAULT_MODEL, description="Within-bucket model the counts were read with "
+                              "(unused for raw).")
     lmax: float
     requests: int
     timestamps: bool
@@ -108,34 +118,42 @@ def evaluate(
     fleet: SimFleet | None = None,
     seed: int = 0,
     wrap: Wrap[tuple[float, str]] = _identity,
+    observe: str = "raw",
+    bucket_model: str = DEFAULT_MODEL,
 ) -> Evaluation:
-    """Score every (shift, rho, method) of ``trace`` under ``protocol``; ``wrap`` may draw progress."""
+    """Score every (shift, rho, method) of ``trace`` under ``protocol``; ``wrap`` may draw progress. ``observe``
+    and ``bucket_model``: what the policies are trained on (module docstring)."""
     if protocol not in PROTOCOLS:
         raise InputError("protocol", f"unknown protocol {protocol!r}", hint="one of " + ", ".join(PROTOCOLS))
+    check_observe(observe)
+    check_model(bucket_model, "bucket_model")
     rho_list = _check_list(rhos, "rho")
     shift_list = _check_list(shifts, "shift")
     policies = [get_policy(m) for m in methods]
     if not policies:
         raise InputError("method", "no policies to evaluate")
     top = resolve_lmax(trace, lmax)
-    by_shift = {s: episodes_for(trace, protocol, shift=s, lmax=top) for s in shift_list}
+    by_shift = {s: observe_episodes(episodes_for(trace, protocol, shift=s, lmax=top), observe, lmax=top,
+                                    model=bucket_model) for s in shift_list}
     name = trace.source or "trace"
     rows: list[Row] = []
     tasks = [(s, p.name) for s in shift_list for p in policies]
     for shift, method in wrap(tasks, f"{name} {protocol}"):
         episodes = by_shift[shift]
         for rho in rho_list:
-            rows.append(_score(name, protocol, rho, shift, method, episodes, top, simulate, fleet, trace, seed))
+            rows.append(_score(name, protocol, observe, rho, shift, method, episodes, top, simulate, fleet, trace,
+                               seed))
     first = by_shift[shift_list[0]]
     plans = len(rolling_schedule(trace).plan_times_s) if protocol == "rolling" else 1
     return Evaluation(
-        trace=name, protocol=protocol, lmax=top, requests=len(trace), timestamps=trace.has_timestamps,
-        plans=plans, scored_plans=len(first), reused_windows=sum(e.reused for e in first), rows=tuple(rows),
+        trace=name, protocol=protocol, observe=observe, bucket_model=bucket_model, lmax=top, requests=len(trace),
+        timestamps=trace.has_timestamps, plans=plans, scored_plans=len(first),
+        reused_windows=sum(e.reused for e in first), rows=tuple(rows),
     )
 
 
-def _score(name: str, protocol: str, rho: float, shift: float, method: str, episodes: list[Episode], lmax: float,
-           simulate: bool, fleet: SimFleet | None, trace: Trace, seed: int) -> Row:
+def _score(name: str, protocol: str, observe: str, rho: float, shift: float, method: str, episodes: list[Episode],
+           lmax: float, simulate: bool, fleet: SimFleet | None, trace: Trace, seed: int) -> Row:
     fn = get_policy(method).fn
     total = under = reserved = eps_total = 0.0
     n = 0
@@ -159,7 +177,7 @@ def _score(name: str, protocol: str, rho: float, shift: float, method: str, epis
     if simulate:
         sim = simulate_episodes(trace, episodes, ys, rho=rho, fleet=fleet or SimFleet(), seed=seed)
     return Row(
-        trace=name, protocol=protocol, rho=rho, shift=shift, method=method, cost=total / n, requests=n,
+        trace=name, protocol=protocol, observe=observe, rho=rho, shift=shift, method=method, cost=total / n, requests=n,
         plans=len(episodes), reserve_mean=reserved / n, eps_mean=eps_total / n if has_eps else None,
         under_reserved=under / n, **sim,
     )

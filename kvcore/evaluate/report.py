@@ -3,7 +3,7 @@
 Written explicitly to the directory given, never elsewhere. matplotlib is imported lazily with the Agg backend
 (no display), so planning code never pulls it in.
 
-Files (``<stem>`` is ``<trace>-<protocol>``):
+Files (``<stem>`` is ``<trace>-<protocol>``, then ``-<layout>`` when trained on bucket counts):
 - ``<stem>.csv``: every :class:`~kvcore.evaluate.harness.Row` field;
 - ``<stem>.md``: cost per policy (rows) and rho (columns), one table per shift level;
 - ``<stem>-cost-vs-rho.png``: cost against rho per policy (log-log), one panel per shift level;
@@ -21,8 +21,9 @@ COLUMNS: tuple[str, ...] = tuple(Row.model_fields)
 
 
 def stem(ev: Evaluation) -> str:
-    """File-name stem: trace name without extension, then the protocol."""
-    return f"{Path(ev.trace).stem}-{ev.protocol}"
+    """File-name stem: trace name without extension, the protocol, and the layout observed (unless raw)."""
+    base = f"{Path(ev.trace).stem}-{ev.protocol}"
+    return base if ev.observe == "raw" else f"{base}-{ev.observe}"
 
 
 def write_csv(ev: Evaluation, path: Path) -> Path:
@@ -41,8 +42,9 @@ def cost_markdown(ev: Evaluation, *, extra: str | None = None) -> str:
     shifts = sorted({r.shift for r in ev.rows})
     methods = list(dict.fromkeys(r.method for r in ev.rows))
     cell = {(r.rho, r.shift, r.method): r for r in ev.rows}
+    seen = "" if ev.observe == "raw" else f", trained on {ev.observe} bucket counts ({ev.bucket_model})"
     out = [f"### {ev.trace}, {ev.protocol} protocol ({ev.requests} requests, L_max = {ev.lmax:g}, "
-           f"{ev.plans} plan(s))", ""]
+           f"{ev.plans} plan(s){seen})", ""]
     for s in shifts:
         out.append(f"Shift {s:g}x: mean cost per request (token slots), c_w = 1, c_p = rho.")
         out.append("")

@@ -75,11 +75,14 @@ def test_history_matches_trace(backfilled, cls_index):
     # increase() extrapolates at window edges; totals agree to a few percent.
     assert obs.requests == pytest.approx(len(truth), rel=0.05)
     pooled = obs.history.pooled()
+    # Inside each bucket the within-bucket model (kvcore.binned_model) spreads the requests over whole tokens; each
+    # quantile stays in (or at the edge of) the bucket that holds the trace's own.
     expect = bucketed(truth)
-    assert set(np.unique(pooled.values)) <= set(np.unique(expect))
+    assert (pooled.values == np.round(pooled.values)).all() and pooled.max() <= LMAX
     for q in (0.5, 0.9, 0.99):
-        assert pooled.quantile(q) == pytest.approx(np.quantile(expect, q, method="inverted_cdf"), rel=0.6)
-    assert pooled.mean() == pytest.approx(expect.mean(), rel=0.1)
+        assert pooled.quantile(q) <= np.quantile(expect, q, method="inverted_cdf") * 1.6
+        assert pooled.quantile(q) == pytest.approx(np.quantile(truth, q, method="inverted_cdf"), rel=0.6)
+    assert pooled.mean() == pytest.approx(truth.mean(), rel=0.1)
     # The histogram windows count thousands of requests, not their ~10 buckets: the radius rule's effective size is
     # the request count (equal-share pooling of unequal windows can only lower it), so at the operator's default
     # horizon (5m / 6h) the sampling floor is a tiny fraction of the mean instead of saturating (Kish on the

@@ -217,10 +217,12 @@ def test_histogram_counts_its_requests_not_its_buckets() -> None:
     raw = np.round(rng.gamma(2.0, 150.0, 10_000))
     bounds = build_1_2_5_buckets(5000)
     cumulative = [float(np.count_nonzero(raw <= b)) for b in bounds] + [float(raw.size)]
-    hist = histogram_to_samples([*bounds, "+Inf"], cumulative, max_model_len=5000)
+    hist = histogram_to_samples([*bounds, "+Inf"], cumulative, max_model_len=5000, model="upper")
     assert len(hist) < 15 and hist.observations == raw.size and hist.effective_size() == raw.size
     kish = 1.0 / float(np.dot(hist.weights, hist.weights))
     assert kish < 10  # what the floor used to divide by
+    spread_out = histogram_to_samples([*bounds, "+Inf"], cumulative, max_model_len=5000)  # the default model
+    assert len(spread_out) > 100 and spread_out.effective_size() == raw.size
     d_hist = drift_radius(History.of(hist), 5000.0, horizon_ratio=0.0)
     d_raw = drift_radius(History.of(Samples.from_arrays(raw)), 5000.0, horizon_ratio=0.0)
     # Same request count; the bucketed spread is coarser but of the same order.

@@ -34,35 +34,43 @@ def _cumulative(lengths: np.ndarray, bounds: list[float]) -> list[float]:
 
 def test_histogram_on_vllm_layout() -> None:
     rng = np.random.default_rng(3)
-    lengths = np.minimum(np.floor(rng.lognormal(5.0, 1.2, 5000)), 4096)
+    lengths = np.minimum(np.floor(rng.lognormal(5.0, 1.2, 5000)) + 1, 4096)
     bounds: list[float] = [*map(float, VLLM_4096), float("inf")]
     counts = _cumulative(lengths, bounds)
     s = histogram_to_samples([*map(str, VLLM_4096), "+Inf"], counts, max_model_len=4096)
-    # Each non-empty bucket is one sample at its upper bound; +Inf becomes max_model_len.
-    uppers = [*map(float, VLLM_4096), 4096.0]
-    per_bucket = np.diff([0.0, *counts])
-    expected = {u: c / lengths.size for u, c in zip(uppers, per_bucket) if c > 0}
-    assert dict(zip(s.values.tolist(), s.weights.tolist())) == pytest.approx(expected)
-    # Upper-bound representatives are conservative: every quantile is at least the true one.
-    for q in (0.5, 0.9, 0.99):
-        assert s.quantile(q) >= np.quantile(lengths, q, method="inverted_cdf")
+    # Each bucket keeps its share of the requests; +Inf is closed at max_model_len.
+    edges = [0.0, *map(float, VLLM_4096), 4096.0]
+    per_bucket = np.diff([0.0, *counts]) / lengths.size
+    got = [float(s.weights[(s.values > lo) & (s.values <= hi)].sum()) for lo, hi in zip(edges[:-1], edges[1:])]
+    assert got == pytest.approx(per_bucket.tolist(), abs=1e-12)
+    assert s.observations == lengths.size and s.binning is not None and s.binning.both > 0
+    # Inside the buckets the samples follow the lengths far closer than the buckets' upper bounds did.
+    upper = [float(np.quantile(lengths, q, method="inverted_cdf")) for q in (0.5, 0.9, 0.99)]
+    for q, true in zip((0.5, 0.9, 0.99), upper):
+        hi = min(b for b in edges[1:] if b >= true)
+        assert abs(s.quantile(q) - true) < 0.5 * abs(hi - true) + 1.0
 
 
 @pytest.mark.parametrize(
-    ("bounds", "counts", "values", "weights"),
+    ("bounds", "counts", "edges", "shares"),
     [
-        pytest.param(["5", "1", "+Inf", "2"], [6, 1, 10, 3], [1, 2, 5, 100], [1, 2, 3, 4], id="unsorted-bounds"),
-        pytest.param([1, 2, 5, "+Inf"], [2, 1, 4, 4], [1, 5], [2, 2], id="counter-dip-running-max"),
-        pytest.param([1, 2, 5], [0, 3, 3], [2], [1], id="no-inf-bucket"),
-        pytest.param([1, 200, "+Inf"], [1, 2, 3], [1, 100, 100], [1, 1, 1], id="bound-above-max-model-len"),
-        pytest.param([1.0, 2.0, "inf"], [0.5, 1.5, 2.0], [1, 2, 100], [0.5, 1, 0.5], id="fractional-increase"),
+        pytest.param(["5", "1", "+Inf", "2"], [6, 1, 10, 3], [0, 1, 2, 5, 100], [1, 2, 3, 4], id="unsorted-bounds"),
+        pytest.param([1, 2, 5], [0, 3, 3], [1, 2], [1], id="no-inf-bucket"),
+        pytest.param([1.0, 2.0, "inf"], [0.5, 1.5, 2.0], [0, 1, 2, 100], [0.5, 1, 0.5], id="fractional-increase"),
     ],
 )
-def test_histogram_steps(bounds: list[object], counts: list[float], values: list[float], weights: list[float]) -> None:
+def test_histogram_steps(bounds: list[object], counts: list[float], edges: list[float], shares: list[float]) -> None:
     s = histogram_to_samples(bounds, counts, max_model_len=100)  # type: ignore[arg-type]
-    w = np.array(weights, dtype=float)
-    assert s.values.tolist() == values
-    assert s.weights.tolist() == pytest.approx((w / w.sum()).tolist())
+    w = np.array(shares, dtype=float)
+    got = [float(s.weights[(s.values > lo) & (s.values <= hi)].sum()) for lo, hi in zip(edges[:-1], edges[1:])]
+    assert got == pytest.approx((w / w.sum()).tolist())
+    assert s.observations == pytest.approx(max(counts))
+
+
+def test_histogram_bound_above_max_model_len() -> None:
+    s = histogram_to_samples([1, 200, "+Inf"], [1, 2, 3], max_model_len=100)
+    assert s.max() == 100 and float(s.weights[s.values <= 1].sum()) == pytest.approx(1 / 3)
+    assert float(s.weights[s.values > 1].sum()) == pytest.approx(2 / 3)
 
 
 @pytest.mark.parametrize(
@@ -74,12 +82,19 @@ def test_histogram_steps(bounds: list[object], counts: list[float], values: list
         pytest.param([1, 1], [1, 2], "bounds", id="duplicate-bound"),
         pytest.param([1, 2], [1, float("nan")], "cumulative_counts[1]", id="nan-count"),
         pytest.param([], [], "bounds", id="no-buckets"),
+        pytest.param([1, 2, 5, "+Inf"], [5, 1, 6, 6], "cumulative_counts[1]", id="decreasing-count"),
+        pytest.param([1, 2, "+Inf"], [1, 9, 5], "cumulative_counts[2]", id="inf-below-last-finite"),
     ],
 )
 def test_histogram_rejects(bounds: list[object], counts: list[float], field: str) -> None:
     with pytest.raises(InputError) as info:
         histogram_to_samples(bounds, counts, max_model_len=100)  # type: ignore[arg-type]
     assert info.value.field == field
+
+
+def test_histogram_rejects_unknown_model() -> None:
+    with pytest.raises(InputError, match="unknown within-bucket model"):
+        histogram_to_samples([1, "+Inf"], [1, 2], max_model_len=100, model="midpoint")
 
 
 def test_load_trace_with_and_without_timestamps(tmp_path: Path) -> None:

@@ -1,0 +1,142 @@
+"""Within-bucket models: where inside each histogram bucket its requests are placed, and the samples that result.
+
+A histogram tells how many requests fell in each bucket ``(lower, upper]`` (:class:`~kvcore.binned.Buckets`), not
+where inside it. A model fills that in with a *shape*: a nondecreasing function G of the length x (tokens), used
+inside bucket b only through ``(G(x) - G(lower_b)) / (G(upper_b) - G(lower_b))``, the fraction of the bucket's
+requests at or below x. Every model therefore keeps each bucket's count exactly; they differ only inside buckets.
+
+- ``upper``: every request at its bucket's upper bound (kvplan before issue 14; conservative, 1.3x the cost);
+- ``linear``: uniform inside each bucket (G(x) = x);
+- ``log-linear``: uniform in log(1 + x) inside each bucket (density ~ 1 / (1 + x));
+- ``spline``: a monotone cubic (PCHIP, Fritsch-Carlson) through the cumulative counts at the bucket edges, in x;
+- ``log-spline`` (the default): the same spline in log(1 + x).
+
+The default was chosen by measurement on the shared traces (docs/results.md, section 6; docs/model.md, "Histogram
+buckets"), for a reason that holds beyond them: bucket layouts in use (vLLM's 1-2-5, powers of 4, kvplan's fine
+layout) are geometric, so edges are evenly spaced in log(1 + x), where a smooth interpolant of the cumulative counts
+is least distorted; PCHIP stays monotone (so it is a CDF), reproduces every cumulative count, is flat across empty
+buckets and lets the density inside a bucket follow its neighbours' trend instead of assuming it flat.
+
+Samples: each bucket is cut into at most :data:`MAX_SLICES` slices whose edges are whole tokens when the bucket's
+edges are (output lengths are whole tokens, so a bucket up to MAX_SLICES tokens wide is represented token by
+token, exactly), and each slice's share of the bucket goes to one sample at the slice's upper edge. The open
+``+Inf`` bucket is closed at ``max_model_len`` (:mod:`kvcore.binned`) and gets the same treatment: the spline
+continues the trend of the last finite buckets towards ``max_model_len``; :mod:`kvcore.binned_bound` bounds what
+that may hide.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal, get_args
+
+import numpy as np
+from scipy.interpolate import PchipInterpolator
+
+from kvcore.binned import Buckets
+from kvcore.binned_bound import binning_bound
+from kvcore.errors import InputError
+from kvcore.samples import FloatArray, Samples
+
+Model = Literal["log-spline", "spline", "log-linear", "linear", "upper"]
+MODELS: tuple[Model, ...] = get_args(Model)
+DEFAULT_MODEL: Model = "log-spline"
+"""The within-bucket model histogram buckets are read with unless told otherwise (module docstring)."""
+
+MAX_SLICES = 128
+"""Most samples one bucket becomes. A slice's sample sits at its upper edge, so quantiles of the samples are at most
+one slice (a bucket's width / 128; under 0.8 % of it) above the model's; buckets up to 128 tokens wide are exact."""
+
+Shape = Callable[[FloatArray], FloatArray]
+"""A nondecreasing function of the length (tokens); only its increments inside each bucket matter."""
+
+
+def _log1p(x: FloatArray) -> FloatArray:
+    return np.asarray(np.log1p(x), dtype=np.float64)
+
+
+def _identity(x: FloatArray) -> FloatArray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def check_model(model: str, field: str = "model") -> Model:
+    """``model`` if it names a within-bucket model; :class:`InputError` listing them otherwise."""
+    for known in MODELS:
+        if model == known:
+            return known
+    raise InputError(field, f"unknown within-bucket model {model!r}", hint="one of " + ", ".join(MODELS))
+
+
+def shape(buckets: Buckets, model: Model) -> Shape:
+    """The model's shape function for these buckets (module docstring). ``upper`` has none (a step at each upper
+    edge is applied by :func:`slice_weights` directly)."""
+    if model == "linear":
+        return _identity
+    if model == "log-linear":
+        return _log1p
+    if model in ("spline", "log-spline"):
+        transform = _log1p if model == "log-spline" else _identity
+        wide = buckets.widths > 0
+        if not wide.any():
+            return _identity
+        knots = np.concatenate(([buckets.lower[wide][0]], buckets.upper[wide]))
+        cum = np.concatenate(([0.0], np.cumsum(buckets.counts[wide])))
+        spline = PchipInterpolator(transform(knots), cum, extrapolate=True)
+
+        def g(x: FloatArray) -> FloatArray:
+            return np.asarray(spline(transform(np.clip(x, knots[0], knots[-1]))), dtype=np.float64)
+
+        return g
+    raise InputError("model", f"no shape for within-bucket model {model!r}")
+
+
+def slice_edges(lower: float, upper: float, max_slices: int = MAX_SLICES) -> FloatArray:
+    """Edges of the slices one bucket ``(lower, upper]`` is cut into (tokens): every whole token when the edges are
+    whole tokens and the bucket is at most ``max_slices`` wide, else ``max_slices`` equal slices (edges rounded to
+    whole tokens when the bucket's are)."""
+    whole = float(lower).is_integer() and float(upper).is_integer()
+    if whole and upper - lower <= max_slices:
+        return np.arange(lower, upper + 1.0)
+    edges = np.linspace(lower, upper, max_slices + 1)
+    return np.unique(np.round(edges)) if whole else edges
+
+
+def slice_weights(buckets: Buckets, model: Model = DEFAULT_MODEL, *, max_slices: int = MAX_SLICES,
+                  shape_fn: Shape | None = None) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """The model's samples: ``(values, weights, bucket)`` with values in tokens (each slice's upper edge), weights
+    summing to 1 and ``bucket`` the index of the bucket each sample came from. Empty buckets give no samples; a
+    bucket of zero width (a bound at or above ``max_model_len``) gives one sample at its edge. ``shape_fn``, when
+    given, replaces the model's shape (e.g. a fitted distribution's CDF, as benchmarks/binning.py compares)."""
+    model = check_model(model)
+    total = buckets.total
+    g = shape_fn if shape_fn is not None else (None if model == "upper" else shape(buckets, model))
+    values: list[FloatArray] = []
+    weights: list[FloatArray] = []
+    index: list[FloatArray] = []
+    for j, (lo, hi, count) in enumerate(zip(buckets.lower, buckets.upper, buckets.counts)):
+        if count <= 0:
+            continue
+        share = count / total
+        if g is None or hi <= lo:
+            v, p = np.array([float(hi)]), np.array([share])
+        else:
+            edges = slice_edges(float(lo), float(hi), max_slices)
+            inc = np.maximum(np.diff(g(edges)), 0.0)
+            mass = float(inc.sum())
+            p = inc * (share / mass) if mass > 0 else np.full(inc.size, share / inc.size)
+            v = edges[1:]
+        keep = p > 0
+        values.append(v[keep])
+        weights.append(p[keep])
+        index.append(np.full(int(keep.sum()), float(j)))
+    return np.concatenate(values), np.concatenate(weights), np.concatenate(index)
+
+
+def bucket_samples(buckets: Buckets, model: Model = DEFAULT_MODEL, *, field: str = "histogram",
+                   max_slices: int = MAX_SLICES, shape_fn: Shape | None = None) -> Samples:
+    """Weighted samples for these buckets under ``model`` (or ``shape_fn``, see :func:`slice_weights`), carrying the number of requests counted
+    (:attr:`Samples.observations`, so the radius rule's sampling error scales with requests, not samples) and the
+    worst-case distance from them to those requests (:attr:`Samples.binning`, :mod:`kvcore.binned_bound`)."""
+    values, weights, index = slice_weights(buckets, model, max_slices=max_slices, shape_fn=shape_fn)
+    bound = binning_bound(buckets, values, weights, index)
+    return Samples.from_arrays(values, weights, field=field, observations=buckets.total, binning=bound)

@@ -1,0 +1,263 @@
+"""The reservation file ``kvplan.reservations.v1``: per-class reservations, the fleet default and the class rules
+that kvplan's vLLM plugins (``kvplan_vllm``) read, and its validation.
+
+One definition for both sides, like :mod:`kvcore.series`: the operator writes the document
+(:func:`render_reservations`) into the KVPlan's state ConfigMap (key ``reservations.json``); the serving pod mounts
+that ConfigMap as a volume and the plugins parse it (:func:`parse_reservations`; ``docs/vllm-plugins.md``). Pure:
+no I/O (``kvplan_vllm.source`` reads the file).
+
+.. code-block:: json
+
+    {
+     "format": "kvplan.reservations.v1",
+     "kvplan": "serving/fleet",
+     "plan": "3f2a9c1b0d4e",
+     "defaultClass": "chat",
+     "classes": {"chat": {"reserveTokens": 512}, "batch": {"reserveTokens": 2048}},
+     "priorityClasses": {"0": "chat", "10": "batch"},
+     "promptLengthRules": [{"maxPromptTokens": 2048, "class": "chat"}, {"class": "batch"}]
+    }
+
+Every problem is reported with its field path, all at once (:class:`ReservationsError`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Collection, Mapping
+
+from kvcore.errors import InputError
+
+#: The document's format and version; another value is refused (the plugin keeps its last good values).
+FORMAT = "kvplan.reservations.v1"
+#: A class name, as the KVPlan CRD allows it (a DNS label of at most 40 characters).
+CLASS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+CLASS_NAME_MAX = 40
+_TOP_KEYS = {"format", "kvplan", "plan", "defaultClass", "classes", "priorityClasses", "promptLengthRules"}
+_CLASS_KEYS = {"reserveTokens"}
+_RULE_KEYS = {"maxPromptTokens", "class"}
+
+
+class ReservationsError(InputError):
+    """A reservation document that cannot be used; ``problems`` holds every ``field: message`` (``field`` is the
+    first one's field)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        first_field, _, first_message = problems[0].partition(": ")
+        super().__init__(first_field, first_message)
+        self.args = ("; ".join(problems),)
+
+    def __str__(self) -> str:
+        return "; ".join(self.problems)
+
+
+@dataclass(frozen=True)
+class PromptLengthRule:
+    """Requests whose prompt has at most ``max_prompt_tokens`` tokens (any prompt when None) get ``klass``."""
+
+    max_prompt_tokens: int | None
+    klass: str
+
+
+@dataclass(frozen=True)
+class Reservations:
+    """A validated reservation document.
+
+    ``reserve_tokens``: class -> reserved output tokens y (tokens; 0 reserves nothing). ``default_class``: the
+    fleet default, for requests that name no class or an unknown one. ``priority_classes``: vLLM request priority
+    -> class. ``prompt_length_rules``: tried in order, first match wins. ``plan``/``kvplan``: informational (logs).
+    """
+
+    reserve_tokens: Mapping[str, int]
+    default_class: str
+    priority_classes: Mapping[int, str] = field(default_factory=dict)
+    prompt_length_rules: tuple[PromptLengthRule, ...] = ()
+    plan: str | None = None
+    kvplan: str | None = None
+
+    def reserve(self, klass: str) -> int:
+        """Reserved output tokens of ``klass``; an unknown class gets the default class's."""
+        return self.reserve_tokens.get(klass, self.reserve_tokens.get(self.default_class, 0))
+
+    def knows(self, klass: object) -> bool:
+        """Whether ``klass`` is a class of this document."""
+        return isinstance(klass, str) and klass in self.reserve_tokens
+
+    def describe(self) -> str:
+        """One line for logs: plan and reserves."""
+        reserves = ", ".join(f"{k}={v}" for k, v in sorted(self.reserve_tokens.items()))
+        return f"plan {self.plan or '-'} ({self.kvplan or '-'}): reserveTokens {reserves}; default {self.default_class}"
+
+
+#: Before any good file: no class reserves anything, so the gate adds nothing to vLLM's own admission.
+NO_RESERVATIONS = Reservations(reserve_tokens={}, default_class="default")
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _tokens(value: Any, path: str, problems: list[str]) -> int | None:
+    """A non-negative whole number of tokens (an integral float such as 512.0 is accepted)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        problems.append(f"{path}: must be a non-negative whole number of tokens, got {json.dumps(value)}")
+        return None
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        problems.append(f"{path}: must be a non-negative whole number of tokens, got {value!r}")
+        return None
+    if value < 0:
+        problems.append(f"{path}: must be >= 0, got {value!r}")
+        return None
+    return int(value)
+
+
+def _class_name(value: Any, path: str, problems: list[str]) -> str | None:
+    if not isinstance(value, str) or len(value) > CLASS_NAME_MAX or not CLASS_NAME.match(value):
+        problems.append(f"{path}: must be a class name (lower-case letters, digits and '-', at most "
+                        f"{CLASS_NAME_MAX} characters), got {json.dumps(value)}")
+        return None
+    return value
+
+
+def _unknown_keys(obj: Mapping[str, Any], allowed: set[str], path: str, problems: list[str]) -> None:
+    for key in sorted(set(obj) - allowed):
+        problems.append(f"{path}{key}: unknown field (allowed: {', '.join(sorted(allowed))})")
+
+
+def _classes(raw: Any, problems: list[str]) -> dict[str, int]:
+    if not isinstance(raw, dict) or not raw:
+        problems.append("classes: must be a non-empty object of class name -> {\"reserveTokens\": n}")
+        return {}
+    out: dict[str, int] = {}
+    for name, entry in raw.items():
+        path = f"classes.{name}"
+        if _class_name(name, f"classes key {json.dumps(name)}", problems) is None:
+            continue
+        if not isinstance(entry, dict):
+            problems.append(f"{path}: must be an object {{\"reserveTokens\": n}}, got {json.dumps(entry)}")
+            continue
+        _unknown_keys(entry, _CLASS_KEYS, path + ".", problems)
+        if "reserveTokens" not in entry:
+            problems.append(f"{path}.reserveTokens: required")
+            continue
+        tokens = _tokens(entry["reserveTokens"], path + ".reserveTokens", problems)
+        if tokens is not None:
+            out[name] = tokens
+    return out
+
+
+def _known(name: Any, path: str, classes: Collection[str], problems: list[str]) -> str | None:
+    klass = _class_name(name, path, problems)
+    if klass is not None and klass not in classes:
+        problems.append(f"{path}: class {json.dumps(klass)} is not in classes ({', '.join(sorted(classes))})")
+        return None
+    return klass
+
+
+def _priorities(raw: Any, classes: Collection[str], problems: list[str]) -> dict[int, str]:
+    if not isinstance(raw, dict):
+        problems.append(f"priorityClasses: must be an object of priority (an integer, as a string) -> class, "
+                        f"got {json.dumps(raw)}")
+        return {}
+    out: dict[int, str] = {}
+    for key, name in raw.items():
+        path = f"priorityClasses.{key}"
+        try:
+            priority = int(key, 10)
+        except ValueError:
+            problems.append(f"{path}: the key must be an integer vLLM priority, got {json.dumps(key)}")
+            continue
+        klass = _known(name, path, classes, problems)
+        if klass is not None:
+            out[priority] = klass
+    return out
+
+
+def _rules(raw: Any, classes: Collection[str], problems: list[str]) -> tuple[PromptLengthRule, ...]:
+    if not isinstance(raw, list):
+        problems.append(f"promptLengthRules: must be a list of {{\"maxPromptTokens\": n, \"class\": c}}, "
+                        f"got {json.dumps(raw)}")
+        return ()
+    out: list[PromptLengthRule] = []
+    catch_all_at: int | None = None
+    for i, rule in enumerate(raw):
+        path = f"promptLengthRules[{i}]"
+        if not isinstance(rule, dict):
+            problems.append(f"{path}: must be an object {{\"maxPromptTokens\": n, \"class\": c}}")
+            continue
+        _unknown_keys(rule, _RULE_KEYS, path + ".", problems)
+        if catch_all_at is not None:
+            problems.append(f"{path}: unreachable, promptLengthRules[{catch_all_at}] has no maxPromptTokens and "
+                            f"matches every prompt")
+        if "class" not in rule:
+            problems.append(f"{path}.class: required")
+            continue
+        klass = _known(rule["class"], path + ".class", classes, problems)
+        limit: int | None = None
+        if "maxPromptTokens" in rule:
+            limit = _tokens(rule["maxPromptTokens"], path + ".maxPromptTokens", problems)
+            if limit is None:
+                continue
+        elif catch_all_at is None:
+            catch_all_at = i
+        if klass is not None:
+            out.append(PromptLengthRule(limit, klass))
+    return tuple(out)
+
+
+def parse_reservations(text: str | bytes) -> Reservations:
+    """Parse and validate a ``kvplan.reservations.v1`` document; :class:`ReservationsError` lists every problem."""
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ReservationsError([f"(document): not valid JSON ({exc})"]) from None
+    if not isinstance(doc, dict):
+        raise ReservationsError([f"(document): must be a JSON object, got {type(doc).__name__}"])
+    problems: list[str] = []
+    _unknown_keys(doc, _TOP_KEYS, "", problems)
+    if doc.get("format") != FORMAT:
+        problems.append(f"format: must be {json.dumps(FORMAT)}, got {json.dumps(doc.get('format'))}")
+    classes = _classes(doc.get("classes"), problems)
+    # Cross-references are checked against every class named, even one whose entry is invalid, so that one pass
+    # reports every problem.
+    names = set(doc["classes"]) if isinstance(doc.get("classes"), dict) else set()
+    default: str | None = None
+    if "defaultClass" not in doc:
+        problems.append("defaultClass: required (the class of requests that name none or an unknown one)")
+    else:
+        default = _known(doc["defaultClass"], "defaultClass", names, problems)
+    priorities = _priorities(doc.get("priorityClasses", {}), names, problems)
+    rules = _rules(doc.get("promptLengthRules", []), names, problems)
+    for key in ("plan", "kvplan"):
+        if key in doc and not isinstance(doc[key], str):
+            problems.append(f"{key}: must be a string, got {json.dumps(doc[key])}")
+    if problems or default is None:
+        raise ReservationsError(problems or ["defaultClass: invalid"])
+    return Reservations(
+        reserve_tokens=dict(classes), default_class=default, priority_classes=priorities,
+        prompt_length_rules=rules, plan=doc.get("plan"), kvplan=doc.get("kvplan"),
+    )
+
+
+def render_reservations(res: Reservations) -> str:
+    """The document for ``res`` (sorted keys, one trailing newline); ``parse_reservations`` inverts it."""
+    doc: dict[str, Any] = {
+        "format": FORMAT,
+        "defaultClass": res.default_class,
+        "classes": {k: {"reserveTokens": v} for k, v in res.reserve_tokens.items()},
+        "priorityClasses": {str(p): k for p, k in res.priority_classes.items()},
+        "promptLengthRules": [
+            {"class": r.klass} if r.max_prompt_tokens is None else {"maxPromptTokens": r.max_prompt_tokens,
+                                                                    "class": r.klass}
+            for r in res.prompt_length_rules
+        ],
+    }
+    if res.plan is not None:
+        doc["plan"] = res.plan
+    if res.kvplan is not None:
+        doc["kvplan"] = res.kvplan
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"

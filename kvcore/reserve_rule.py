@@ -9,26 +9,27 @@ arrival pattern when known) and keeps the reservations whose cost is lowest.
 
 **Cost** of reservations y = (y_i) on one replay, token slots per request (a token slot: one token of work or one
 token interval ``t_tok`` of a stream's time; :mod:`kvcore.preemption`), against the same replay with nothing
-reserved (y = 0, which is stock vLLM: the gate then adds nothing):
+reserved (y = 0: the gate then adds only the claims of running requests still prefilling, so nearly stock vLLM):
 
-    J(y) = H(y) + [P99(y) - P99(0)] / t_tok + [g(0) - g(y)] * mean(xi)
-    H(y) = (1/n) sum_j rho_j * h_j(y),       h_j = R_j + S_j / t_tok if request j was preempted, else 0
+    J(y) = H(y) + [mean e2e(y) - mean e2e(0) + TAIL (P99(y) - P99(0))] / t_tok + [g(0) - g(y)] * mean(xi)
+    H(y) = (1/n) sum_j w_j * h_j(y),       h_j = R_j + S_j / t_tok if request j was preempted, else 0
 
 - H: the stall and recompute side, each preemption at its price in token slots (recompute tokens R_j plus the stall
-  S_j converted by the step time), weighted by the class's rho: c_p / c_w of a class with costs, or 1 for a class
-  priced by the engine (its harm already is the preemption's price in token slots, :func:`class_rho`);
-- the concurrency side: the P99 end-to-end latency the reservation adds, in token intervals, and the good requests
-  it loses (share of requests meeting TTFT <= ``ttft_slo_s`` and mean time per output token <= ``tpot_slo_s``),
-  each priced at the mean output it would have delivered. Both can be negative: less recompute can also make every
-  request faster.
+  S_j converted by the step time), weighted by w_j: the class's rho = c_p / c_w for a class with costs, or 1 for a
+  class priced by the engine (its harm already is the preemption's price in token slots, :func:`class_rho`);
+- the concurrency side: the end-to-end latency the reservation adds, in token intervals: the mean (the memory-time
+  the gate holds back, by Little's law) plus the P99 change weighted by the 1% of requests it stands for
+  (``TAIL``); and the good requests it loses (share of requests meeting TTFT <= ``ttft_slo_s`` and mean time per
+  output token <= ``tpot_slo_s``), each priced at the mean output it would have delivered. Both can be negative:
+  less recompute can also make every request faster.
 
 **Candidates** per class: 0, the plan's y_i scaled by ``SCALES`` (1/8, 1/4, 1/2, 1) and the class's output
 quantiles ``QUANTILES`` (0.25, 0.5, 0.75), in whole tokens.
 
 **Search.** From y = 0: the best of the candidates applied to every class alike (one scale or one quantile for the
 group), then coordinate descent per class (each class over its candidates, the others fixed) for up to ``ROUNDS``
-rounds while the mean cost falls. **Reserve nothing where it does not pay**: the result must cost less than y = 0 on
-*every* replay, or the rule returns y = 0 for every class; and a class whose own reservation does not lower the cost
+rounds while the mean cost falls. **Reserve nothing where it does not pay**: the result must cost at least
+``MIN_GAIN`` (1 token slot per request) less than y = 0 on *every* replay, or the rule returns y = 0 for every class; and a class whose own reservation does not lower the cost
 (its y set back to 0, the others kept) gets 0. Each (reservation vector) replay is simulated once
 (:class:`ReplaySet` memoises), so sweeping rho re-prices the same replays. Pure: seeded, no I/O.
 """

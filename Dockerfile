@@ -3,15 +3,16 @@
 #
 # Two stages, so the final image carries the installed package and its runtime dependencies and nothing used to
 # build them:
-#   builder  turns this checkout into a wheel and collects a wheel for every runtime dependency
-#            (numpy, scipy, highspy, matplotlib and kopf all ship manylinux wheels for CPython 3.11, so no compiler
-#            is needed even here);
+#   builder  turns this checkout into a wheel and collects a wheel for every runtime dependency pinned, with its
+#            sha256, in requirements/operator.lock (the versions the test suite ran; numpy, scipy, highspy,
+#            matplotlib and kopf all ship manylinux wheels for CPython 3.11, so no compiler is needed even here);
 #   final    installs those wheels offline (--no-index) with the `operator` extra, removes the installer, and runs
 #            `kvplan-operator` as an unprivileged numeric user (numeric, so Kubernetes' runAsNonRoot can verify it).
 #
 # Build: docker build -t ghcr.io/kvplan/kvplan-operator:0.1.0 .
-# (This repository's development machine has no container engine; the file is linted by hadolint in
-# tests/unit/test_dockerfile.py, not built.)
+# This file is for builders with a Docker daemon. `make release` builds the same image without one (a Debian base
+# made by mmdebstrap, layers assembled from the same lock, crane; kvplan_dev/image.py); here the file is linted by
+# hadolint in tests/unit/test_dockerfile.py.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -23,16 +24,18 @@ ENV PYTHONSAFEPATH=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
+COPY requirements ./requirements
 COPY kvcore ./kvcore
 COPY operator ./operator
-COPY kvplan_dev ./kvplan_dev
-# One wheel for kvplan itself plus one per runtime dependency of kvplan[operator], all into /wheels.
-RUN pip wheel --wheel-dir /wheels ".[operator]"
+# One wheel per locked runtime dependency (hash-checked), then kvplan itself without resolving anything again.
+RUN pip wheel --wheel-dir /wheels --require-hashes --no-deps -r requirements/operator.lock \
+    && pip wheel --wheel-dir /wheels --no-deps .
 
 FROM ${PYTHON_IMAGE}
-# Must equal [project].version in pyproject.toml (tests/unit/test_dockerfile.py checks it).
+# Must equal kvcore.__version__, the one version (tests/unit/test_version.py checks it).
 ARG KVPLAN_VERSION=0.1.0
 LABEL org.opencontainers.image.title="kvplan-operator" \
+      org.opencontainers.image.source="https://github.com/kvplan/kvplan" \
       org.opencontainers.image.description="Distributionally robust KV-cache, layout and routing planner for vLLM fleets (kopf operator)" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${KVPLAN_VERSION}"

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ("reserve", "scale", "multigroup", "sim_speed", "engine_speed", "replan", "paper_tables", "radius_ablation",
-         "engine_results", "reserve_rule_speed", "trace_memory")
+ORDER = ("reserve", "scale", "multigroup", "fleet", "sim_speed", "engine_speed", "replan", "paper_tables",
+         "radius_ablation", "engine_results", "reserve_rule_speed", "trace_memory")
 
 
 def main() -> int:

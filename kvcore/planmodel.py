@@ -115,4 +115,9 @@ class Plan(BaseModel):
     slack: list[GroupSlack] = Field(default_factory=list)
     iterations: int = Field(default=0, description="BCD sweeps (or subproblems solved by the exact reference).")
     solve_seconds: float = 0.0
+    lower_bound: float | None = Field(
+        default=None,
+        description="A certified lower bound on the optimum of the same model, cost units per second, when the "
+                    "method gives one (the fleet method's Lagrangian bound, docs/model.md); None otherwise.",
+    )
     diff: PlanDiff | None = Field(default=None, description="Against `previous`; None when there was none.")

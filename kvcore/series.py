@@ -35,11 +35,24 @@ KVPLAN_CLASS_LABEL = "kvplan_class"
 #: The class a request gets when nothing names one.
 KVPLAN_DEFAULT_CLASS = "default"
 
+#: vLLM's KV-cache configuration labels that give its capacity: per engine (one replica), ``num_gpu_blocks`` x
+#: ``block_size`` tokens; vLLM 0.33 also labels ``kv_cache_size_tokens`` (capacity counted over every KV-cache group,
+#: which differs from the product for hybrid models). Values are strings; ``"None"`` before the engine profiled.
+VLLM_CACHE_LABELS = ("num_gpu_blocks", "block_size", "kv_cache_size_tokens")
+
 #: llm-d's endpoint picker: output tokens per request (labels ``model_name``, ``target_model_name``,
-#: ``fairness_id``, ``priority``).
+#: ``fairness_id``, ``priority``; :func:`llm_d_buckets` layout). Newer llm-d-router releases rename it
+#: :data:`LLMD_ROUTER_OUTPUT_TOKENS`; older ones (and the upstream Inference Extension) export the deprecated
+#: ``inference_objective_output_tokens`` without ``fairness_id``.
 LLMD_OUTPUT_TOKENS = "llm_d_epp_request_output_tokens"
-#: Envoy AI Gateway's OpenTelemetry token histogram; output tokens carry ``gen_ai_token_type="output"``.
+#: The same histogram in newer llm-d-router releases (subsystem ``llm_d_router_epp``).
+LLMD_ROUTER_OUTPUT_TOKENS = "llm_d_router_epp_output_tokens"
+#: Envoy AI Gateway's OpenTelemetry token histogram; output tokens carry ``gen_ai_token_type="output"``
+#: (:func:`powers_of_4_buckets` layout). A request header becomes a label through the gateway controller's
+#: ``--metricsRequestHeaderAttributes=<header>:<attribute>``; Prometheus spells the attribute with ``_`` for ``.``.
 ENVOY_TOKEN_USAGE = "gen_ai_client_token_usage"
+#: The label (and value) selecting output tokens in :data:`ENVOY_TOKEN_USAGE`.
+ENVOY_TOKEN_TYPE = ("gen_ai_token_type", "output")
 
 #: Largest relative bucket width of :func:`kvplan_buckets`: a bucket ``(lo, hi]`` has ``hi <= lo * (1 + w)``.
 KVPLAN_MAX_RELATIVE_WIDTH = 0.10
@@ -91,5 +104,19 @@ def kvplan_buckets(max_value: int, *, relative_width: float = KVPLAN_MAX_RELATIV
     return out
 
 
+def llm_d_buckets(max_value: int) -> list[int]:
+    """llm-d's endpoint-picker token layout: 1, then powers of 2 from 8 (8, 16, 32, ...) up to and including
+    ``max_value``; llm-d fixes the top at 8192 (``llm_d_epp_request_output_tokens``)."""
+    top = _check_max(max_value, "max_value")
+    out = [1]
+    b = 8
+    while b <= top:
+        out.append(b)
+        b *= 2
+    return out
+
+
 #: Bucket layouts by name (the names ``kvcore evaluate --observe`` and the history sources use).
 LAYOUTS = {"vllm": vllm_buckets, "powers-of-4": powers_of_4_buckets, "kvplan": kvplan_buckets}
+#: Every exporter's layout by name, as the history sources use them: :data:`LAYOUTS` plus llm-d's.
+SOURCE_LAYOUTS = {**LAYOUTS, "llm-d": llm_d_buckets}

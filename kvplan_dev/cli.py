@@ -217,6 +217,10 @@ def parser() -> argparse.ArgumentParser:
         tool = sub.add_parser(name, help=f"run the project's {name}: kvplan-dev {name} -- ARGS")
         tool.add_argument("args", nargs=argparse.REMAINDER)
         tool.set_defaults(func=lambda a, n=name: _exec_tool(Path(getattr(_tools(), n)), a.args))
+    rel = sub.add_parser("release", help="make release: image + chart to a local OCI registry, install, run",
+                         add_help=False)
+    rel.add_argument("args", nargs=argparse.REMAINDER)
+    rel.set_defaults(func=_release)
     demo_parser = sub.add_parser("demo", help="the end-to-end demo")
     from kvplan_dev import demo
 
@@ -226,6 +230,12 @@ def parser() -> argparse.ArgumentParser:
     demo_parser.set_defaults(func=_demo)
     remember_parsers(top)
     return top
+
+
+def _release(args: argparse.Namespace) -> int:
+    from kvplan_dev import release
+
+    return release.main(args.args)
 
 
 def _label_value(text: str) -> str:

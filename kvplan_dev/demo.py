@@ -2,19 +2,21 @@
 
 Phases (each one prints a line to stderr; ``--json`` puts the one result object on stdout):
 
-1. **history**: the bundled Azure 2023 conversation trace (``kvcore/data/traces/azure2023_conv.csv``) is split into the
-   example KVPlan's classes by prompt length, which is what a router knows at admission time (:data:`CLASS_SPLIT`:
-   chat < 1000 tokens <= code < 2000 tokens <= batch). Each class becomes one vLLM-style histogram series,
-   ``vllm:request_generation_tokens{model_name="llama-70b-<class>"}`` with 1-2-5 buckets up to 8192, spread over
-   the last 6 hours and backfilled into a local Prometheus with promtool.
+1. **history**: the bundled Azure 2023 conversation trace (``kvcore/data/traces/azure2023_conv.csv``) is played once
+   an hour over the last 6 hours through the example fleet as it runs before kvplan, and every pod's series are
+   backfilled into a local Prometheus with promtool in exactly the shape real exporters produce
+   (:mod:`kvplan_dev.demo_series`): stock vLLM's ``vllm:request_generation_tokens{model_name="llama-70b"}`` and
+   engine series per pod, and kvplan's plugin's per-class ``kvplan_request_output_tokens{kvplan_class}``, the
+   class being the prompt length (:data:`CLASS_SPLIT`: chat < 1000 tokens <= code < 2000 tokens <= batch).
 2. **control plane**: etcd + kube-apiserver on loopback (:class:`kvplan_dev.cluster.LocalCluster`).
 3. **install**: the chart's CRDs, then the chart's ServiceAccount and RBAC rendered with ``helm template``
    (watching namespace ``demo`` only), exactly as ``helm install`` would create them.
 4. **operator**: ``kvplan-operator --namespace demo --peering kvplan-operator`` (the chart's default args) as a
    subprocess whose kubeconfig carries a TokenRequest token of the chart's ServiceAccount, so every call it makes
    is authorised by the chart's RBAC.
-5. **apply**: ``examples/vllm-deployments.yaml``, then ``examples/kvplan-70b.yaml`` with ``spec.prometheus.url``
-   pointed at the local Prometheus (the only change made to the example).
+5. **apply**: ``examples/vllm-deployments.yaml``, then ``examples/kvplan-70b.yaml`` (per-class histories from kvplan's
+   plugin; ``--example stock`` applies ``examples/kvplan-70b-stock.yaml``, stock vLLM metrics alone) with
+   ``spec.prometheus.url`` pointed at the local Prometheus (the only change made to the example).
 6. **wait** until the KVPlan is ``Ready=True`` (or a terminal reason, or the timeout).
 7. **report**: the plan, and per Deployment and for the router ConfigMap what changed, before -> after.
 8. **stop** everything started here, by PID, even on failure or Ctrl-C.
@@ -44,11 +46,16 @@ from kvcore.cli.args import OneLineParser, float_arg
 from kvcore.cli.args import report as report_error
 from kvcore.errors import InputError
 from kvplan_dev.demo_report import deployment_view, plan_lines, text_diff, text_report, view_changes
+from kvplan_dev.demo_series import CLASS_SPLIT, HOURS, MAX_MODEL_LEN, MODEL, class_of
+
+__all__ = ["CLASS_SPLIT", "MAX_MODEL_LEN", "MODEL", "class_of", "main", "run", "split_rows"]
 
 REPO = Path(__file__).resolve().parent.parent
 TRACE = REPO / "kvcore" / "data" / "traces" / "azure2023_conv.csv"
 CHART = REPO / "charts" / "kvplan-operator"
 EXAMPLE_PLAN = REPO / "examples" / "kvplan-70b.yaml"
+EXAMPLES = {"plugin": EXAMPLE_PLAN, "stock": REPO / "examples" / "kvplan-70b-stock.yaml"}
+"""``--example``: plugin (per-class histories from kvplan's vLLM plugin) or stock (stock vLLM metrics alone)."""
 EXAMPLE_DEPLOYMENTS = REPO / "examples" / "vllm-deployments.yaml"
 
 NAMESPACE = "demo"
@@ -57,12 +64,10 @@ OPERATOR_NAMESPACE = "kvplan-system"
 """Where the chart's ServiceAccount lives (the release namespace)."""
 RELEASE = "kvplan-operator"
 """Helm release name; with the chart's naming this makes every object ``kvplan-operator``."""
-MODEL = "llama-70b"
-"""Model prefix of the per-class ``model_name`` labels; must match the example's history selectors."""
-HISTORY_HOURS = 6.0
-"""Hours of backfilled history; matches the example's ``spec.prometheus.lookback: 6h``."""
-MAX_MODEL_LEN = 8192
-"""Largest finite histogram bucket (vLLM's 1-2-5 buckets up to max_model_len); the example uses 8192."""
+HISTORY_HOURS = float(HOURS)
+"""Hours of backfilled history; matches the examples' ``spec.prometheus.lookback: 6h``."""
+SCRAPE_S = 60.0
+"""Scrape interval of the backfilled series, seconds (a minute keeps the backfill to ~200k samples)."""
 RBAC_KINDS = frozenset({"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
                         "KopfPeering", "ClusterKopfPeering"})
 """What the demo takes from the rendered chart: identity, RBAC and the kopf peering object (the operator itself
@@ -72,28 +77,12 @@ TERMINAL_REASONS = frozenset({
 })
 """Ready=False reasons that no amount of waiting fixes; the demo stops waiting on them."""
 
-CLASS_SPLIT: tuple[tuple[str, int, int | None], ...] = (
-    ("chat", 0, 1000),
-    ("code", 1000, 2000),
-    ("batch", 2000, None),
-)
-"""(class, lowest prompt length, first prompt length not included), tokens. Documented in examples/kvplan-70b.yaml."""
-
-
 def log(message: str) -> None:
     """Progress goes to stderr so ``--json`` keeps stdout to one object."""
     print(f"[demo] {message}", file=sys.stderr, flush=True)
 
 
 # --- pure parts ---------------------------------------------------------------------------------------------------
-def class_of(input_tokens: int) -> str:
-    """The example class of a request with this prompt length (see :data:`CLASS_SPLIT`)."""
-    for name, low, high in CLASS_SPLIT:
-        if input_tokens >= low and (high is None or input_tokens < high):
-            return name
-    raise ValueError(f"input_tokens: {input_tokens} is negative")
-
-
 def split_rows(rows: Sequence[Any]) -> dict[str, list[Any]]:
     """Trace rows (with ``input_tokens``) per class, in trace order; every class present, possibly empty."""
     out: dict[str, list[Any]] = {name: [] for name, _, _ in CLASS_SPLIT}
@@ -140,6 +129,11 @@ class Settings:
     keep_logs: Path | None = None
     standalone: bool = False
     """Run as the chart does with ``peering.enabled=false``: ``--standalone``, no peering object or its RBAC."""
+    example: str = "plugin"
+    """Which example KVPlan to apply (:data:`EXAMPLES`)."""
+    operator_image: str | None = None
+    """Run the operator from this container image (podman, :mod:`kvplan_dev.container`) instead of the venv's
+    ``kvplan-operator``; ``make release`` passes the image it pushed, by digest."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -152,6 +146,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="copy the operator/apiserver/Prometheus logs here before cleaning up")
     parser.add_argument("--standalone", action="store_true",
                         help="the chart with peering.enabled=false: kvplan-operator --standalone")
+    parser.add_argument("--example", choices=sorted(EXAMPLES), default=Settings.example,
+                        help="plugin: examples/kvplan-70b.yaml (per-class series of kvplan's vLLM plugin); stock: "
+                             "examples/kvplan-70b-stock.yaml (stock vLLM metrics alone) (default %(default)s)")
+    parser.add_argument("--operator-image", default=None, metavar="REF",
+                        help="run the operator from this image with podman (e.g. the one `make release` pushed)")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -160,7 +159,9 @@ def _settings(args: argparse.Namespace) -> Settings:
         raise InputError("--keep-logs", f"{keep} exists and is not a directory")
     return Settings(json=bool(getattr(args, "json", False)),
                     timeout_s=float(getattr(args, "timeout", None) or Settings.timeout_s),
-                    keep_logs=Path(keep) if keep else None, standalone=bool(getattr(args, "standalone", False)))
+                    keep_logs=Path(keep) if keep else None, standalone=bool(getattr(args, "standalone", False)),
+                    example=str(getattr(args, "example", None) or Settings.example),
+                    operator_image=getattr(args, "operator_image", None))
 
 
 def _kubectl_json(cluster: Any, *args: str) -> dict[str, Any]:
@@ -179,25 +180,23 @@ def _deployments(cluster: Any) -> dict[str, dict[str, Any]]:
 
 
 def _backfill(prometheus: Any, report: dict[str, Any]) -> None:
+    from kvplan_dev.demo_series import PODS, engine_blocks, fleet_series
     from kvplan_dev.openmetrics import Window, read_trace
-    from kvplan_dev.prom import series_from_trace
 
     rows = read_trace(TRACE)
-    per_class = split_rows(rows)
-    span = max(r.arrival_s for r in rows) - min(r.arrival_s for r in rows)
-    window = Window(end_unix_s=time.time() - 60.0, duration_s=HISTORY_HOURS * 3600.0)
-    compression = span / (window.duration_s * 0.999)  # one time axis for every class
-    series = [series_from_trace(part, labels={"model_name": f"{MODEL}-{name}"}, window=window,
-                                compression=compression, max_model_len=MAX_MODEL_LEN)
-              for name, part in per_class.items() if part]
+    window = Window(end_unix_s=time.time() - 60.0, duration_s=HISTORY_HOURS * 3600.0, step_s=SCRAPE_S)
+    series, per_class = fleet_series(rows, window)
     stats = prometheus.backfill(series, window)
     report["history"] = {
         "trace": str(TRACE.relative_to(REPO)), "requests": len(rows), "hours": HISTORY_HOURS,
+        "plays": int(HISTORY_HOURS), "samples": sum(s.samples for s in stats),
         "split": "by prompt length: " + ", ".join(
             f"{name} [{low}, {high if high is not None else 'inf'})" for name, low, high in CLASS_SPLIT),
-        "classes": {name: {"requests": len(part), "kept": s.kept,
-                           "series": f'vllm:request_generation_tokens{{model_name="{MODEL}-{name}"}}'}
-                    for (name, part), s in zip(((n, p) for n, p in per_class.items() if p), stats)},
+        "classes": {name: {"requests": n, "series": f'kvplan_request_output_tokens{{kvplan_class="{name}"}}'}
+                    for name, n in per_class.items()},
+        "deployments": {dep: {"pods": list(pods), "series": f'vllm:request_generation_tokens{{model_name="{MODEL}", '
+                              f'pod=~"{dep}-..."}}', "num_gpu_blocks": engine_blocks()}
+                        for dep, pods in PODS.items()},
     }
 
 
@@ -209,7 +208,7 @@ def wait_established(cluster: Any, crds: Sequence[str], timeout_s: float = 120.0
 def _install(cluster: Any, tools: Any, workdir: Path, *, standalone: bool = False) -> None:
     for namespace in (NAMESPACE, OPERATOR_NAMESPACE):
         cluster.kubectl("create", "namespace", namespace)
-    cluster.kubectl("apply", "--server-side", "-f", str(CHART / "crds"))
+    cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
     wait_established(cluster, ("kvplans.kvplan.io", "kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev"))
     done = subprocess.run(
         [str(tools.helm), "template", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
@@ -225,9 +224,15 @@ def _install(cluster: Any, tools: Any, workdir: Path, *, standalone: bool = Fals
     log("chart objects applied: " + ", ".join(f"{d['kind']}/{d['metadata']['name']}" for d in rbac))
 
 
-def _start_operator(kubeconfig: Path, workdir: Path, *, standalone: bool = False) -> Any:
+def _start_operator(kubeconfig: Path, workdir: Path, *, standalone: bool = False, image: str | None = None) -> Any:
     from kvplan_dev.process import ManagedProcess, free_port
 
+    if image is not None:
+        from kvplan_dev.container import operator_in_container
+
+        args = [f"--namespace={NAMESPACE}", "--standalone" if standalone else f"--peering={RELEASE}",
+                f"--liveness=http://127.0.0.1:{free_port()}/healthz", f"--metrics-port={free_port()}"]
+        return operator_in_container(image, kubeconfig, workdir, args)
     binary = Path(sys.executable).parent / "kvplan-operator"
     if not binary.exists():
         raise RuntimeError(f"{binary}: not installed; run `make venv`")
@@ -315,15 +320,18 @@ def _demo(settings: Settings, report: dict[str, Any]) -> None:
             log(f"    kube-apiserver {cluster.apiserver_version} at {cluster.server}")
             log("3/8 install: CRDs and the chart's RBAC (helm template) ...")
             _install(cluster, tools, workdir, standalone=settings.standalone)
-            log("4/8 operator: kvplan-operator under the chart's ServiceAccount token ...")
+            log("4/8 operator: kvplan-operator under the chart's ServiceAccount token"
+                + (f", in a container of {settings.operator_image}" if settings.operator_image else "") + " ...")
             log_dirs[2].mkdir(parents=True, exist_ok=True)
             sa_kubeconfig = cluster.service_account_kubeconfig(OPERATOR_NAMESPACE, RELEASE,
                                                                path=log_dirs[2] / "kubeconfig")
-            operator = _start_operator(sa_kubeconfig, log_dirs[2], standalone=settings.standalone)
+            operator = _start_operator(sa_kubeconfig, log_dirs[2], standalone=settings.standalone,
+                                       image=settings.operator_image)
             stack.enter_context(_stopping(report, "kvplan-operator", operator))
-            log("5/8 apply: examples/vllm-deployments.yaml and examples/kvplan-70b.yaml ...")
+            example = EXAMPLES[settings.example]
+            log(f"5/8 apply: examples/vllm-deployments.yaml and examples/{example.name} ...")
             cluster.kubectl("-n", NAMESPACE, "apply", "-f", str(EXAMPLE_DEPLOYMENTS))
-            plan_doc = yaml.safe_load(EXAMPLE_PLAN.read_text())
+            plan_doc = yaml.safe_load(example.read_text())
             plan_doc["spec"]["prometheus"]["url"] = prometheus.url
             name = plan_doc["metadata"]["name"]
             router = (plan_doc["spec"].get("router") or {}).get("configMap") or {}

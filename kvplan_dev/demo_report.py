@@ -133,18 +133,31 @@ def plan_lines(body: Mapping[str, Any]) -> list[str]:
     if objective:
         lines.append("objective (cost units/s): " + ", ".join(f"{k}={v}" for k, v in objective.items()))
     lines.append(f"  {'group':<12} {'TP':>3} {'PP':>3} {'replicas':>8} {'GPU/rep':>7} {'KV tokens/rep':>13} "
-                 f"{'util':>6} {'max-num-seqs':>12}  replicas by")
+                 f"{'util':>6} {'max-num-seqs':>12}  replicas by; KV capacity source")
     for name, g in (plan.get("groups") or {}).items():
         lines.append(f"  {name:<12} {g.get('tp')!s:>3} {g.get('pp')!s:>3} {g.get('replicas')!s:>8} "
                      f"{g.get('gpusPerReplica')!s:>7} {g.get('kvCapacityTokens')!s:>13} {g.get('utilisation')!s:>6} "
-                     f"{g.get('maxNumSeqs')!s:>12}  {g.get('replicasManagedBy')}")
-    lines.append(f"  {'class':<8} {'reserve':>7} {'eps':>8} {'admitted':>8} {'samples':>8}  routing / radius rule")
+                     f"{g.get('maxNumSeqs')!s:>12}  {g.get('replicasManagedBy')}; {capacity_text(g.get('capacity'))}")
+    lines.append(f"  {'class':<11} {'reserve':>7} {'eps':>8} {'admitted':>8} {'samples':>8} {'rate/s':>8} "
+                 f"{'source':<8} routing / radius rule")
     for name, c in (plan.get("classes") or {}).items():
         radius = c.get("radius") or {}
         routing = ", ".join(f"{g}={w}" for g, w in (c.get("routing") or {}).items())
-        lines.append(f"  {name:<8} {c.get('reserveTokens')!s:>7} {radius.get('eps')!s:>8} {c.get('admitted')!s:>8} "
-                     f"{c.get('samples')!s:>8}  {routing}; {radius.get('rule')}: {radius.get('reason')}")
+        lines.append(f"  {name:<11} {c.get('reserveTokens')!s:>7} {radius.get('eps')!s:>8} {c.get('admitted')!s:>8} "
+                     f"{c.get('samples')!s:>8} {c.get('arrivalRate')!s:>8} {c.get('source')!s:<8} "
+                     f"{routing}; {radius.get('rule')}: {radius.get('reason')}")
     return lines
+
+
+def capacity_text(cap: Mapping[str, Any] | None) -> str:
+    """One group's ``status.plan.groups.<g>.capacity`` in a line: where M(z) came from and both numbers."""
+    if not cap:
+        return "(not reported)"
+    layout = f"tp={cap.get('tp')} pp={cap.get('pp')}"
+    usage = f", usage {cap.get('kvCacheUsage')}" if cap.get("kvCacheUsage") is not None else ""
+    text = (f"{cap.get('source')}: vLLM {cap.get('engineKvCapacityTokens')} vs profile "
+            f"{cap.get('profileKvCapacityTokens')} tokens at {layout}{usage}")
+    return text + (f" ({cap.get('note')})" if cap.get("note") else "")
 
 
 def text_report(report: Mapping[str, Any], namespace: str) -> str:

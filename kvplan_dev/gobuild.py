@@ -164,8 +164,10 @@ def build_apiserver(version: str, dest: Path, logs: Path, progress: Progress) ->
         return dest
 
 
-def build_go_main(label: str, module_path: str, version: str, dest: Path, logs: Path, progress: Progress) -> Path:
-    """``go install module_path@version`` into ``dest.parent``; for mains without replace directives (helm)."""
+def build_go_main(label: str, module_path: str, version: str, dest: Path, logs: Path, progress: Progress,
+                  extra_ldflags: str = "") -> Path:
+    """``go install module_path@version`` into ``dest.parent``; for mains without replace directives (helm).
+    ``extra_ldflags`` are appended to ``-s -w`` (helm's version variables, as its own Makefile sets them)."""
     with _Lock(dest.with_suffix(".lock"), progress):
         if dest.exists():
             return dest
@@ -175,6 +177,7 @@ def build_go_main(label: str, module_path: str, version: str, dest: Path, logs: 
         gobin.mkdir(parents=True, exist_ok=True)
         progress(f"[{label} {version}] go install {module_path}@{version} ...")
         ldflags = f"-s -w -X helm.sh/helm/v3/internal/version.version={version}" if label == "helm" else "-s -w"
+        ldflags = f"{ldflags} {extra_ldflags}".strip()
         env_dir = dest.parent
         argv = [str(go), "install", "-v", "-trimpath", "-ldflags", ldflags, f"{module_path}@{version}"]
         with log.open("a") as handle:

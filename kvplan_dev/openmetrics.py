@@ -196,17 +196,61 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def write_openmetrics(out: TextIO, series: Sequence[HistogramSeries], window: Window) -> list[SeriesStats]:
+@dataclass(frozen=True)
+class ScalarSeries:
+    """A gauge (``value`` at every scrape) or a counter (``value + rate_per_s x seconds since the window start``;
+    the sample is written as ``<metric>_total``), e.g. ``vllm:cache_config_info`` (a gauge at 1 whose labels carry
+    the configuration) or ``vllm:num_preemptions``."""
+
+    metric: str
+    labels: dict[str, str]
+    kind: str = "gauge"
+    value: float = 1.0
+    rate_per_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("gauge", "counter"):
+            raise ValueError(f"kind: must be gauge or counter, got {self.kind!r}")
+        if self.kind == "gauge" and self.rate_per_s:
+            raise ValueError("rate_per_s: only for a counter")
+
+
+def scalar_lines(series: ScalarSeries, window: Window, stats: SeriesStats | None = None) -> Iterable[str]:
+    """OpenMetrics sample lines of one gauge or counter, scrape by scrape."""
+    label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(series.labels.items()))
+    name = series.metric + ("_total" if series.kind == "counter" else "")
+    written = 0
+    value = series.value
+    for t in window.scrape_times():
+        value = series.value + series.rate_per_s * (t - window.start_unix_s)
+        yield f"{name}{{{label_text}}} {value:.6g} {t:.3f}"
+        written += 1
+    if stats is not None:
+        stats.samples = written
+        stats.last_values = {name: value}
+
+
+AnySeries = HistogramSeries | ScalarSeries
+
+
+def write_openmetrics(out: TextIO, series: Sequence[AnySeries], window: Window) -> list[SeriesStats]:
     """Write every series as OpenMetrics (one ``# TYPE`` per family, ``# EOF`` last); return per-series stats."""
     stats = [SeriesStats() for _ in series]
     families: dict[str, list[int]] = {}
     for index, item in enumerate(series):
         families.setdefault(item.metric, []).append(index)
     for metric, indexes in families.items():
-        out.write(f"# HELP {metric} Number of generation tokens processed.\n")
-        out.write(f"# TYPE {metric} histogram\n")
+        first = series[indexes[0]]
+        kind = first.kind if isinstance(first, ScalarSeries) else "histogram"
+        if any((s.kind if isinstance(s, ScalarSeries) else "histogram") != kind for s in (series[i] for i in indexes)):
+            raise ValueError(f"{metric}: one family cannot mix histogram, gauge and counter series")
+        out.write(f"# HELP {metric} Backfilled by kvplan_dev (see kvplan_dev.openmetrics).\n")
+        out.write(f"# TYPE {metric} {kind}\n")
         for index in indexes:
-            for line in histogram_lines(series[index], window, stats[index]):
+            item = series[index]
+            lines = (scalar_lines(item, window, stats[index]) if isinstance(item, ScalarSeries)
+                     else histogram_lines(item, window, stats[index]))
+            for line in lines:
                 out.write(line + "\n")
     out.write("# EOF\n")
     return stats

@@ -4,11 +4,20 @@ History is written as OpenMetrics (:mod:`kvplan_dev.openmetrics`) and turned int
 ``promtool tsdb create-blocks-from openmetrics``; Prometheus runs with ``--storage.tsdb.retention.time=100y``
 so old blocks are never deleted. Blocks are loaded when Prometheus opens its data dir, so :meth:`backfill` on a
 running server restarts it on the same port (about a second). The remote-write receiver is enabled too.
+
+As teams run it: ``tls`` (a server certificate and key, :mod:`kvplan_dev.certs`) and ``basic_auth`` (user ->
+password) are written to a ``--web.config.file`` (Prometheus >= 2.24 reads TLS and bcrypt-hashed basic-auth users
+from it); the URL becomes ``https://`` and the readiness probe authenticates.
 """
 
 from __future__ import annotations
 
+import base64
+import ctypes
+import ctypes.util
+import secrets
 import shutil
+import ssl
 import subprocess
 import tempfile
 import time
@@ -18,9 +27,11 @@ from types import TracebackType
 from typing import Any, Sequence
 
 from kvplan_dev.openmetrics import (
-    VLLM_COLON, HistogramSeries, SeriesStats, TraceRow, Window, build_1_2_5_buckets, read_trace, write_openmetrics,
+    VLLM_COLON, AnySeries, HistogramSeries, SeriesStats, TraceRow, Window, build_1_2_5_buckets, read_trace,
+    write_openmetrics,
 )
 from kvplan_dev.process import ManagedProcess, ProcessRecord, free_port, stop_record, wait_until
+from kvplan_dev.certs import ServerCert
 from kvplan_dev.gobuild import BuildError
 from kvplan_dev.tools import PROMETHEUS, PROMTOOL, Tools, binary_version
 
@@ -28,14 +39,35 @@ CONFIG = "global:\n  scrape_interval: 15s\n  evaluation_interval: 15s\nscrape_co
 """No scrape targets: every sample comes from backfill or remote write."""
 
 
+def bcrypt_hash(password: str) -> str:
+    """A bcrypt (``$2b$``, cost 10) hash of ``password``, as Prometheus' web config wants, from the system's
+    libcrypt (Debian's libxcrypt implements bcrypt; Python's ``crypt`` module is gone in 3.13)."""
+    name = ctypes.util.find_library("crypt")
+    if name is None:
+        raise BuildError("libcrypt not found (Debian: libcrypt1); needed to hash basic-auth passwords")
+    lib = ctypes.CDLL(name)
+    lib.crypt.restype = ctypes.c_char_p
+    lib.crypt.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    alphabet = "./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+    salt = "$2b$10$" + "".join(secrets.choice(alphabet) for _ in range(22))
+    out = lib.crypt(password.encode(), salt.encode())
+    if not out or not out.startswith(b"$2b$"):
+        raise BuildError("libcrypt has no bcrypt ($2b$); cannot hash basic-auth passwords")
+    return str(out.decode())
+
+
 class LocalPrometheus:
     """A Prometheus server on 127.0.0.1; use as a context manager or call ``start()``/``stop()``."""
 
     def __init__(self, tools: Tools | None = None, workdir: Path | None = None, ready_timeout_s: float = 60.0,
-                 retention: str = "100y", die_with_parent: bool = True) -> None:
+                 retention: str = "100y", die_with_parent: bool = True, tls: ServerCert | None = None,
+                 basic_auth: dict[str, str] | None = None) -> None:
         """``workdir``: data dir, config and log (default: a new temp dir, removed on stop). ``retention``:
         ``--storage.tsdb.retention.time``; 100y keeps backfilled blocks of any age. ``die_with_parent``: see
-        :class:`kvplan_dev.process.ManagedProcess` (off for ``kvplan-dev cluster up``)."""
+        :class:`kvplan_dev.process.ManagedProcess` (off for ``kvplan-dev cluster up``). ``tls`` / ``basic_auth``
+        (user -> password): served through ``--web.config.file`` (module docstring)."""
+        self.tls = tls
+        self.basic_auth = dict(basic_auth or {})
         self.prometheus_bin = tools.prometheus if tools else PROMETHEUS
         self.promtool_bin = tools.promtool if tools else PROMTOOL
         for path in (self.prometheus_bin, self.promtool_bin):
@@ -81,19 +113,46 @@ class LocalPrometheus:
         if not self.version:
             self.version = binary_version(self.prometheus_bin)
         self.port = self.port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.tls is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
         argv = [str(self.prometheus_bin), f"--config.file={config}", f"--storage.tsdb.path={self.data_dir}",
                 f"--storage.tsdb.retention.time={self.retention}", f"--web.listen-address=127.0.0.1:{self.port}",
                 "--web.enable-remote-write-receiver", "--log.level=warn"]
+        web = self._web_config()
+        if web is not None:
+            argv.append(f"--web.config.file={web}")
         self._proc = ManagedProcess("prometheus", argv, self.workdir / "prometheus.log",
                                     die_with_parent=self.die_with_parent)
         self.history.append(self._proc.record)
+        headers = {}
+        if self.basic_auth:
+            user, password = next(iter(self.basic_auth.items()))
+            headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        context = None
+        if self.tls is not None:  # the probe asks whether it is up, not whether its certificate is good
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
 
         def ready() -> bool:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:
+            request = urllib.request.Request(f"{self.url}/-/ready", headers=headers)
+            with urllib.request.urlopen(request, timeout=2, context=context) as resp:
                 return bool(resp.status == 200)
 
         wait_until(ready, timeout_s=self.ready_timeout_s, what=f"prometheus {self.url}/-/ready", proc=self._proc)
+
+    def _web_config(self) -> Path | None:
+        if self.tls is None and not self.basic_auth:
+            return None
+        lines = []
+        if self.tls is not None:
+            lines += ["tls_server_config:", f"  cert_file: {self.tls.cert}", f"  key_file: {self.tls.key}"]
+        if self.basic_auth:
+            lines.append("basic_auth_users:")
+            lines += [f"  {user}: '{bcrypt_hash(password)}'" for user, password in self.basic_auth.items()]
+        path = self.workdir / "web.yml"
+        path.write_text("\n".join(lines) + "\n")
+        return path
 
     def stop(self, remove: bool = True) -> None:
         """Stop exactly the PID started here; remove the temp dir if we made it and ``remove`` is true."""
@@ -115,7 +174,7 @@ class LocalPrometheus:
         """PID of the running server, if any."""
         return self._proc.record.pid if self._proc is not None and self._proc.poll() is None else None
 
-    def backfill(self, series: Sequence[HistogramSeries], window: Window) -> list[SeriesStats]:
+    def backfill(self, series: Sequence[AnySeries], window: Window) -> list[SeriesStats]:
         """Write ``series`` over ``window`` as OpenMetrics, create TSDB blocks with promtool, and (re)start
         Prometheus so it serves them. Returns per-series stats (kept/dropped observations, samples)."""
         self.workdir.mkdir(parents=True, exist_ok=True)

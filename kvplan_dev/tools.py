@@ -28,6 +28,10 @@ KUBE_VERSION = "v1.37.2"
 """k8s.io/kubernetes release the apiserver is built from (newest 1.3x patch resolvable on the proxy, Nov 2026)."""
 HELM_VERSION = "v3.22.0"
 """helm.sh/helm/v3 release (newest v3 on the proxy; the chart is apiVersion v2, which helm 3 reads)."""
+HELM_KUBE_VERSION = ("1", "37")
+"""The Kubernetes version helm assumes without a cluster (``helm template``, ``lint``): its Makefile sets it from the
+k8s.io/client-go it is built with (v0.37.0 for v3.22.0). Without it a ``go install`` helm says v1.20, and a chart
+with ``kubeVersion: >=1.28`` cannot be templated."""
 ETCD_SOURCE = os.environ.get("KVPLAN_ETCD", "debian")
 """``debian`` (etcd-server 3.4.23, the default: kube-apiserver v1.37.2 accepts it and only logs that etcd lacks
 RequestWatchProgress) or ``go`` (3.5.x built from go.etcd.io/etcd/server/v3); ``$KVPLAN_ETCD`` picks it."""
@@ -74,8 +78,15 @@ def apiserver_path(version: str = KUBE_VERSION) -> Path:
 
 
 def helm_path(version: str = HELM_VERSION) -> Path:
-    """Cache path of the helm binary for ``version``."""
-    return cache_root() / f"helm-{version}" / "helm"
+    """Cache path of the helm binary for ``version`` (and the Kubernetes version it assumes)."""
+    return cache_root() / f"helm-{version}-k8s{'.'.join(HELM_KUBE_VERSION)}" / "helm"
+
+
+def helm_ldflags() -> str:
+    """``-X`` flags for helm's assumed Kubernetes version, exactly as helm's Makefile passes them."""
+    major, minor = HELM_KUBE_VERSION
+    return " ".join(f"-X helm.sh/helm/v3/pkg/{pkg}.k8sVersion{part}={value}"
+                    for pkg in ("lint/rules", "chartutil") for part, value in (("Major", major), ("Minor", minor)))
 
 
 def etcd_path() -> Path:
@@ -99,7 +110,16 @@ def kubectl_path() -> Path:
 def ensure_apt(binaries: list[str], progress: Progress) -> None:
     """``apt-get install`` the Debian packages of the missing ``binaries`` (needs root). Never starts services:
     a ``policy-rc.d`` that denies service starts is put in place for the install when none exists."""
-    missing = sorted({APT_PACKAGES[b] for b in binaries if not Path("/usr/bin", b).exists()})
+    ensure_apt_packages({b: APT_PACKAGES[b] for b in binaries}, progress, where=Path("/usr/bin"))
+
+
+def ensure_apt_packages(packages: dict[str, str], progress: Progress, where: Path | None = None) -> None:
+    """Install the Debian package of every binary in ``packages`` (binary -> package) that is missing (in ``where``,
+    else on PATH); needs root; service starts are denied during the install."""
+    def present(binary: str) -> bool:
+        return (where / binary).exists() if where is not None else shutil.which(binary) is not None
+
+    missing = sorted({package for binary, package in packages.items() if not present(binary)})
     if not missing:
         return
     if os.geteuid() != 0:
@@ -115,7 +135,9 @@ def ensure_apt(binaries: list[str], progress: Progress) -> None:
     try:
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         with log.open("a") as handle:
-            for argv in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", *missing]):
+            for argv in (["apt-get", "update"],
+                         ["apt-get", "install", "-y", "-o", "DPkg::Lock::Timeout=600", "--no-install-recommends",
+                          *missing]):
                 handle.write(f"$ {' '.join(argv)}\n")
                 handle.flush()
                 done = subprocess.run(argv, stdout=handle, stderr=subprocess.STDOUT, env=env)
@@ -134,7 +156,8 @@ def ensure_tools(progress: Progress = print) -> Tools:
     etcd = etcd_path()
     if ETCD_SOURCE == "go":
         etcd = gobuild.build_etcd(ETCD_VERSION, etcd, logs, progress)
-    helm = gobuild.build_go_main("helm", "helm.sh/helm/v3/cmd/helm", HELM_VERSION, helm_path(), logs, progress)
+    helm = gobuild.build_go_main("helm", "helm.sh/helm/v3/cmd/helm", HELM_VERSION, helm_path(), logs, progress,
+                                 extra_ldflags=helm_ldflags())
     return Tools(apiserver, etcd, kubectl_path(), helm, PROMETHEUS, PROMTOOL)
 
 

@@ -53,10 +53,13 @@ def make_overlay(base_python: Path, dest: Path, repo: Path) -> Path:
     python = dest / "bin" / "python"
     purelib = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
     Path(purelib.stdout.strip(), "kvplan_vllm_base.pth").write_text(f"import site; site.addsitedir({site!r})\n")
+    # kvplan (kvcore, the operator, kvplan_vllm) and kvplan-dev (this tooling: the engine driver) are two
+    # distributions of the one checkout.
     install = _run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "-e",
-                    str(repo)])
+                    str(repo), "-e", str(repo / "kvplan_dev")])
     if install.returncode != 0:
-        raise OverlayError(f"pip install -e {repo} into the overlay failed:\n{install.stdout[-2000:]}\n"
+        raise OverlayError(f"pip install -e {repo} -e {repo / 'kvplan_dev'} into the overlay failed:\n"
+                           f"{install.stdout[-2000:]}\n"
                            f"{install.stderr[-4000:]}")
     return python
 

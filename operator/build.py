@@ -33,9 +33,9 @@ from .desired import ClassTarget, Desired, GroupTarget, LayoutChange, Write, lay
 from .observe import Observation
 from .policy import target_layouts
 from .run import Failure, RunContext
-from .spec import KVPlanSpec, RequestClass
+from .spec import KVPlanSpec, RequestClass, history_key
 from .targets import BuildInput, Target, TargetRefused, all_targets
-from .translate import horizon_ratio, radius_policy
+from .translate import capacity_overrides, horizon_ratio, radius_policy
 
 #: Refusals a later reconcile may see resolved on its own (the object appears, the other KVPlan goes away).
 TEMPORARY = (C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND, C.OWNED_BY_OTHER, C.ROUTER_TARGET_INVALID)
@@ -171,6 +171,29 @@ def notes_for(obs: Observation, dec: Decided, desired: Desired) -> list[str]:
         if obs.groups[g.name].autoscaler:
             notes.append(f"group {g.name}: replicas left to {obs.groups[g.name].autoscaler} "
                          f"(planned {desired.groups[g.name].replicas})")
+    notes += source_notes(obs)
+    return notes
+
+
+def source_notes(obs: Observation) -> list[str]:
+    """Where the inputs came from, when it matters: classes sharing one stock vLLM histogram, engine capacity that
+    could not be used or looks off, an unverified TLS connection."""
+    spec = obs.spec
+    notes: list[str] = []
+    shared: dict[tuple[str, str], list[str]] = {}
+    for i, c in enumerate(spec.classes):
+        shared.setdefault(history_key(spec, i), []).append(c.name)
+    for (source, key), names in shared.items():
+        if len(names) > 1:
+            notes.append(f"classes {', '.join(names)} share one {source} history ({key.partition(':')[2] or key}): "
+                         "the mix of their traffic, not each one's")
+    for g in spec.groups:
+        cap = obs.capacity.get(g.name)
+        if cap is not None and cap.note and spec.capacity.from_engine:
+            notes.append(f"group {g.name} capacity: {cap.note}")
+    notes += capacity_overrides(spec, obs.capacity)[1]
+    if spec.prometheus.tls is not None and spec.prometheus.tls.insecure_skip_verify:
+        notes.append("Prometheus TLS certificate not verified (spec.prometheus.tls.insecureSkipVerify)")
     return notes
 
 

@@ -86,8 +86,20 @@ INVALID_HISTOGRAM = "InvalidHistogram"
 NO_RATE_DATA = "NoRateData"
 #: A class's arrivalRateQuery returned NaN, +-Inf, a negative or an absurd (> 1e9 requests/s) value.
 INVALID_RATE = "InvalidRate"
-#: spec.prometheus.authSecretRef names a Secret (or key) that does not exist.
+#: A Secret or ConfigMap (key) that spec.prometheus names (bearer token, basic auth, CA bundle) does not exist.
 AUTH_SECRET_MISSING = "AuthSecretMissing"
+#: spec.prometheus.bearerTokenFile names a file outside the operator's allowed token files, or one it cannot read;
+#: no request was sent.
+PROMETHEUS_AUTH_REFUSED = "PrometheusAuthRefused"
+#: TLS to Prometheus failed: the message names the URL and the certificate problem (self-signed, expired, hostname
+#: mismatch, a CA bundle that is not PEM, a server that does not speak TLS).
+PROMETHEUS_TLS_ERROR = "PrometheusTLSError"
+#: A history source's metric has no series for the selector (or for a class's label value): the message names
+#: the metric, the selector and the class; the last good plan is kept.
+METRIC_ABSENT = "MetricAbsent"
+#: A query matched more series than a plan can come from (a class label with thousands of values, such as a
+#: request id or a user); the message names the label or selector.
+TOO_MANY_SERIES = "TooManySeries"
 #: The status write itself failed (only in the outcome and the log: the status cannot say it).
 STATUS_WRITE_FAILED = "StatusWriteFailed"
 #: An unexpected error inside the operator (a bug); its type is in the message, the last good plan is kept.
@@ -99,13 +111,14 @@ REASONS = (
     APPLY_FAILED, PENDING, READ_FAILED, OWNED_BY_OTHER, UNSUPPORTED_CONTAINER_LAYOUT, ROUTER_TARGET_INVALID,
     PROMETHEUS_URL_REFUSED, PROMETHEUS_REJECTED, PROMETHEUS_QUERY_ERROR, PROMETHEUS_BAD_RESPONSE, INVALID_HISTOGRAM,
     NO_RATE_DATA, INVALID_RATE, AUTH_SECRET_MISSING, STATUS_WRITE_FAILED, INTERNAL_ERROR, APPLYING,
+    PROMETHEUS_AUTH_REFUSED, PROMETHEUS_TLS_ERROR, METRIC_ABSENT, TOO_MANY_SERIES,
 )
 #: Failures of observation: the operator keeps serving the last good plan (Degraded=True; Ready stays True when a
 #: plan was applied before) and retries with backoff.
 DEGRADED_REASONS = (
     PROMETHEUS_UNAVAILABLE, TOO_FEW_SAMPLES, READ_FAILED, PROMETHEUS_URL_REFUSED, PROMETHEUS_REJECTED,
     PROMETHEUS_QUERY_ERROR, PROMETHEUS_BAD_RESPONSE, INVALID_HISTOGRAM, NO_RATE_DATA, INVALID_RATE,
-    AUTH_SECRET_MISSING,
+    AUTH_SECRET_MISSING, PROMETHEUS_AUTH_REFUSED, PROMETHEUS_TLS_ERROR, METRIC_ABSENT, TOO_MANY_SERIES,
 )
 
 #: Longest message kept, characters. Long enough for a handful of field errors, short enough for `kubectl get -o wide`.

@@ -60,7 +60,8 @@ def _refusal(exc: Exception, spec: KVPlanSpec) -> Failure:
 def _solve(deps: Deps, obs: Observation, previous: Plan | None,
            layouts: Mapping[str, tuple[int, int]] | None = None) -> Plan | Failure:
     try:
-        return deps.planner(build_instance(obs.spec, obs.classes, layouts=layouts), previous=previous)
+        return deps.planner(build_instance(obs.spec, obs.classes, layouts=layouts, capacity=obs.capacity),
+                            previous=previous)
     except (InputError, ValidationError) as exc:
         return _refusal(exc, obs.spec)
     except Exception as exc:  # a planner bug must not escape the reconcile; the type is enough to find it

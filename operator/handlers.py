@@ -19,7 +19,7 @@ import kopf
 from . import conditions as C
 from .kube import GROUP, PLURAL, VERSION, Kube, KubeError
 from .metrics import Metrics
-from .prom import PromClient, UrlPolicy
+from .prom import UrlPolicy, default_prom_factory
 from .reconcile import Deps, Outcome, reconcile
 from .spec import parse_duration
 from .status import parse_iso
@@ -62,7 +62,7 @@ def default_runtime(config: Config = CONFIG) -> Runtime:
     if config.metrics_port:
         metrics.serve(config.metrics_port)
     deps = Deps(kube=Kube.from_environment(),
-                prom_factory=lambda url, timeout, token: PromClient(url, timeout_s=timeout, token=token),
+                prom_factory=default_prom_factory,
                 planner=plan, metrics=metrics, backoff_base_s=config.backoff_base_s,
                 prom_policy=UrlPolicy.from_environment())
     return Runtime(deps)
@@ -154,4 +154,7 @@ def on_delete(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         rt.retry_at.pop(uid, None)
         with rt.guard:
             rt.locks.pop(uid, None)
+        metrics = getattr(rt.deps, "metrics", None)
+        if metrics is not None:  # a deleted KVPlan's series go with it
+            metrics.forget(body["metadata"]["namespace"], body["metadata"]["name"])
 

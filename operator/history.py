@@ -1,27 +1,31 @@
-"""Per-class observations from Prometheus: vLLM's output-length histogram -> kvcore ``History``, and the arrival rate.
+"""Prometheus answers -> per-class observations: histogram windows checked with named reasons, then kvcore
+``History``; the arrival rate from the same counts. Pure (the queries themselves are :mod:`kvplan_operator.sources`).
 
-This is the operator's one history source today (vLLM's ``request_generation_tokens`` histogram); other sources
-plug in at :func:`observe_class`'s level (same inputs, a :class:`ClassObservation` out).
-
-PromQL (one range query per class, so the cost does not grow with the number of windows):
-
-    sum by (le) (increase({__name__=~"vllm:request_generation_tokens_bucket|vllm_request_generation_tokens_bucket",
-                           <selector>}[<lookback/windows>]))
-
-evaluated from ``now - lookback + window`` to ``now`` every ``window``: each point is one sub-window's histogram.
-Both metric spellings are matched (``prometheus_client`` >= 0.23 may store ``vllm:`` as ``vllm_``).
+A history source asks one range query for all its classes; its ``matrix`` answer holds one series per (``le``,
+key), where the key is the source's class label (``kvplan_class``, ``fairness_id``, ...) or, for stock vLLM, a
+label the query adds per Deployment (:data:`KEY_LABEL`). Each point is one sub-window's ``increase()``.
+:func:`windows_by_key` regroups it as ``{key: [(t, bounds, cumulative counts)]}``, oldest first.
 
 Nothing doubtful becomes a plan silently; each of these is a :class:`~kvplan_operator.prom.PromError` with a named
 reason (the last good plan stays in force):
 
 - ``InvalidHistogram``: a count that is NaN, infinite, negative or above :data:`MAX_COUNT`; an ``le`` that is not a
   number or is negative; cumulative counts that *decrease* with ``le`` by more than scrape skew explains
-  (:data:`SKEW_REQUESTS` requests plus :data:`SKEW_FRACTION` of the window's total) -- reversed buckets would put
-  every request in the lowest bucket and shrink reservations to nothing. A dip within that tolerance is repaired
-  by the running max (as :func:`kvcore.traces.histogram_to_samples` does);
-- ``NoRateData``: an ``arrivalRateQuery`` that returns no sample (an empty vector is "unknown", not 0 req/s);
+  (kvcore's own tolerance: ``kvcore.binned.SKEW_REQUESTS`` requests plus ``SKEW_FRACTION`` of the window's
+  total) -- reversed buckets would put every request in the lowest bucket and shrink reservations to nothing --
+  named specially when the ``+Inf`` bucket is the one below the last finite bucket. A dip within that tolerance is
+  repaired by kvcore's running max;
+- ``TooManySeries``: more than :data:`MAX_SERIES` series, or more than :data:`MAX_KEYS` values of the class label
+  (a request id or user id as class label would otherwise become thousands of plans);
+- ``NoRateData``: no count in the newest window for a class whose arrival rate comes from the source, or an
+  ``arrivalRateQuery`` that returns no sample (an empty vector is "unknown", not 0 req/s);
 - ``InvalidRate``: a rate that is NaN, infinite, negative or above :data:`MAX_RATE`;
 - ``PrometheusBadResponse``: a result of the wrong type or values that are not numbers.
+
+Binning: :func:`class_histories` is the one place where bucket counts become samples:
+:func:`kvcore.binned_history.class_histories` reads each window with the within-bucket model and gives every
+window its binning bound for the radius rule. A class whose windows kvcore still refuses is ``InvalidHistogram``
+naming the class, the window and the bucket.
 """
 
 from __future__ import annotations
@@ -31,24 +35,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvcore.errors import InputError
-from kvcore.samples import History, Samples
-from kvcore.traces import histogram_to_samples
+from kvcore.binned import SKEW_FRACTION, SKEW_REQUESTS
+from kvcore.binned_history import ClassHistory
+from kvcore.binned_history import class_histories as _binned_histories
+from kvcore.samples import History
 
 from . import conditions as C
-from .prom import PromApi, PromError
-from .spec import RequestClass
+from .prom import PromError
 
-METRIC_NAMES = ("vllm:request_generation_tokens_bucket", "vllm_request_generation_tokens_bucket")
+#: The label a query adds to tell apart the keys of a source without a class label (stock vLLM, one key per
+#: Deployment or selector): ``label_replace(..., "kvplan_key", "<key>", "", "")``.
+KEY_LABEL = "kvplan_key"
 #: Largest believable request count in one sub-window. 1e15 is ten thousand years of a million requests per second;
 #: anything above (1e308 included) is a broken exporter or recording rule, not traffic.
 MAX_COUNT = 1e15
 #: Largest believable arrival rate, requests/s (a million times a big fleet's load).
 MAX_RATE = 1e9
-#: Scrape skew tolerated in cumulative counts: a dip of at most this many requests ...
-SKEW_REQUESTS = 1.0
-#: ... plus this fraction of the window's total (``increase()`` extrapolates each series on its own).
-SKEW_FRACTION = 0.01
+#: Most values of a class label one query may yield: 256 is the planner's tested scale (issue 16) and four times the
+#: CRD's 64 classes, room for other tenants' classes on a shared label.
+MAX_KEYS = 256
+#: Most series one history query may return: 256 keys x 40 buckets.
+MAX_SERIES = 10_240
 
 Window = tuple[float, list[str], list[float]]
 
@@ -56,20 +63,16 @@ Window = tuple[float, list[str], list[float]]
 @dataclass(frozen=True)
 class ClassObservation:
     """What Prometheus says about one class: its history (None when every window is empty), the requests counted,
-    the number of non-empty windows and the arrival rate (requests/s)."""
+    the number of non-empty windows, the arrival rate (requests/s), the source it came from and how the rate was
+    obtained (``spec``, ``query`` or ``source``)."""
 
     name: str
     history: History | None
     requests: float
     windows: int
     arrival_rate: float
-
-
-def histogram_query(selector: str, window_s: float) -> str:
-    """The per-``le`` increase over one sub-window, both metric spellings."""
-    names = "|".join(METRIC_NAMES)
-    sel = f'__name__=~"{names}"' + (f", {selector.strip()}" if selector.strip() else "")
-    return f"sum by (le) (increase({{{sel}}}[{int(window_s)}s]))"
+    source: str = "vllm"
+    rate_from: str = "spec"
 
 
 def _number(raw: Any, what: str) -> float:
@@ -85,65 +88,128 @@ def _bound(le: Any, what: str) -> float:
     except (TypeError, ValueError):
         raise PromError(C.INVALID_HISTOGRAM, f"{what}: bucket bound le={str(le)[:20]!r} is not a number") from None
     if math.isnan(b) or b < 0:
-        raise PromError(C.INVALID_HISTOGRAM, f"{what}: bucket bound le={le} must be >= 0")
+        raise PromError(C.INVALID_HISTOGRAM, f"{what}: bucket bound le={str(le)[:20]} must be >= 0")
     return b
 
 
-def windows_from_matrix(data: Mapping[str, Any], *, what: str = "histogram") -> list[Window]:
-    """A range-query ``data`` (one series per ``le``) -> ``[(timestamp, bounds, cumulative counts)]`` oldest first.
-
-    Bounds are sorted ascending (series naming the same bound are summed); a timestamp missing from some ``le``
-    series counts 0 there. Raises :class:`PromError` (``InvalidHistogram`` / ``PrometheusBadResponse``) on anything
-    the module docstring lists."""
+def _series(data: Mapping[str, Any], what: str) -> list[Any]:
     if data.get("resultType") not in (None, "matrix") or not isinstance(data.get("result", []), list):
-        raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: expected a matrix, got {data.get('resultType')!r}")
-    by_time: dict[float, dict[float, float]] = {}
-    labels: dict[float, str] = {}
-    for series in data.get("result", []):
+        raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: expected a matrix, got {str(data.get('resultType'))[:20]!r}")
+    result: list[Any] = data.get("result", [])
+    if len(result) > MAX_SERIES:
+        raise PromError(C.TOO_MANY_SERIES, f"{what}: the query returned {len(result)} series (more than "
+                        f"{MAX_SERIES}); narrow the selector or choose a class label with fewer values")
+    return result
+
+
+def check_window(bounds: Sequence[float], labels: Sequence[str], counts: Sequence[float], *, what: str,
+                 ts: float) -> None:
+    """Cumulative counts must not fall with ``le`` beyond scrape skew; raises ``InvalidHistogram``."""
+    total = max(counts, default=0.0)
+    peak, peak_label = 0.0, ""
+    for b, label, c in zip(bounds, labels, counts):
+        if peak - c > SKEW_REQUESTS + SKEW_FRACTION * total:
+            if math.isinf(b):
+                raise PromError(C.INVALID_HISTOGRAM, f"{what}: the +Inf bucket ({c:g}) is lower than the last finite "
+                                f"bucket le={peak_label} ({peak:g}) at t={ts:.0f}: every request is counted in +Inf")
+            raise PromError(C.INVALID_HISTOGRAM, f"{what}: cumulative count falls from {peak:g} to {c:g} at "
+                            f"le={label} (t={ts:.0f}); reversed or decreasing buckets")
+        if c >= peak:
+            peak, peak_label = c, label
+
+
+def windows_by_key(data: Mapping[str, Any], key_label: str | None, *, what: str = "histogram",
+                   describe: Mapping[str, str] | None = None) -> dict[str, list[Window]]:
+    """A range-query ``data`` (one series per ``le`` and key) -> ``{key: [(t, bounds, cumulative counts)]}``, each
+    list oldest first. ``key_label`` None: every series is one key ``""``. Bounds are sorted ascending (series naming
+    the same bound are summed); a timestamp missing from some ``le`` series of a key counts 0 there. ``describe``
+    names a key in messages (``class chat``). Raises :class:`PromError` on anything the module docstring lists."""
+    raw: dict[str, dict[float, dict[float, float]]] = {}
+    labels: dict[str, dict[float, str]] = {}
+    for series in _series(data, what):
         if not isinstance(series, Mapping):
             raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: a series is not an object")
-        le = (series.get("metric") or {}).get("le")
+        metric = series.get("metric") or {}
+        le = metric.get("le")
         if le is None:
             continue
-        bound = _bound(le, what)
-        labels.setdefault(bound, str(le))
+        key = "" if key_label is None else str(metric.get(key_label, ""))
+        if key not in raw and len(raw) >= MAX_KEYS:
+            raise PromError(C.TOO_MANY_SERIES, f"{what}: label {key_label} takes more than {MAX_KEYS} values; "
+                            "choose a class label with one value per request class, or narrow the selector")
+        name = (describe or {}).get(key, f"{key_label}={key!r}" if key_label else "")
+        where = f"{what}" + (f", {name}" if name else "")
+        bound = _bound(le, where)
+        labels.setdefault(key, {}).setdefault(bound, str(le))
+        by_time = raw.setdefault(key, {})
         for point in series.get("values") or []:
             if not isinstance(point, Sequence) or len(point) != 2:
                 raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: a sample is not [time, value]")
             ts, v = _number(point[0], what), _number(point[1], what)
             if not math.isfinite(v) or v < 0 or v > MAX_COUNT:
-                raise PromError(C.INVALID_HISTOGRAM, f"{what}: count {v:g} at le={le} (t={ts:.0f}) is not a finite "
-                                f"request count in [0, {MAX_COUNT:g}]")
+                raise PromError(C.INVALID_HISTOGRAM, f"{where}: count {v:g} at le={str(le)[:20]} (t={ts:.0f}) is "
+                                f"not a finite request count in [0, {MAX_COUNT:g}]")
             row = by_time.setdefault(ts, {})
             row[bound] = row.get(bound, 0.0) + v
-    bounds = sorted(labels)
-    out: list[Window] = []
-    for ts in sorted(by_time):
-        counts = [by_time[ts].get(b, 0.0) for b in bounds]
-        total = max(counts, default=0.0)
-        peak = 0.0
-        for b, c in zip(bounds, counts):
-            if peak - c > SKEW_REQUESTS + SKEW_FRACTION * total:
-                raise PromError(C.INVALID_HISTOGRAM, f"{what}: cumulative count falls from {peak:g} to {c:g} at "
-                                f"le={labels[b]} (t={ts:.0f}); reversed or decreasing buckets")
-            peak = max(peak, c)
-        out.append((ts, [labels[b] for b in bounds], counts))
+    out: dict[str, list[Window]] = {}
+    for key, by_time in raw.items():
+        bounds = sorted(labels[key])
+        names = [labels[key][b] for b in bounds]
+        name = (describe or {}).get(key, f"{key_label}={key!r}" if key_label else "")
+        where = f"{what}" + (f", {name}" if name else "")
+        rows: list[Window] = []
+        for ts in sorted(by_time):
+            counts = [by_time[ts].get(b, 0.0) for b in bounds]
+            check_window(bounds, names, counts, what=where, ts=ts)
+            rows.append((ts, names, counts))
+        out[key] = rows
+    return out
+
+
+def windows_from_matrix(data: Mapping[str, Any], *, what: str = "histogram") -> list[Window]:
+    """One key's windows (a query summed ``by (le)`` only)."""
+    return windows_by_key(data, None, what=what).get("", [])
+
+
+def class_histories(windows_by_class: Mapping[str, Sequence[Mapping[str, float]]], *,
+                    max_model_len: Mapping[str, float]) -> dict[str, ClassHistory]:
+    """THE adapter from the range-query shape (per class, per window, ``le`` -> cumulative count; windows oldest
+    first, ``le`` strings as Prometheus writes them) to per-class histories: :func:`kvcore.binned_history.
+    class_histories` (the within-bucket model, each window's binning bound; empty windows skipped). The counts were
+    checked by :func:`windows_by_key`; anything kvcore still refuses is ``InvalidHistogram`` naming the class."""
+    out = _binned_histories(windows_by_class, max_model_len=dict(max_model_len))
+    for cls, ch in out.items():
+        if ch.error is not None:
+            raise PromError(C.INVALID_HISTOGRAM, f"class {cls}: {ch.error}")
     return out
 
 
 def history_from_windows(windows: Sequence[Window], *, max_model_len: float) -> tuple[History | None, float]:
-    """Windows -> (History of the non-empty ones or None, total requests). Counts are ``increase()`` values."""
-    samples: list[Samples] = []
-    total = 0.0
-    for _, bounds, counts in windows:
-        if not bounds or max(counts, default=0.0) <= 0:
-            continue
-        try:
-            samples.append(histogram_to_samples(bounds, counts, max_model_len=max_model_len))
-        except InputError:
-            continue  # an all-empty window after the running max; nothing to learn from it
-        total += max(counts)
-    return (History.of(samples) if samples else None), total
+    """One key's windows -> (History of the non-empty ones or None, total requests), through
+    :func:`class_histories`."""
+    binned = class_histories({"": [dict(zip(b, c)) for _, b, c in windows]}, max_model_len={"": max_model_len})[""]
+    return binned.history, binned.requests
+
+
+def newest_rate(windows: Sequence[Window], *, end: float, window_s: float, what: str) -> float:
+    """Requests/s in the newest sub-window, ``(end - window_s, end]``: its ``+Inf`` count (a histogram's ``_count``
+    is its ``+Inf`` bucket, so this reads the source's ``_count`` from the same answer) over ``window_s``.
+
+    ``NoRateData`` when the key has no point at ``end`` (its series are gone: an empty result is unknown, not 0) or
+    no ``+Inf`` bucket."""
+    last = [w for w in windows if abs(w[0] - end) < 0.5]  # Prometheus keeps milliseconds
+    if not last:
+        raise PromError(C.NO_RATE_DATA, f"{what}: no count in the newest window (its series stopped); give "
+                        "arrivalRate or arrivalRateQuery, or check the exporter")
+    _, bounds, counts = last[0]
+    inf = [c for b, c in zip(bounds, counts) if math.isinf(float(b))]
+    if not inf:
+        raise PromError(C.NO_RATE_DATA, f"{what}: the histogram has no +Inf bucket, so its request count is unknown; "
+                        "give arrivalRate or arrivalRateQuery")
+    rate = inf[0] / window_s
+    if not math.isfinite(rate) or rate > MAX_RATE:
+        raise PromError(C.INVALID_RATE, f"{what}: {rate:g} requests/s (must be finite and <= {MAX_RATE:g})")
+    return rate
 
 
 def rate_value(data: Mapping[str, Any], *, what: str = "arrivalRateQuery") -> float:
@@ -168,20 +234,3 @@ def rate_value(data: Mapping[str, Any], *, what: str = "arrivalRateQuery") -> fl
         raise PromError(C.INVALID_RATE, f"{what} returned {value:g} requests/s (must be finite, >= 0 and "
                         f"<= {MAX_RATE:g})")
     return value
-
-
-def observe_class(prom: PromApi, cls: RequestClass, *, lookback_s: float, windows: int, now: float,
-                  index: int = 0) -> ClassObservation:
-    """Query one class's histogram windows (and its arrival-rate query if any). Raises :class:`PromError`."""
-    window_s = max(60.0, lookback_s / windows)
-    q = histogram_query(cls.history.selector, window_s)
-    data = prom.query_range(q, start=now - window_s * (windows - 1), end=now, step=window_s)
-    rows = windows_from_matrix(data, what=f"class {cls.name} histogram (spec.classes[{index}].history)")
-    history, total = history_from_windows(rows, max_model_len=float(cls.max_output_tokens))
-    if cls.arrival_rate is not None:
-        rate = float(cls.arrival_rate)
-    else:
-        assert cls.arrival_rate_query is not None
-        rate = rate_value(prom.query(cls.arrival_rate_query, at=now),
-                          what=f"class {cls.name} spec.classes[{index}].arrivalRateQuery")
-    return ClassObservation(cls.name, history, total, len(history.windows) if history else 0, rate)

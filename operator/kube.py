@@ -17,6 +17,51 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar, cast
 
 FIELD_MANAGER = "kvplan-operator"
+APPLY = "application/apply-patch+yaml"
+"""Server-side apply (the body is JSON, which is YAML)."""
+
+
+def _intent(api_version: str, kind: str, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """An apply configuration: ``body`` with its type and identity."""
+    return {"apiVersion": api_version, "kind": kind, **body,
+            "metadata": {**body.get("metadata", {}), "name": name, "namespace": namespace}}
+
+
+def split_removals(patch: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A target's patch -> (the apply intent without removal markers, a patch of only the removals, or None).
+
+    Removal markers: a list item ``{"name": ..., "$patch": "delete"}`` (strategic merge) and a map value ``None``
+    (merge patch). The removals patch keeps the path to each marker (list items by their ``name``)."""
+    def walk(node: Any) -> tuple[Any, Any]:
+        if isinstance(node, Mapping):
+            keep: dict[str, Any] = {}
+            drop: dict[str, Any] = {}
+            for key, value in node.items():
+                if value is None:
+                    drop[key] = None
+                    continue
+                kept, dropped = walk(value)
+                keep[key] = kept
+                if dropped is not None:
+                    drop[key] = dropped
+            return keep, (drop or None)
+        if isinstance(node, list):
+            kept_items: list[Any] = []
+            dropped_items: list[Any] = []
+            for item in node:
+                if isinstance(item, Mapping) and item.get("$patch") == "delete":
+                    dropped_items.append(dict(item))
+                    continue
+                kept, dropped = walk(item)
+                kept_items.append(kept)
+                if dropped is not None and isinstance(item, Mapping) and "name" in item:
+                    dropped_items.append({"name": item["name"], **dropped})
+            return kept_items, (dropped_items or None)
+        return node, None
+
+    body, removals = walk(patch)
+    return body, removals
+
 GROUP, VERSION, PLURAL = "kvplan.io", "v1alpha1", "kvplans"
 GATEWAY = ("gateway.networking.k8s.io", "v1", "httproutes")
 INFERENCE = ("inference.networking.k8s.io", "v1", "inferencepools")
@@ -205,10 +250,21 @@ class Kube:
         return base64.b64decode(raw).decode() if raw else None
 
     # --- writes ----------------------------------------------------------------------------------------------------
+    # Deployments, ConfigMaps and HTTPRoutes are written with server-side apply as the field manager kvplan-operator
+    # (force: the operator's fields are its own; a GitOps tool is told to ignore them, docs/upgrade.md). The targets
+    # build the operator's whole owned intent; what they mark for removal (`$patch: delete` env entries, `None` map
+    # values) is removed by a separate patch first, since an apply removes only fields the same manager applied
+    # before, and fields written by kvplan-operator's earlier patches (operation Update) are not among them.
     def patch_deployment(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        self._call(f"patch Deployment/{name}", lambda: self.apps.patch_namespaced_deployment(
-            name, namespace, dict(patch), field_manager=FIELD_MANAGER, _request_timeout=self.timeout_s,
-            _content_type="application/strategic-merge-patch+json"))
+        body, removals = split_removals(patch)
+        if removals is not None:
+            self._call(f"patch Deployment/{name} (removals)", lambda: self.apps.patch_namespaced_deployment(
+                name, namespace, removals, field_manager=FIELD_MANAGER, _request_timeout=self.timeout_s,
+                _content_type="application/strategic-merge-patch+json"))
+        intent = _intent("apps/v1", "Deployment", namespace, name, body)
+        self._call(f"apply Deployment/{name}", lambda: self.apps.patch_namespaced_deployment(
+            name, namespace, intent, field_manager=FIELD_MANAGER, force=True, _request_timeout=self.timeout_s,
+            _content_type=APPLY))
 
     def create_configmap(self, namespace: str, body: Mapping[str, Any]) -> None:
         name = body.get("metadata", {}).get("name")
@@ -217,14 +273,26 @@ class Kube:
             _request_timeout=self.timeout_s))
 
     def patch_configmap(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        self._call(f"patch ConfigMap/{name}", lambda: self.core.patch_namespaced_config_map(
-            name, namespace, dict(patch), field_manager=FIELD_MANAGER, _request_timeout=self.timeout_s,
-            _content_type="application/merge-patch+json"))
+        body, removals = split_removals(patch)
+        if removals is not None:
+            self._call(f"patch ConfigMap/{name} (removals)", lambda: self.core.patch_namespaced_config_map(
+                name, namespace, removals, field_manager=FIELD_MANAGER, _request_timeout=self.timeout_s,
+                _content_type="application/merge-patch+json"))
+        intent = _intent("v1", "ConfigMap", namespace, name, body)
+        self._call(f"apply ConfigMap/{name}", lambda: self.core.patch_namespaced_config_map(
+            name, namespace, intent, field_manager=FIELD_MANAGER, force=True, _request_timeout=self.timeout_s,
+            _content_type=APPLY))
 
     def patch_httproute(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        self._call(f"patch HTTPRoute/{name}", lambda: self.custom.patch_namespaced_custom_object(
-            *GATEWAY[:2], namespace, GATEWAY[2], name, dict(patch), field_manager=FIELD_MANAGER,
-            _request_timeout=self.timeout_s, _content_type="application/merge-patch+json"))
+        body, removals = split_removals(patch)
+        if removals is not None:
+            self._call(f"patch HTTPRoute/{name} (removals)", lambda: self.custom.patch_namespaced_custom_object(
+                *GATEWAY[:2], namespace, GATEWAY[2], name, removals, field_manager=FIELD_MANAGER,
+                _request_timeout=self.timeout_s, _content_type="application/merge-patch+json"))
+        intent = _intent(f"{GATEWAY[0]}/{GATEWAY[1]}", "HTTPRoute", namespace, name, body)
+        self._call(f"apply HTTPRoute/{name}", lambda: self.custom.patch_namespaced_custom_object(
+            *GATEWAY[:2], namespace, GATEWAY[2], name, intent, field_manager=FIELD_MANAGER, force=True,
+            _request_timeout=self.timeout_s, _content_type=APPLY))
 
     def patch_kvplan_status(self, namespace: str, name: str, status_patch: Mapping[str, Any]) -> None:
         self._call(f"patch KVPlan/{name}/status", lambda: self.custom.patch_namespaced_custom_object_status(

@@ -31,14 +31,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated hosts (patterns like *.monitoring.svc, optional :port) a KVPlan's "
                         "spec.prometheus.url may name; empty: any host but link-local and metadata addresses "
                         "(default $KVPLAN_PROMETHEUS_ALLOWED_HOSTS)")
+    p.add_argument("--prometheus-token-files", default=os.environ.get("KVPLAN_PROMETHEUS_TOKEN_FILES", ""),
+                   help="comma-separated files (exact paths in the operator's pod) a KVPlan's "
+                        "spec.prometheus.bearerTokenFile may name; empty: none (default "
+                        "$KVPLAN_PROMETHEUS_TOKEN_FILES)")
     p.add_argument("--verbose", action="store_true", help="debug logging")
+    p.add_argument("--log-format", choices=sorted(LOG_FORMATS), default=os.environ.get("KVPLAN_LOG_FORMAT", "full"),
+                   help="full (default: time, logger, level, message), plain (message only) or json (one JSON "
+                        "object per line, with the KVPlan's namespace/name under 'object'); $KVPLAN_LOG_FORMAT")
     return p
 
 
+LOG_FORMATS = {"plain": "PLAIN", "full": "FULL", "json": "JSON"}
+"""``--log-format`` choice -> kopf.LogFormat member (kopf formats the records, including its object reference)."""
+
+
+def configure_logging(args: argparse.Namespace) -> None:
+    """kopf's logging in the chosen format (JSON lines carry the KVPlan reference under ``object``)."""
+    import kopf
+
+    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[LOG_FORMATS[args.log_format]],
+                   log_refkey="object" if args.log_format == "json" else None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.log_format not in LOG_FORMATS:
+        parser.error(f"--log-format / $KVPLAN_LOG_FORMAT: {args.log_format!r} is not one of {sorted(LOG_FORMATS)}")
     os.environ["KVPLAN_METRICS_PORT"] = str(args.metrics_port)
     os.environ["KVPLAN_PROMETHEUS_ALLOWED_HOSTS"] = args.prometheus_allowed_hosts
+    os.environ["KVPLAN_PROMETHEUS_TOKEN_FILES"] = args.prometheus_token_files
     import kopf
 
     from . import handlers  # registers the handlers on kopf's default registry
@@ -47,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
     memo = kopf.Memo()
     memo.runtime = handlers.default_runtime(handlers.Config(metrics_port=args.metrics_port))
-    kopf.configure(verbose=args.verbose)
+    configure_logging(args)
     priority = args.priority if args.priority is not None else random.SystemRandom().randint(1, 2**30)
     clusterwide = args.all_namespaces or not args.namespace
     if not args.standalone:

@@ -3,16 +3,21 @@
 In order: the spec (:func:`kvplan_operator.spec.parse_spec`); where Prometheus may be asked
 (:func:`kvplan_operator.prom.check_url`); every target's objects (state ConfigMap, Deployments, router
 ConfigMap, HTTPRoute, InferencePools); the HPAs/ScaledObjects; the KVPlans named as owner by objects this one
-wants to write; the bearer-token Secret; then Prometheus (each class's histogram windows and arrival rate).
+wants to write; the Prometheus credentials and CA bundle (Secrets, a ConfigMap, an allowed token file); then
+Prometheus: one range query per history source (:mod:`kvplan_operator.sources`) and one instant query for the
+engines' capacity (:mod:`kvplan_operator.sources.capacity`). With every arrival rate from the sources (or given),
+that is the whole query budget of a re-plan: ``sources + 1``.
 
 A failure becomes a :class:`~kvplan_operator.run.Failure` here, at the phase boundary: ``InvalidSpec`` /
-``LayoutExceedsNode`` (permanent), ``PrometheusUrlRefused``, ``ReadFailed`` (a Kubernetes read other than 404),
-``AuthSecretMissing``, every Prometheus reason of :mod:`kvplan_operator.prom` and :mod:`kvplan_operator.history`,
-and ``TooFewSamples``. A missing object (404) is not a failure: it reads as ``None``.
+``LayoutExceedsNode`` (permanent), ``PrometheusUrlRefused``, ``PrometheusAuthRefused``, ``ReadFailed`` (a
+Kubernetes read other than 404), ``AuthSecretMissing``, every Prometheus reason of :mod:`kvplan_operator.prom`,
+:mod:`kvplan_operator.history` and :mod:`kvplan_operator.sources`, and ``TooFewSamples``. A missing object (404)
+is not a failure: it reads as ``None``.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,11 +25,15 @@ from typing import Any
 
 from . import conditions as C
 from .desired import ANN_GENERATION, ANN_LAYOUT_CHANGES, ANN_OWNER, ANN_RELAYOUT_GENERATION, LayoutChange
-from .history import ClassObservation, observe_class
-from .kube import KubeError
-from .prom import PromError, check_url
+from .history import ClassObservation
+from .kube import KubeApi, KubeError
+from .prom import PromConnection, PromError, UrlPolicy, check_url
 from .run import Deps, Failure, RunContext
+from .sources import observe_histories
+from .sources.capacity import capacity_query, engine_capacity
+from .sources.observe import window_seconds
 from .spec import InvalidSpec, KVPlanSpec, parse_spec
+from .translate import GroupCapacity, capacity_view
 from .targets import Observed, Target, all_targets
 from .targets.deployment import read_layout
 from .targets.state_configmap import decode_changes
@@ -61,6 +70,8 @@ class Observation:
     #: the generation whose spec change has already re-laid out (state ConfigMap), if any.
     relayout_generation: int | None = None
     query_seconds: float = 0.0
+    #: per group: where its KV capacity comes from (the engine or the profile) and what the engines report.
+    capacity: Mapping[str, GroupCapacity] = field(default_factory=dict)
 
 
 def _read_objects(run: RunContext, deps: Deps, spec: KVPlanSpec, targets: tuple[Target, ...]
@@ -99,6 +110,91 @@ def _budget(run: RunContext, state: Mapping[str, Any] | None) -> tuple[tuple[Lay
     return tuple(sorted(changes, key=lambda c: c.t)), gen
 
 
+def unsettled(body: Mapping[str, Any] | None) -> str | None:
+    """Why a Deployment's pods may not all run its current template (so its engines' capacity cannot be tied to
+    its layout), or None. A Deployment the apiserver versioned (``metadata.generation``) but no controller has
+    observed counts as unsettled: nothing says its pods exist, let alone in which layout."""
+    st = (body or {}).get("status") or {}
+    meta = (body or {}).get("metadata") or {}
+    gen, seen = meta.get("generation"), st.get("observedGeneration")
+    if isinstance(gen, int) and not isinstance(seen, int):
+        return "no Deployment controller has observed it yet"
+    if isinstance(gen, int) and isinstance(seen, int) and seen < gen:
+        return "it is rolling out (its controller has not caught up)"
+    want = ((body or {}).get("spec") or {}).get("replicas")
+    updated, total = st.get("updatedReplicas"), st.get("replicas")
+    if isinstance(updated, int) and ((isinstance(want, int) and updated < want)
+                                     or (isinstance(total, int) and updated < total)):
+        return "it is rolling out (engines may run two layouts)"
+    return None
+
+
+class CredentialRefused(Exception):
+    """A Prometheus credential or CA bundle that cannot be used; ``failure`` is the condition to record."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+def connection(spec: KVPlanSpec, namespace: str, kube: KubeApi, policy: UrlPolicy) -> PromConnection:
+    """``spec.prometheus`` -> :class:`PromConnection`, reading its Secrets, ConfigMap or token file. Raises
+    :class:`CredentialRefused` (``AuthSecretMissing``, ``PrometheusAuthRefused``) or :class:`KubeError`."""
+    p = spec.prometheus
+    token: str | None = None
+    basic: tuple[str, str] | None = None
+    ca: str | None = None
+    origin = ""
+
+    def missing(what: str, field_path: str) -> CredentialRefused:
+        return CredentialRefused(Failure("observe", C.AUTH_SECRET_MISSING, f"{what} not found ({field_path})", temporary=True,
+                                degraded=True))
+
+    if p.auth_secret_ref is not None:
+        ref = p.auth_secret_ref
+        token = kube.read_secret_key(namespace, ref.name, ref.key)
+        if token is None:
+            raise missing(f"auth secret {ref.name}[{ref.key}]", "spec.prometheus.authSecretRef")
+    elif p.bearer_token_file is not None:
+        path = os.path.normpath(p.bearer_token_file)
+        if path not in policy.token_files:
+            raise CredentialRefused(Failure("observe", C.PROMETHEUS_AUTH_REFUSED, f"spec.prometheus.bearerTokenFile: {path} "
+                                   "is not in the operator's allowed token files (--prometheus-token-files); no "
+                                   "request sent", temporary=False, degraded=True))
+        try:
+            with open(path, encoding="utf-8") as handle:
+                token = handle.read(65536).strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CredentialRefused(Failure("observe", C.PROMETHEUS_AUTH_REFUSED, f"spec.prometheus.bearerTokenFile: cannot "
+                                   f"read {path} ({type(exc).__name__})", temporary=True, degraded=True)) from None
+        if not token:
+            raise CredentialRefused(Failure("observe", C.PROMETHEUS_AUTH_REFUSED, f"spec.prometheus.bearerTokenFile: {path} "
+                                   "is empty", temporary=True, degraded=True))
+    elif p.basic_auth is not None:
+        b = p.basic_auth
+        user = kube.read_secret_key(namespace, b.secret_ref.name, b.username_key)
+        password = kube.read_secret_key(namespace, b.secret_ref.name, b.password_key)
+        if user is None or password is None:
+            key = b.username_key if user is None else b.password_key
+            raise missing(f"basic-auth secret {b.secret_ref.name}[{key}]", "spec.prometheus.basicAuth")
+        basic = (user, password)
+    tls = p.tls
+    if tls is not None and tls.ca_secret_ref is not None:
+        origin = f"Secret/{tls.ca_secret_ref.name}[{tls.ca_secret_ref.key}]"
+        ca = kube.read_secret_key(namespace, tls.ca_secret_ref.name, tls.ca_secret_ref.key)
+        if ca is None:
+            raise missing(f"CA bundle {origin}", "spec.prometheus.tls.caSecretRef")
+    elif tls is not None and tls.ca_config_map_ref is not None:
+        ref2 = tls.ca_config_map_ref
+        origin = f"ConfigMap/{ref2.name}[{ref2.key}]"
+        body = kube.get_configmap(namespace, ref2.name)
+        ca = ((body or {}).get("data") or {}).get(ref2.key)
+        if not ca:
+            raise missing(f"CA bundle {origin}", "spec.prometheus.tls.caConfigMapRef")
+    return PromConnection(p.url, p.timeout_seconds, token, basic, tuple(p.headers.items()), ca,
+                          bool(tls and tls.insecure_skip_verify), origin)
+
+
 def observe(run: RunContext, deps: Deps) -> Observation | Failure:
     """Phase 1 (see the module docstring)."""
     try:
@@ -111,17 +207,13 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
         return Failure("observe", C.PROMETHEUS_URL_REFUSED, refused + "; no request sent", temporary=False,
                        degraded=True)
     targets = all_targets()
-    token: str | None = None
     try:
         objects = _read_objects(run, deps, spec, targets)
         scaled = deps.kube.autoscaled_deployments(run.namespace)
         owners = _owners(run, deps, objects)
-        ref = spec.prometheus.auth_secret_ref
-        if ref is not None:
-            token = deps.kube.read_secret_key(run.namespace, ref.name, ref.key)
-            if token is None:
-                return Failure("observe", C.AUTH_SECRET_MISSING, f"auth secret {ref.name}[{ref.key}] not found "
-                               f"(spec.prometheus.authSecretRef)", temporary=True, degraded=True)
+        conn = connection(spec, run.namespace, deps.kube, deps.prom_policy)
+    except CredentialRefused as exc:
+        return exc.failure
     except KubeError as exc:
         return Failure("observe", C.READ_FAILED, str(exc), temporary=True, degraded=True)
     groups = {}
@@ -135,17 +227,22 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
     changes, relayout_gen = _budget(run, objects["state-configmap"].get(run.state_configmap))
     t0 = time.perf_counter()
     try:
-        prom = deps.prom_factory(spec.prometheus.url, spec.prometheus.timeout_seconds, token)
-        classes = {c.name: observe_class(prom, c, lookback_s=spec.prometheus.lookback_seconds,
-                                         windows=spec.prometheus.windows, now=run.now, index=i)
-                   for i, c in enumerate(spec.classes)}
+        prom = deps.prom_factory(conn)
+        classes = observe_histories(prom, spec, run.namespace, now=run.now)
+        engines = None
+        if spec.capacity.from_engine:
+            engines = engine_capacity(prom.query(capacity_query(spec, run.namespace, window_seconds(spec)),
+                                                 at=run.now), spec)
     except PromError as exc:
-        return Failure("observe", exc.reason, str(exc), temporary=True, degraded=True)
+        return Failure("observe", exc.reason, str(exc), temporary=exc.reason != C.PROMETHEUS_URL_REFUSED,
+                       degraded=True)
     few = [f"{c.name} ({classes[c.name].requests:g} < {c.history.min_samples})" for c in spec.classes
            if classes[c.name].history is None or classes[c.name].requests < c.history.min_samples]
     if few:
         return Failure("observe", C.TOO_FEW_SAMPLES, "too few samples in the lookback for class " + ", ".join(few),
                        temporary=True, degraded=True)
+    capacity = capacity_view(spec, engines, {k: s.layout for k, s in groups.items()},
+                             {g.name: unsettled(groups[g.name].body) for g in spec.groups})
     return Observation(spec=spec, classes=classes, groups=groups, objects=objects, owners_alive=owners,
                        layout_changes=changes, relayout_generation=relayout_gen,
-                       query_seconds=time.perf_counter() - t0)
+                       query_seconds=time.perf_counter() - t0, capacity=capacity)

@@ -13,20 +13,31 @@ Secret's bearer token to every request, so the URL decides where a credential go
   cloud credentials live.
 
 The client (:class:`PromClient`) sends only ``GET`` to ``<url>/api/v1/query[_range]``, follows no redirect (a 3xx
-is an error: the token never reaches another host), uses no proxy from the environment, and turns every failure
-into a :class:`PromError` whose message has the HTTP status code and a short fixed reason, never the body.
+is an error: the token never reaches another host), uses no proxy from the environment, reads at most
+:data:`MAX_BODY_BYTES` of an answer, and turns every failure into a :class:`PromError` whose message has the HTTP
+status code and a short fixed reason, never the body.
+
+Connecting as teams run Prometheus (:class:`PromConnection`, built by the observe phase from ``spec.prometheus``):
+a bearer token (from a Secret, or from a file the operator's own allowed list names) or basic auth (from a Secret),
+custom headers (a tenant id for Mimir/Cortex/Thanos: ``X-Scope-OrgID``), and for ``https`` a CA bundle (PEM, from a
+Secret or ConfigMap) or an explicit ``insecureSkipVerify``. A TLS failure is ``PrometheusTLSError`` naming the URL
+and the certificate problem OpenSSL reports (``self-signed certificate``, ``certificate has expired``, ``Hostname
+mismatch``; fixed library text, nothing the server sent).
 """
 
 from __future__ import annotations
 
+import base64
 import fnmatch
 import ipaddress
 import json
 import os
 import socket
+import ssl
 import urllib.parse
+import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import conditions as C
@@ -42,6 +53,10 @@ REFUSED_NETWORKS = tuple(ipaddress.ip_network(n) for n in
 ERROR_TYPES = ("timeout", "canceled", "execution", "bad_data", "internal", "unavailable", "not_found",
                "not_acceptable")
 ALLOWED_HOSTS_ENV = "KVPLAN_PROMETHEUS_ALLOWED_HOSTS"
+TOKEN_FILES_ENV = "KVPLAN_PROMETHEUS_TOKEN_FILES"
+#: Largest answer read, bytes. 64 MiB holds 64 classes x 90 fine buckets x 48 windows several times over; a
+#: selector or class label matching far more (a request id as class label) is cut here, not read into memory.
+MAX_BODY_BYTES = 64 * 1024 * 1024
 
 Resolver = Callable[[str], Sequence[str]]
 
@@ -79,11 +94,17 @@ class UrlPolicy:
     it is link-local or a metadata host (an explicit opt-in)."""
 
     allowed_hosts: tuple[str, ...] = ()
+    #: Files a KVPlan's ``spec.prometheus.bearerTokenFile`` may name (exact paths; ``--prometheus-token-files``).
+    #: Empty by default: a file in the operator's pod (its own service-account token, say) is a credential the
+    #: operator's admin hands out explicitly, never one a KVPlan author picks.
+    token_files: tuple[str, ...] = ()
 
     @classmethod
     def from_environment(cls) -> UrlPolicy:
         raw = os.environ.get(ALLOWED_HOSTS_ENV, "")
-        return cls(tuple(h.strip().lower() for h in raw.split(",") if h.strip()))
+        files = os.environ.get(TOKEN_FILES_ENV, "")
+        return cls(tuple(h.strip().lower() for h in raw.split(",") if h.strip()),
+                   tuple(os.path.normpath(f.strip()) for f in files.split(",") if f.strip()))
 
 
 def _system_resolver(host: str) -> list[str]:
@@ -168,34 +189,129 @@ def parse_response(status: int, body: bytes, *, what: str) -> Mapping[str, Any]:
     return data
 
 
+@dataclass(frozen=True)
+class PromConnection:
+    """How to reach one Prometheus: the URL, the per-request timeout (s), at most one credential (bearer ``token``
+    or ``basic_auth`` = (user, password)), extra ``headers``, and TLS (``ca_pem``: PEM CA bundle to trust instead of
+    the system's; ``insecure_skip_verify``: no certificate check at all). Secrets never appear in ``repr``."""
+
+    url: str
+    timeout_s: float
+    token: str | None = field(default=None, repr=False)
+    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+    headers: tuple[tuple[str, str], ...] = ()
+    ca_pem: str | None = field(default=None, repr=False)
+    insecure_skip_verify: bool = False
+    #: Where the CA bundle came from (``Secret/prom-ca[ca.crt]``), for messages.
+    ca_origin: str = ""
+
+
+def _tls_context(conn: PromConnection) -> ssl.SSLContext | None:
+    """The TLS context for ``conn`` (None: urllib3's default, the system CAs). Raises ``PrometheusTLSError`` when
+    the CA bundle is not PEM certificates."""
+    if not conn.url.startswith("https://"):
+        return None
+    if conn.insecure_skip_verify:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+    if conn.ca_pem is None:
+        return None
+    try:
+        return ssl.create_default_context(cadata=conn.ca_pem)
+    except (ssl.SSLError, ValueError):
+        raise PromError(C.PROMETHEUS_TLS_ERROR, f"CA bundle {conn.ca_origin or '(spec.prometheus.tls.ca)'} holds no "
+                        "PEM certificate") from None
+
+
+def tls_problem(exc: BaseException) -> str | None:
+    """The certificate problem behind a urllib3 failure, in OpenSSL's fixed words, or None if it was not TLS."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ssl.SSLCertVerificationError):
+            text = str(e.verify_message or e.reason or "certificate verify failed").rstrip(".")
+            return f"certificate verify failed: {text}"
+        if isinstance(e, ssl.SSLError):
+            reason = str(e.reason or "").replace("_", " ").lower()
+            if reason == "wrong version number":
+                return "the server does not speak TLS (wrong version number): use an http:// URL?"
+            return f"TLS handshake failed ({reason or type(e).__name__})"
+        todo.extend(a for a in getattr(e, "args", ()) if isinstance(a, BaseException))
+        todo.extend(x for x in (e.__cause__, e.__context__, getattr(e, "reason", None))
+                    if isinstance(x, BaseException))
+    return None
+
+
 class PromClient:
     """:class:`PromApi` over urllib3: GET only, no redirects, no retries, no environment proxies, a timeout per
-    request, and the bearer token (when given) only in requests to ``url``'s own host."""
+    request, answers cut at :data:`MAX_BODY_BYTES`, and the credential (when given) only in requests to ``url``'s
+    own host. ``requests_sent`` counts the requests made (the re-plan cycle's query budget is checked on it)."""
 
-    def __init__(self, url: str, *, timeout_s: float, token: str | None = None) -> None:
+    def __init__(self, url: str, *, timeout_s: float, token: str | None = None,
+                 basic_auth: tuple[str, str] | None = None, headers: tuple[tuple[str, str], ...] = (),
+                 ca_pem: str | None = None, insecure_skip_verify: bool = False, ca_origin: str = "") -> None:
         import urllib3
 
+        conn = PromConnection(url, timeout_s, token, basic_auth, headers, ca_pem, insecure_skip_verify, ca_origin)
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
-        self._headers = {"Accept": "application/json"}
+        self.requests_sent = 0
+        self._headers = {k: v for k, v in headers}
+        self._headers["Accept"] = "application/json"
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
-        self._http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=timeout_s))
+        elif basic_auth is not None:
+            raw = f"{basic_auth[0]}:{basic_auth[1]}".encode()
+            self._headers["Authorization"] = "Basic " + base64.b64encode(raw).decode()
+        ctx = _tls_context(conn)
+        kwargs: dict[str, Any] = {"ssl_context": ctx} if ctx is not None else {}
+        if insecure_skip_verify:
+            kwargs["cert_reqs"] = "CERT_NONE"
+            kwargs["assert_hostname"] = False
+        self._http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=timeout_s), **kwargs)
         self._host = urllib.parse.urlsplit(self.url).netloc
+        self._insecure = insecure_skip_verify
+
+    @classmethod
+    def connect(cls, conn: PromConnection) -> PromClient:
+        """A client for ``conn`` (raises ``PrometheusTLSError`` for a CA bundle that is not PEM)."""
+        return cls(conn.url, timeout_s=conn.timeout_s, token=conn.token, basic_auth=conn.basic_auth,
+                   headers=conn.headers, ca_pem=conn.ca_pem, insecure_skip_verify=conn.insecure_skip_verify,
+                   ca_origin=conn.ca_origin)
 
     def _get(self, path: str, params: Mapping[str, str], what: str) -> Mapping[str, Any]:
         import urllib3
 
         target = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
-        if urllib.parse.urlsplit(target).netloc != self._host:  # the token goes nowhere else
+        if urllib.parse.urlsplit(target).netloc != self._host:  # the credential goes nowhere else
             raise PromError(C.PROMETHEUS_URL_REFUSED, f"{what}: the request would leave {self._host}")
+        self.requests_sent += 1
         try:
-            rsp = self._http.request("GET", target, headers=self._headers, redirect=False, preload_content=True)
+            with warnings.catch_warnings():
+                if self._insecure:  # opted in explicitly, and noted in status: not a warning per request
+                    warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+                rsp = self._http.request("GET", target, headers=self._headers, redirect=False, preload_content=False)
+            try:
+                body = rsp.read(MAX_BODY_BYTES + 1)
+            finally:
+                rsp.release_conn()
         except urllib3.exceptions.HTTPError as exc:
+            problem = tls_problem(exc)
+            if problem is not None:
+                raise PromError(C.PROMETHEUS_TLS_ERROR, f"{what}: TLS to {self.url} failed: {problem}") from None
             name = type(exc).__name__
             kind = "timed out" if "Timeout" in name or "timed out" in str(exc) else f"failed ({name})"
             raise PrometheusUnavailable(f"{what}: request to {self._host} {kind}") from None
-        return parse_response(rsp.status, rsp.data, what=what)
+        if len(body) > MAX_BODY_BYTES:
+            raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: the answer is larger than "
+                            f"{MAX_BODY_BYTES // 2**20} MiB (a selector or class label matching far too many series?)")
+        return parse_response(rsp.status, body, what=what)
 
     def query(self, promql: str, *, at: float | None = None) -> Mapping[str, Any]:
         params = {"query": promql} | ({"time": repr(float(at))} if at is not None else {})
@@ -204,3 +320,8 @@ class PromClient:
     def query_range(self, promql: str, *, start: float, end: float, step: float) -> Mapping[str, Any]:
         params = {"query": promql, "start": repr(float(start)), "end": repr(float(end)), "step": f"{int(step)}s"}
         return self._get("/api/v1/query_range", params, "range query")
+
+
+def default_prom_factory(conn: PromConnection) -> PromApi:
+    """The operator's :attr:`Deps.prom_factory <kvplan_operator.run.Deps.prom_factory>`."""
+    return PromClient.connect(conn)

@@ -129,7 +129,7 @@ class Recorder:
         if not applied.ok:
             assert applied.failed is not None and applied.error is not None
             if applied.relayout_attempted and self.deps.metrics is not None:
-                self.deps.metrics.layout_changes.labels(self.run.owner).inc()
+                self.deps.metrics.relayout(self.run.owner)
             wrote = "; ".join(applied.done) or "nothing"
             return self.failure(Failure("apply", C.APPLY_FAILED, f"plan {desired.plan_id}: {applied.error}; "
                                         f"written before it: {wrote}", temporary=True,
@@ -138,7 +138,8 @@ class Recorder:
                                 changed=list(applied.done))
         autos = {g.name: obs.groups[g.name].autoscaler for g in spec.groups}
         self.st["plan"] = plan_body(plan, observed=obs.classes, targets=desired.groups, applied=desired.classes,
-                                    autoscalers=autos, decision=dec.decision.reason, notes=built.notes)
+                                    autoscalers=autos, decision=dec.decision.reason, notes=built.notes,
+                                    capacity=obs.capacity)
         self.st["plan"]["id"] = desired.plan_id
         self.st["objective"] = objective_body(plan)
         self.st["diff"] = diff_body(plan)
@@ -158,7 +159,10 @@ class Recorder:
         self.cond(C.READY, True, C.DRY_RUN if spec.mode == "DryRun" else C.RECONCILED,
                   f"objective {objective:.6g}/s; {dec.decision.reason}")
         if self.deps.metrics is not None:
-            self.deps.metrics.planned(self.run.owner, plan, dec.solve_seconds, relayout=applied.relayout_attempted)
+            self.deps.metrics.planned(self.run.owner, plan, dec.solve_seconds, relayout=applied.relayout_attempted,
+                                      now=self.run.now)
+            self.deps.metrics.disruption(self.run.namespace, self.run.name, len(self.st["layoutChanges"]),
+                                         spec.replan.max_layout_changes_per_hour)
         written, err = self.finish()
         if err is not None:
             return Outcome(False, C.STATUS_WRITE_FAILED, str(err), self.backoff(), list(applied.done), False,
@@ -176,6 +180,8 @@ class Recorder:
             conds, _ = C.set_condition(conds, type_, status, reason, message, generation=run.generation,
                                        now=iso(run.now))
         self.st["conditions"] = conds
+        if self.deps.metrics is not None:
+            self.deps.metrics.conditions(run.namespace, run.name, {c["type"]: c["status"] == "True" for c in conds})
         # lastAttemptTime alone does not justify a write (it would make every timer tick a status write).
         probe = dict(self.st)
         probe["lastAttemptTime"] = stored.get("lastAttemptTime")

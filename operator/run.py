@@ -13,7 +13,7 @@ from typing import Any
 from kvcore.planmodel import Plan
 
 from .kube import KubeApi
-from .prom import PromApi, UrlPolicy
+from .prom import PromApi, PromConnection, UrlPolicy
 
 #: Top-level status keys the operator owns (kopf keeps its own, e.g. ``status.kopf``).
 OWNED_STATUS = ("observedGeneration", "plannedGeneration", "lastPlanTime", "lastAttemptTime", "mode", "conditions",
@@ -26,7 +26,8 @@ class Deps:
     """Everything with a side effect, injected. ``kube`` is :class:`kvplan_operator.kube.Kube` or a fake."""
 
     kube: KubeApi
-    prom_factory: Callable[[str, float, str | None], PromApi]
+    #: A Prometheus client for a connection (:func:`kvplan_operator.prom.default_prom_factory`).
+    prom_factory: Callable[[PromConnection], PromApi]
     planner: Callable[..., Plan]
     metrics: Any = None
     clock: Callable[[], float] = time.time

@@ -14,6 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from kvcore.catalogue import HistorySource as SourceName  # the history sources' names (one catalogue)
+
 #: Default node selector per GPU type (the NVIDIA GPU feature-discovery product label).
 DEFAULT_NODE_SELECTORS: dict[str, dict[str, str]] = {
     "A100-80GB": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
@@ -29,6 +31,16 @@ CONFIGMAP_KEY = r"^[-._a-zA-Z0-9]+$"
 HEADER_NAME = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$"
 #: ``http(s)://host[:port][/path]``: no userinfo (``@`` before the path), no query, no fragment.
 PROMETHEUS_URL = r"^https?://[^/@#?\s]+(/[^#?\s]*)?$"
+#: A Prometheus metric name (a histogram family, without ``_bucket``) and a label name.
+METRIC_NAME = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
+LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+#: A header value: printable ASCII and spaces only (no CR/LF: no header injection).
+HEADER_VALUE = r"^[ -~]*$"
+#: Headers ``spec.prometheus.headers`` may not set: credentials go through the auth fields (so they stay on the
+#: Prometheus host and out of the spec), and the rest belong to HTTP itself.
+FORBIDDEN_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "host", "content-length",
+                               "transfer-encoding", "connection", "accept", "te", "upgrade"})
+
 #: Sane bounds of the durations, seconds (the CRD's CEL rules say the same). A re-plan more often than every 10 s
 #: would only re-read the same scrape; a lookback under 5 min has too few requests for a tail, over 30 d makes each
 #: query scan a month of samples.
@@ -96,6 +108,8 @@ class Group(_Model):
     service: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
     inference_pool: str | None = Field(None, pattern=_DNS_SUBDOMAIN, max_length=253,
                                        description="InferencePool standing for this group in HTTPRoute backendRefs.")
+    metrics_selector: str | None = Field(None, max_length=1024, description="PromQL label matchers (no braces) for "
+                                         "this group's vLLM series; default: namespace and pod of its Deployment.")
     model: str = Field(min_length=1, max_length=63)
     node_pool: NodePool
     layouts: tuple[Layout, ...] = Field(_DEFAULT_LAYOUTS, min_length=1)
@@ -106,8 +120,29 @@ class Group(_Model):
 
 
 class History(_Model):
-    selector: str = Field(max_length=1024)
+    """Where a class's output-length history comes from (:mod:`kvplan_operator.sources`)."""
+
+    source: SourceName = Field("vllm", description="vllm (default: stock vLLM, one Deployment's traffic), kvplan, "
+                               "llm-d, envoy-ai-gateway or custom.")
+    group: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63,
+                              description="vllm: the group whose Deployment's histogram is this class's history.")
+    class_value: str | None = Field(None, min_length=1, max_length=256, pattern=HEADER_VALUE,
+                                    description="The source's class label value for this class; default its name.")
+    selector: str | None = Field(None, max_length=1024, description="vllm only: label matchers for the histogram "
+                                 "(instead of the group's); kvplan 0.1's form, still read.")
     min_samples: int = Field(50, ge=1, description="Requests in the lookback below which the class is Degraded.")
+
+
+class HistorySource(_Model):
+    """Settings of one history source for this KVPlan (every field optional except for ``custom``)."""
+
+    name: SourceName
+    metric: str | None = Field(None, pattern=METRIC_NAME, max_length=200,
+                               description="Histogram family name without _bucket; default the exporter's own.")
+    class_label: str | None = Field(None, pattern=LABEL_NAME, max_length=200,
+                                    description="Label naming the class; default kvplan_class (llm-d: fairness_id).")
+    selector: str | None = Field(None, max_length=1024, description="Label matchers (no braces) replacing the "
+                                 "source's default selector; empty matches every series of the metric.")
 
 
 #: Largest cost, rate or capacity a spec may give (1e9): far above any real fleet, far below where float products in
@@ -157,7 +192,7 @@ class RequestClass(_Model):
     prefix_tokens: int = Field(0, ge=0, le=MAX_TOKENS)
     arrival_rate: float | None = Field(None, gt=0, le=MAX_VALUE)
     arrival_rate_query: str | None = None
-    history: History
+    history: History = History()
     costs: Costs | None = None
     slo: Slo | None = None
     robustness: Robustness | None = None
@@ -181,9 +216,40 @@ class SecretRef(_Model):
     key: str = Field("token", pattern=CONFIGMAP_KEY, max_length=253)
 
 
+class KeyRef(_Model):
+    """A key of a Secret or ConfigMap in the KVPlan's namespace (the CA bundle)."""
+
+    name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
+    key: str = Field("ca.crt", pattern=CONFIGMAP_KEY, max_length=253)
+
+
+class BasicAuth(_Model):
+    """Basic auth from a Secret in the KVPlan's namespace (never a password in the spec)."""
+
+    secret_ref: SecretRef
+    username_key: str = Field("username", pattern=CONFIGMAP_KEY, max_length=253)
+    password_key: str = Field("password", pattern=CONFIGMAP_KEY, max_length=253)
+
+
+class Tls(_Model):
+    """TLS to an ``https://`` Prometheus: a CA bundle (PEM) from a Secret or a ConfigMap, or an explicit
+    insecureSkipVerify (no certificate check: anyone on the path can read the credential)."""
+
+    ca_secret_ref: KeyRef | None = None
+    ca_config_map_ref: KeyRef | None = None
+    insecure_skip_verify: bool = False
+
+
 class Prometheus(_Model):
     url: str = Field(max_length=2048, description="http(s)://host[:port][/path]; see kvplan_operator.prom.")
-    auth_secret_ref: SecretRef | None = None
+    auth_secret_ref: SecretRef | None = Field(None, description="Bearer token from a Secret.")
+    bearer_token_file: str | None = Field(None, pattern=r"^/[^\x00]*$", max_length=1024,
+                                          description="Bearer token from a file in the operator's pod; only files "
+                                          "the operator allows (--prometheus-token-files).")
+    basic_auth: BasicAuth | None = None
+    headers: dict[str, str] = Field(default_factory=dict, max_length=16, description="Extra request headers, e.g. "
+                                    "X-Scope-OrgID for Mimir, Cortex or Thanos tenants.")
+    tls: Tls | None = None
     lookback: str = Field("6h", description="History window; 6 h covers a diurnal swing without stale weeks.")
     windows: int = Field(6, ge=1, le=48, description="Sub-windows for the drift radius; 6 x 1 h by default.")
     timeout_seconds: float = Field(5.0, ge=1, le=60, description="Per-query timeout; 1 s is the least a loaded "
@@ -230,6 +296,14 @@ class Replan(_Model):
         return parse_duration(self.interval)
 
 
+class Capacity(_Model):
+    """Where M(z), the KV capacity of a replica, comes from."""
+
+    from_engine: bool = Field(True, description="True: vLLM's own vllm:cache_config_info for the running layout, "
+                              "the profile scaled by engine/profile for the others; False: the roofline profile (and "
+                              "spec.profiles) only.")
+
+
 class ProfileOverride(_Model):
     gpu_type: Literal["A100-80GB", "A100-40GB"]
     model: str
@@ -247,6 +321,8 @@ class KVPlanSpec(_Model):
     robustness: Robustness = Robustness()
     profiles: tuple[ProfileOverride, ...] = ()
     prometheus: Prometheus
+    history_sources: tuple[HistorySource, ...] = Field((), max_length=5)
+    capacity: Capacity = Capacity()
     router: Router = Router()
     replan: Replan = Replan()
 
@@ -283,12 +359,12 @@ def _semantic_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:
         p = f"spec.classes[{i}]"
         if (c.costs is None) == (c.slo is None):
             errs.append((p, "exactly one of costs or slo is required"))
-        if (c.arrival_rate is None) == (c.arrival_rate_query is None):
-            errs.append((p, "exactly one of arrivalRate or arrivalRateQuery is required"))
+        if c.arrival_rate is not None and c.arrival_rate_query is not None:
+            errs.append((p, "give at most one of arrivalRate or arrivalRateQuery (neither: the history source's "
+                         "request count)"))
         if c.prefix_tokens > c.input_tokens:
             errs.append((f"{p}.prefixTokens", f"{c.prefix_tokens} exceeds inputTokens {c.input_tokens}"))
-        if "{" in c.history.selector or "}" in c.history.selector:
-            errs.append((f"{p}.history.selector", "give label matchers without braces, e.g. model_name=\"chat\""))
+    errs += _source_errors(spec)
     for field, text, (low, high) in (("spec.prometheus.lookback", spec.prometheus.lookback, LOOKBACK_BOUNDS),
                                      ("spec.replan.interval", spec.replan.interval, INTERVAL_BOUNDS)):
         try:
@@ -298,8 +374,83 @@ def _semantic_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:
             continue
         if not low <= seconds <= high:
             errs.append((field, f"{text} is outside [{_human(low)}, {_human(high)}]"))
+    errs += _prometheus_errors(spec.prometheus)
     if not errs and spec.prometheus.lookback_seconds / spec.prometheus.windows < 60:
         errs.append(("spec.prometheus.windows", "each sub-window must span at least 1m (lookback / windows)"))
+    return errs
+
+
+def _selector_errors(path: str, text: str | None) -> list[tuple[str, str]]:
+    if text is not None and ("{" in text or "}" in text):
+        return [(path, "give label matchers without braces, e.g. model_name=\"chat\"")]
+    return []
+
+
+def history_key(spec: KVPlanSpec, i: int) -> tuple[str, str]:
+    """(source, key) of class ``i``'s series: classes with the same key read the same series. Assumes a valid spec
+    (vllm: the explicit selector, else the group, else the only group)."""
+    h = spec.classes[i].history
+    if h.source != "vllm":
+        return h.source, h.class_value or spec.classes[i].name
+    if h.selector is not None:
+        return "vllm", "selector:" + h.selector.strip()
+    group = h.group or spec.groups[0].name
+    return "vllm", "group:" + group
+
+
+def _source_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:
+    """The rules of history sources (docs/operator.md, "History sources")."""
+    errs: list[tuple[str, str]] = []
+    settings: dict[str, int] = {}
+    for j, src in enumerate(spec.history_sources):
+        p = f"spec.historySources[{j}]"
+        if src.name in settings:
+            errs.append((f"{p}.name", f"duplicate of spec.historySources[{settings[src.name]}].name {src.name!r}"))
+        settings.setdefault(src.name, j)
+        errs += _selector_errors(f"{p}.selector", src.selector)
+        if src.name == "vllm" and (src.class_label is not None or src.selector is not None):
+            errs.append((p, "the vllm source has no class label and no source-wide selector: set "
+                         "spec.groups[].metricsSelector or spec.classes[].history.selector"))
+        if src.name == "custom" and (src.metric is None or src.class_label is None):
+            errs.append((p, "the custom source needs metric and classLabel"))
+    groups = {g.name for g in spec.groups}
+    for k, g in enumerate(spec.groups):
+        errs += _selector_errors(f"spec.groups[{k}].metricsSelector", g.metrics_selector)
+    for i, c in enumerate(spec.classes):
+        h, p = c.history, f"spec.classes[{i}].history"
+        errs += _selector_errors(f"{p}.selector", h.selector)
+        if h.source == "vllm":
+            if h.class_value is not None:
+                errs.append((f"{p}.classValue", "the vllm source has no class label (one Deployment's traffic is "
+                             "one class): name the group instead"))
+            if h.group is not None and h.selector is not None:
+                errs.append((p, "give group or selector, not both"))
+            elif h.group is not None and h.group not in groups:
+                errs.append((f"{p}.group", f"no group named {h.group!r} (groups: {', '.join(sorted(groups))})"))
+            elif h.group is None and h.selector is None and len(spec.groups) > 1:
+                errs.append((f"{p}.group", "required with the vllm source when there are several groups: the "
+                             "group whose Deployment serves this class"))
+        else:
+            for name in ("group", "selector"):
+                if getattr(h, name) is not None:
+                    errs.append((f"{p}.{name}", f"only for the vllm source; the {h.source} source reads every class "
+                                 "in one query: set spec.historySources[name=" + h.source + "].selector"))
+            if h.source == "custom" and "custom" not in settings:
+                errs.append((f"{p}.source", "custom needs an entry in spec.historySources with name custom, metric "
+                             "and classLabel"))
+    if errs:
+        return errs
+    shared: dict[tuple[str, str], list[int]] = {}
+    for i in range(len(spec.classes)):
+        shared.setdefault(history_key(spec, i), []).append(i)
+    for (source, key), members in shared.items():
+        own = [i for i in members if spec.classes[i].arrival_rate is None
+               and spec.classes[i].arrival_rate_query is None]
+        if len(members) > 1 and own:
+            names = ", ".join(spec.classes[i].name for i in members)
+            errs.append((f"spec.classes[{own[0]}]", f"classes {names} read the same {source} series "
+                         f"({key.partition(':')[2] or key}), so that series' request count is their total, not "
+                         "each one's: give arrivalRate or arrivalRateQuery for each of them"))
     return errs
 
 
@@ -308,6 +459,33 @@ def _human(seconds: float) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
     return f"{int(seconds)}s"
+
+
+def _prometheus_errors(prom: Prometheus) -> list[tuple[str, str]]:
+    errs: list[tuple[str, str]] = []
+    given = [name for name, v in (("authSecretRef", prom.auth_secret_ref), ("bearerTokenFile", prom.bearer_token_file),
+                                  ("basicAuth", prom.basic_auth)) if v is not None]
+    if len(given) > 1:
+        errs.append(("spec.prometheus", f"give at most one credential, got {' and '.join(given)}"))
+    for name, value in prom.headers.items():
+        path = f"spec.prometheus.headers.{name}"
+        if not re.match(HEADER_NAME, name) or len(name) > 256:
+            errs.append((path, "not an HTTP header name"))
+        elif name.lower() in FORBIDDEN_HEADERS:
+            errs.append((path, "not allowed here" + (": use authSecretRef, bearerTokenFile or basicAuth"
+                                                     if "authorization" in name.lower() else "")))
+        if not re.match(HEADER_VALUE, value) or len(value) > 1024:
+            errs.append((path, "value must be printable ASCII, at most 1024 characters"))
+    tls = prom.tls
+    if tls is not None:
+        if not prom.url.startswith("https://"):
+            errs.append(("spec.prometheus.tls", "only for an https:// url"))
+        if tls.ca_secret_ref is not None and tls.ca_config_map_ref is not None:
+            errs.append(("spec.prometheus.tls", "give caSecretRef or caConfigMapRef, not both"))
+        if tls.insecure_skip_verify and (tls.ca_secret_ref or tls.ca_config_map_ref):
+            errs.append(("spec.prometheus.tls.insecureSkipVerify", "a CA bundle is pointless when nothing is "
+                         "verified: give one or the other"))
+    return errs
 
 
 def layout_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:

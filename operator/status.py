@@ -7,8 +7,11 @@ like the plan):
 - ``conditions``: Ready / Planned / Applied / Degraded (see ``conditions.py``);
 - ``plan``: ``status``, ``reason``, ``method``, ``iterations``, ``solveSeconds``, ``decision`` (disruption policy),
   ``groups.<g>`` {tp, pp, replicas, gpusPerReplica, kvCapacityTokens, throughputTokensPerSecond, utilisation,
-  maxNumSeqs, replicasManagedBy}, ``classes.<c>`` {reserveTokens, admitted, radius {eps, rule, reason},
-  routing {group: weight}, prefixCacheFraction, samples, windows, arrivalRate}, ``notes``;
+  maxNumSeqs, replicasManagedBy, capacity {source (engine | profile), tp, pp (the running layout),
+  engineKvCapacityTokens, profileKvCapacityTokens, scale, engines, kvCacheUsage, preemptionsPerSecond, note}},
+  ``classes.<c>`` {reserveTokens, admitted, radius {eps, rule, reason}, routing {group: weight},
+  prefixCacheFraction, samples, windows, arrivalRate, source, arrivalRateFrom (spec | query | source)},
+  ``notes``;
 - ``objective``: {reservation, configuration, queueing, rejection, total} (cost units / s);
 - ``diff``: changes against the previous plan ({layouts, replicas, reservations, admission, routing});
 - ``summary``: {groups, classes} for the printer columns;
@@ -28,6 +31,7 @@ from kvcore.planmodel import Plan
 
 from .desired import ClassTarget, GroupTarget
 from .history import ClassObservation
+from .translate import GroupCapacity
 
 
 def iso(ts: float) -> str:
@@ -49,9 +53,23 @@ def _num(x: float, digits: int = 6) -> float | str | None:
     return round(float(x), digits)
 
 
+def capacity_body(cap: GroupCapacity | None) -> dict[str, Any] | None:
+    """``status.plan.groups.<g>.capacity``: both numbers (engine and profile) and what the engines report."""
+    if cap is None:
+        return None
+    return {"source": cap.source, "tp": cap.layout[0] if cap.layout else None,
+            "pp": cap.layout[1] if cap.layout else None,
+            "engineKvCapacityTokens": _num(cap.engine_kv_tokens, 0) if cap.engine_kv_tokens is not None else None,
+            "profileKvCapacityTokens": _num(cap.profile_kv_tokens, 0) if cap.profile_kv_tokens is not None else None,
+            "scale": _num(cap.scale, 4), "engines": cap.engines,
+            "kvCacheUsage": _num(cap.usage, 4) if cap.usage is not None else None,
+            "preemptionsPerSecond": _num(cap.preemptions_per_s, 6) if cap.preemptions_per_s is not None else None,
+            "note": cap.note}
+
+
 def plan_body(plan: Plan, *, observed: Mapping[str, ClassObservation] | None, targets: Mapping[str, GroupTarget],
               applied: Mapping[str, ClassTarget], autoscalers: Mapping[str, str | None], decision: str,
-              notes: Sequence[str]) -> dict[str, Any]:
+              notes: Sequence[str], capacity: Mapping[str, GroupCapacity] | None = None) -> dict[str, Any]:
     """The ``status.plan`` subtree. Routing and prefix fractions are the published ones (after hysteresis)."""
     groups = {}
     for g in plan.groups:
@@ -62,6 +80,7 @@ def plan_body(plan: Plan, *, observed: Mapping[str, ClassObservation] | None, ta
             "utilisation": _num(g.utilisation, 4), "waitingSeconds": _num(g.waiting_seconds, 6),
             "maxNumSeqs": t.max_num_seqs if t else None,
             "replicasManagedBy": autoscalers.get(g.name) or "kvplan",
+            "capacity": capacity_body((capacity or {}).get(g.name)),
         }
     classes = {}
     for c in plan.classes:
@@ -79,6 +98,8 @@ def plan_body(plan: Plan, *, observed: Mapping[str, ClassObservation] | None, ta
             "samples": _num(obs.requests, 1) if obs else None,
             "windows": obs.windows if obs else None,
             "arrivalRate": _num(obs.arrival_rate, 6) if obs else None,
+            "source": obs.source if obs else None,
+            "arrivalRateFrom": obs.rate_from if obs else None,
         }
     return {
         "status": plan.status.value, "reason": plan.reason, "rawStatus": plan.raw_status, "method": plan.method,

@@ -114,7 +114,7 @@ def fetch(kube: Kube, namespace: str) -> dict:
 
 
 def run(kube: Kube, namespace: str, **kw) -> object:
-    deps = Deps(kube=kube, prom_factory=lambda url, t, tok: PromClient(url, timeout_s=t, token=tok), planner=plan,
+    deps = Deps(kube=kube, prom_factory=PromClient.connect, planner=plan,
                 backoff_base_s=1.0, **kw)
     return reconcile(fetch(kube, namespace), deps)
 

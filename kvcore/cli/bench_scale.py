@@ -19,6 +19,7 @@ from kvcore.bounds import MAX_SECONDS, MAX_SEED
 from kvcore.cli.args import float_arg, int_arg
 from kvcore.cli.output import format_table, print_json
 from kvcore.errors import InputError
+from kvcore.cli.machine import memory_limit
 from kvcore.planner.limits import PlanSize, check_size
 from kvcore.planner.synthetic import LAYOUTS
 
@@ -48,7 +49,8 @@ def parse_size(text: str) -> tuple[int, int, int]:
     if not 1 <= z <= len(LAYOUTS):
         raise InputError("--size", f"configs must be in 1..{len(LAYOUTS)}, got {z}")
     try:
-        check_size(PlanSize(classes=c, groups=1, layouts=z, samples_per_class=n, samples=c * n))
+        check_size(PlanSize(classes=c, groups=1, layouts=z, samples_per_class=n, samples=c * n), method="bcd",
+                   memory_limit=memory_limit())
     except InputError as exc:
         raise InputError("--size", f"{exc.field}: {exc.message}") from None
     return c, z, n
@@ -63,7 +65,7 @@ def run_scale(c: int, z: int, n: int, *, seed: int, exact: bool, exact_timeout: 
 
     inst = generate(c, z, n, seed=seed)
     t0 = time.perf_counter()
-    p = plan(inst)
+    p = plan(inst, method="bcd", memory_limit=memory_limit())
     bcd_s = time.perf_counter() - t0
     bcd_obj = p.objective.total if p.objective is not None else None
     out: dict[str, Any] = {"classes": c, "configs": z, "samples": n, "seed": seed, "bcd_seconds": bcd_s,

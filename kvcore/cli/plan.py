@@ -73,8 +73,9 @@ def _run(args: argparse.Namespace) -> int:
         from kvcore.planner.exact import solve_exact
         plan = solve_exact(instance)
     else:
+        from kvcore.cli.machine import memory_limit
         from kvcore.planner import plan as run_plan
-        plan = run_plan(instance)
+        plan = run_plan(instance, memory_limit=memory_limit())
     if args.json:
         print_json(plan.model_dump(mode="json"))
     else:

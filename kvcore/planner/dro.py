@@ -11,6 +11,17 @@ evaluation. (Primal view: sup of E_P[Q] over the Wasserstein ball, mass moved to
 fractional knapsack.) Checked against the HiGHS LP (eq. 6 with y fixed) in
 ``tests/unit/test_planner_dro_queueing.py``.
 
+**Closed form where the ball is not binding.** Moving mass w from a sample xi to a point t raises E[Q] by at
+most ``max(cp, cw)`` per token of transport (Q(y, .) is Lipschitz with those slopes), and moving a sample above y to
+L gains exactly cp per token (to 0 from at or below y: exactly cw). So with ``r = max(cp, cw)`` and the transport
+those exact-ratio moves can absorb, ``T(y) = [cp >= cw] sum_{xi_n > y} w_n (L - xi_n) + [cw >= cp] sum_{xi_n <= y}
+w_n xi_n`` tokens, every ``y`` with ``eps < T(y)`` has ``DRO(y) = SAA(y) + r eps`` and the SAA right slope there
+(T only grows or stays as y moves right within a gap between samples). :class:`DroCurve` uses this O(log N) form
+(prefix sums over the sorted samples) where it applies, and at y = L, where only moves to 0 gain (cw per token,
+up to E[xi] tokens of transport), DRO(L) = cw (L - E[xi]) + cw min(eps, E[xi]) with slope cw; the full
+evaluation elsewhere. The forms are checked
+against each other in ``tests/unit/test_planner_dro_queueing.py``.
+
 The slope returned is a true subgradient of DRO at y (Danskin for a partial minimum): at gamma*, the y-slopes of
 the active lines just left and right of gamma* are combined with the weights that make the gamma-slope zero; a
 sample equal to y counts as below it.
@@ -21,6 +32,7 @@ across iterations and configurations: DRO_i does not depend on z, routing or adm
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -101,6 +113,9 @@ class DroCurve:
     y_star: float = 0.0
     min_value: float = 0.0
     cuts: list[tuple[float, float, float]] = field(default_factory=list)
+    _xs: FloatArray = field(default_factory=lambda: np.empty(0))      # sorted samples
+    _cw_le: FloatArray = field(default_factory=lambda: np.zeros(1))   # prefix sums of w, then w xi, over _xs
+    _cwx_le: FloatArray = field(default_factory=lambda: np.zeros(1))
     _cache: dict[float, tuple[float, float]] = field(default_factory=dict)
     _pool: list[tuple[float, float, float]] = field(default_factory=list)
     _pooled_at: int = -1
@@ -110,6 +125,10 @@ class DroCurve:
               ) -> DroCurve:
         xi = np.minimum(np.asarray(samples.values, dtype=np.float64), lmax)
         curve = cls(xi=xi, w=np.asarray(samples.weights, dtype=np.float64), cp=cp, cw=cw, lmax=lmax, eps=eps)
+        sv, sw = samples.sorted()   # cached on the samples (the radius rule sorts them too); capping keeps the order
+        curve._xs = np.minimum(sv, lmax)
+        curve._cw_le = np.concatenate(([0.0], np.cumsum(sw)))
+        curve._cwx_le = np.concatenate(([0.0], np.cumsum(sw * curve._xs)))
         if cp > 0 and cw > 0:
             sol = solve_dro_exact(samples, cp=cp, cw=cw, lmax=lmax, eps=eps)
             curve.y_star = float(sol.y)
@@ -130,9 +149,85 @@ class DroCurve:
         hit = self._cache.get(y)
         if hit is not None:
             return hit
-        v, slope, _ = dro_eval(y, self.xi, self.w, cp=self.cp, cw=self.cw, lmax=self.lmax, eps=self.eps)
-        self._cache[y] = (v, slope)
-        return v, slope
+        fast = self._at_lmax() if y >= self.lmax else self._closed_form(y)
+        if fast is None:
+            v, slope, _ = dro_eval(y, self.xi, self.w, cp=self.cp, cw=self.cw, lmax=self.lmax, eps=self.eps)
+            fast = (v, slope)
+        self._cache[y] = fast
+        return fast
+
+    def _at_lmax(self) -> tuple[float, float]:
+        """At y = L only moves to 0 gain (cw per token, up to E[xi] of transport): (cw (L - E[xi]) + cw min(eps,
+        E[xi]), cw); cw bounds every slope of DRO, so the line supports it on [0, L] (dro_eval's value and slope)."""
+        mean = float(self._cwx_le[-1])
+        return self.cw * (self.lmax - mean) + self.cw * min(self.eps, mean), self.cw
+
+    def _closed_form(self, y: float) -> tuple[float, float] | None:
+        """(SAA(y) + max(cp, cw) eps, SAA's right slope) when eps < T(y) (module docstring), else None."""
+        if self._xs.size == 0:
+            return None
+        j = int(np.searchsorted(self._xs, y, side="right"))   # samples <= y
+        w_le, wx_le = float(self._cw_le[j]), float(self._cwx_le[j])
+        w_gt, wx_gt = float(self._cw_le[-1]) - w_le, float(self._cwx_le[-1]) - wx_le
+        cp, cw = self.cp, self.cw
+        cap = (self.lmax * w_gt - wx_gt if cp >= cw else 0.0) + (wx_le if cw >= cp else 0.0)
+        if self.eps > 0.0 and not self.eps < cap:
+            return None
+        saa = cp * (wx_gt - y * w_gt) + cw * (y * w_le - wx_le)
+        return saa + max(cp, cw) * self.eps, cw * w_le - cp * w_gt
+
+    def tilted_min(self, theta: float, *, rtol: float = 1e-10, max_cuts: int = 60) -> tuple[float, float, float]:
+        """(lower, y, upper) for ``min_{y in [0, L]} DRO(y) + theta y`` with theta >= 0 (token slots per token):
+        ``lower`` is a certified lower bound of the minimum, ``upper = DRO(y) + theta y`` at the returned y.
+
+        Where the closed form holds on [0, y_top] with a nonnegative slope at y_top (module docstring), the minimum
+        is SAA's on a tilted fractile: the smallest sample y with W(xi <= y) >= (cp - theta) / (cp + cw), or 0;
+        then lower = upper. Elsewhere the cut pool's model (the upper envelope of supporting lines, <= DRO) is
+        minimised exactly over its vertices, which is a lower bound, and a cut is added at its minimiser until
+        the two are within ``rtol`` (or ``max_cuts`` cuts were added)."""
+        closed = self._tilted_closed(theta)
+        if closed is not None:
+            return closed
+        lower, y, upper = -math.inf, 0.0, math.inf
+        for _ in range(max_cuts):
+            lo, ym = self._model_min(theta)
+            v, g = self.value_slope(ym)
+            lower = max(lower, lo)
+            if v + theta * ym < upper:
+                upper, y = v + theta * ym, ym
+            if upper - lower <= rtol * max(1.0, abs(upper)):
+                break
+            self.cuts.append((ym, v, g))
+        return lower, y, upper
+
+    def _tilted_closed(self, theta: float) -> tuple[float, float, float] | None:
+        top = self._closed_form(self.y_star)
+        if top is None or top[1] < 0.0 or self._xs.size == 0 or (self.eps > 0.0 and self.cp < self.cw):
+            return None
+        cp, cw = self.cp, self.cw
+        q = (cp - theta) / (cp + cw) if cp + cw > 0 else 0.0
+        j = int(np.searchsorted(self._cw_le, q, side="left"))
+        y = 0.0 if j == 0 else min(float(self._xs[min(j, self._xs.size) - 1]), self.y_star)
+        at = self._closed_form(y)
+        if at is None:
+            return None
+        return at[0] + theta * y, y, at[0] + theta * y
+
+    def _model_min(self, theta: float) -> tuple[float, float]:
+        """(min, argmin) over [0, L] of max(cuts) + theta y; the cuts are supporting lines sorted by y, so the
+        model's vertices are the crossings of neighbours."""
+        cuts = np.asarray(self.pool(), dtype=np.float64)
+        ys, vs, gs = cuts[:, 0], cuts[:, 1], cuts[:, 2]
+        cand = [np.array([0.0, self.lmax]), ys]
+        dg = gs[1:] - gs[:-1]
+        ok = dg > 1e-15 * np.maximum(1.0, np.abs(gs[1:]))
+        if ok.any():
+            cross = ((vs[:-1] - gs[:-1] * ys[:-1]) - (vs[1:] - gs[1:] * ys[1:]))[ok] / dg[ok]
+            cand.append(np.clip(cross, ys[:-1][ok], ys[1:][ok]))
+        pts = np.concatenate(cand)
+        model = np.max(vs[None, :] + gs[None, :] * (pts[:, None] - ys[None, :]), axis=1) + theta * pts
+        j = int(np.argmin(model))
+        return float(model[j]), float(pts[j])
 
     def pool(self) -> list[tuple[float, float, float]]:
         """The cut pool without near-duplicates (cuts closer than 1e-6 L in y are kept once)."""

@@ -91,23 +91,26 @@ def test_make_lint_chart(tools: Any) -> None:
     ("sets", "kinds"),
     [
         pytest.param((), {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-                          "ClusterKopfPeering"}, id="defaults-all-namespaces"),
+                          "ClusterKopfPeering", "CustomResourceDefinition", "Pod"}, id="defaults-all-namespaces"),
         pytest.param((f"watchNamespaces={{{WATCHED},{UNWATCHED}}}",),
                      {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment",
-                      "Service", "KopfPeering"}, id="watched-namespaces"),
+                      "Service", "KopfPeering", "CustomResourceDefinition", "Pod"}, id="watched-namespaces"),
         pytest.param(("serviceMonitor.enabled=true", "replicaCount=2", "httpRoute.enabled=true",
                       "prometheus.authSecrets={prom-token}",
-                      "prometheus.allowedHosts={prometheus.monitoring.svc,*.obs.svc:9090}"),
+                      "prometheus.allowedHosts={prometheus.monitoring.svc,*.obs.svc:9090}",
+                      "prometheus.tokenFiles={/var/run/secrets/prom/token}"),
                      {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-                      "ServiceMonitor", "ClusterKopfPeering"}, id="every-option"),
-        pytest.param(("metrics.enabled=false", "peering.enabled=false"),
+                      "ServiceMonitor", "ClusterKopfPeering", "CustomResourceDefinition", "Pod"}, id="every-option"),
+        pytest.param(("metrics.enabled=false", "peering.enabled=false", "crds.install=false"),
                      {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"},
-                     id="no-metrics-standalone"),
+                     id="no-metrics-standalone-no-crds"),
     ],
 )
 def test_template_renders(tools: Any, sets: tuple[str, ...], kinds: set[str]) -> None:
     docs = render(tools, *sets)
     assert {d["kind"] for d in docs} == kinds
+    hooks = [d for d in docs if (d["metadata"].get("annotations") or {}).get("helm.sh/hook")]
+    assert [d["kind"] for d in hooks] == (["Pod"] if "Pod" in kinds else []), "the helm test Pod is the only hook"
     (deployment,) = by_kind(docs, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
@@ -126,6 +129,9 @@ def test_template_renders(tools: Any, sets: tuple[str, ...], kinds: set[str]) ->
     allowed = [a for a in container["args"] if a.startswith("--prometheus-allowed-hosts")]
     assert allowed == (["--prometheus-allowed-hosts=prometheus.monitoring.svc,*.obs.svc:9090"]
                        if any(x.startswith("prometheus.allowedHosts") for x in sets) else [])
+    files = [a for a in container["args"] if a.startswith("--prometheus-token-files")]
+    assert files == (["--prometheus-token-files=/var/run/secrets/prom/token"]
+                     if any(x.startswith("prometheus.tokenFiles") for x in sets) else [])
     liveness_port = int(container["args"][[a.startswith("--liveness") for a in container["args"]].index(True)]
                         .rsplit(":", 1)[1].split("/")[0])
     assert liveness_port != 8080, "liveness and metrics would share a port"
@@ -219,7 +225,8 @@ def installed(tools: Any, cluster: Any, tmp_path_factory: pytest.TempPathFactory
     folder = tmp_path_factory.mktemp("chart")
     rendered = helm(tools, "template", RELEASE, str(CHART), "--namespace", RELEASE_NS, "--include-crds",
                     "--set", f"watchNamespaces={{{WATCHED}}}").stdout
-    docs = [d for d in yaml.safe_load_all(rendered) if isinstance(d, dict)]
+    docs = [d for d in yaml.safe_load_all(rendered) if isinstance(d, dict)
+            and not (d["metadata"].get("annotations") or {}).get("helm.sh/hook")]  # helm install creates no test hooks
     crds = folder / "crds.yaml"
     crds.write_text(yaml.safe_dump_all(by_kind(docs, "CustomResourceDefinition")))
     rest = folder / "rest.yaml"
@@ -333,7 +340,7 @@ def test_helm_install_and_uninstall_for_real(tools: Any, cluster: Any, installed
     env = ["--kubeconfig", str(cluster.kubeconfig)]
     release = "kvp2"
     done = helm(tools, "install", release, str(CHART), "--namespace", RELEASE_NS, "--wait=false",
-                "--set", f"watchNamespaces={{{namespace}}}", *env)
+                "--set", f"watchNamespaces={{{namespace}}}", "--set", "crds.install=false", *env)
     assert "STATUS: deployed" in done.stdout
     assert f"namespaces: {namespace}" in done.stdout and "kubectl get kvp -w" in done.stdout  # NOTES.txt
     name = f"{release}-kvplan-operator"

@@ -1,10 +1,13 @@
 """``make demo``'s body, end to end: the operator reconciles the example KVPlan under the chart's ServiceAccount.
 
 Runs ``kvplan-dev demo --json`` as a subprocess (what ``make demo`` runs, after its tool check) and
-checks: it exits 0 within minutes; the KVPlan became Ready with a plan for both groups and all three classes;
-both Deployments changed the way the plan says (TP/PP args, GPU limits, the pool's node selector, reservation env);
-the router ConfigMap got weights for every class; the operator, authenticated only by a TokenRequest token of the
-chart's ServiceAccount, met no 403; and every process the demo started is gone afterwards.
+checks: it exits 0 within minutes; the KVPlan became Ready with a plan for both groups and all three classes,
+learnt from the kvplan plugin's per-class series with each class's arrival rate from the same series (the trace's
+own rates, since it is played once an hour) and each group's KV capacity shown both as vLLM reports it and as the
+profile has it (the profile used, since no Deployment controller runs here); both Deployments changed the way the
+plan says (TP/PP args, GPU limits, the pool's node selector, reservation env); the router ConfigMap got weights for
+every class; the operator, authenticated only by a TokenRequest token of the chart's ServiceAccount, met no 403;
+every process the demo started is gone afterwards; and the README's excerpt has the report's own table headings.
 """
 
 from __future__ import annotations
@@ -59,6 +62,40 @@ def test_demo_exits_zero_and_kvplan_is_ready(report: dict[str, object]) -> None:
     assert set(plan["groups"]) == {"interactive", "batch"}
     assert set(plan["classes"]) == {"chat", "code", "batch"}
     assert float(report["seconds"]) < 600  # type: ignore[arg-type]
+
+
+def test_histories_rates_and_capacity_come_from_the_exporters(report: dict[str, object]) -> None:
+    from kvcore.profiles import roofline
+    from kvplan_dev.demo_series import BLOCK_SIZE, engine_blocks
+
+    plan = report["kvplan"]["plan"]  # type: ignore[index]
+    trace_rates = {"chat": 9039, "code": 7567, "batch": 2760}  # requests in one 3502 s play of the trace
+    for name, requests in trace_rates.items():
+        c = plan["classes"][name]
+        assert (c["source"], c["arrivalRateFrom"]) == ("kvplan", "source")
+        # the newest hour holds one play less its first minute: the rate is the trace's own to within 6 %
+        assert c["arrivalRate"] == pytest.approx(requests / 3501.7, rel=0.06)
+        assert c["samples"] == pytest.approx(6 * requests, rel=0.05)
+    for g in plan["groups"].values():
+        cap = g["capacity"]
+        assert cap["engineKvCapacityTokens"] == engine_blocks() * BLOCK_SIZE
+        assert cap["profileKvCapacityTokens"] == roofline("A100-80GB", "llama-70b", 8, 1).kv_capacity_tokens
+        assert (cap["tp"], cap["source"]) == (8, "profile") and "no Deployment controller" in cap["note"]
+
+
+def test_readme_excerpt_has_the_reports_headings(report: dict[str, object]) -> None:
+    from kvplan_dev.demo_report import plan_lines
+
+    kvplan = report["kvplan"]
+    lines = plan_lines({"status": {"plan": kvplan["plan"], "objective": kvplan["objective"]}})  # type: ignore[index]
+    readme = (REPO / "README.md").read_text()
+    excerpt = readme.split("What it prints")[1].split("```text")[1].split("```")[0].splitlines()
+    headings = [line for line in lines if line.lstrip().startswith(("group ", "class "))]
+    assert len(headings) == 2 and all(h in excerpt for h in headings), (headings, excerpt)
+    rows = {line.split()[0] for line in lines[3:] if line.startswith("  ") and not line.lstrip().startswith(
+        ("group ", "class "))}
+    shown = {line.split()[0] for line in excerpt if line.startswith("  ") and line.split()[0] in rows}
+    assert shown == {"batch", "interactive", "chat", "code"}
 
 
 def test_each_deployment_got_the_planned_layout(report: dict[str, object]) -> None:

@@ -137,7 +137,7 @@ def test_two_replicas_only_one_acts(operator_env, kube_api, namespace, prometheu
 
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as rsp:
             metrics = rsp.read().decode()
-        assert f'kvplan_replans_total{{kvplan="{namespace}/fleet"}}' in metrics
+        assert f'kvplan_replans_total{{name="fleet",namespace="{namespace}"}}' in metrics
         assert "kvplan_solve_seconds_bucket" in metrics and "kvplan_objective" in metrics
         stop(100)
         kube.custom.patch_namespaced_custom_object("kvplan.io", "v1alpha1", namespace, "kvplans", "fleet",

@@ -1,6 +1,6 @@
-"""The operator's Prometheus reads (operator/history.py over operator/prom.py's client) against a real Prometheus
-(Debian's) backfilled from the vendored traces: the PromQL range query per class returns one histogram per
-sub-window; the History the planner gets matches the trace's bucketed output lengths; both the ``vllm:`` and
+"""The operator's Prometheus reads (operator/sources over operator/prom.py's client) against a real Prometheus
+(Debian's) backfilled from the vendored traces: the one range query of the vllm source (a branch per class
+selector) returns one histogram per class and sub-window; the History the planner gets matches the trace's bucketed output lengths; both the ``vllm:`` and
 ``vllm_`` spellings are read; a stopped Prometheus is ``PrometheusUnavailable``, a PromQL error is
 ``PrometheusQueryError`` (status code and error type, never the body), an arrival-rate query that matches nothing
 is ``NoRateData`` (not 0 req/s). Needs only Prometheus/promtool (not the apiserver)."""
@@ -19,7 +19,8 @@ from kvplan_dev import pytest_fixtures
 from kvplan_dev.openmetrics import VLLM_UNDERSCORE, Window
 from kvplan_dev.prom import LocalPrometheus, series_from_trace
 from kvplan_operator import conditions as C
-from kvplan_operator.history import observe_class, rate_value
+from kvplan_operator.history import rate_value
+from kvplan_operator.sources import observe_histories
 from kvplan_operator.prom import PromClient, PromError, PrometheusUnavailable
 from kvplan_operator.spec import parse_spec
 
@@ -68,7 +69,8 @@ def test_history_matches_trace(backfilled, cls_index):
     server, end, series, _ = backfilled
     spec = parse_spec(copy.deepcopy(SPEC) | {"prometheus": {"url": server.url}})
     prom = PromClient(server.url, timeout_s=10)
-    obs = observe_class(prom, spec.classes[cls_index], lookback_s=6 * 3600, windows=6, now=end)
+    obs = observe_histories(prom, spec, "ns", now=end)[spec.classes[cls_index].name]
+    assert prom.requests_sent == 1  # both classes, one range query
     truth = np.asarray(series[cls_index].output_tokens)
     assert obs.history is not None
     assert 5 <= obs.windows <= 6
@@ -97,11 +99,11 @@ def test_every_class_and_the_failures(backfilled):
     server, end, _, _ = backfilled
     spec = parse_spec(copy.deepcopy(SPEC) | {"prometheus": {"url": server.url}})
     prom = PromClient(server.url, timeout_s=10)
-    for c in spec.classes:
-        assert observe_class(prom, c, lookback_s=6 * 3600, windows=6, now=end).history is not None
+    for obs in observe_histories(prom, spec, "ns", now=end).values():
+        assert obs.history is not None
     dead = PromClient("http://127.0.0.1:9", timeout_s=1)
     with pytest.raises(PrometheusUnavailable, match="127.0.0.1:9"):
-        observe_class(dead, spec.classes[0], lookback_s=6 * 3600, windows=6, now=end)
+        observe_histories(dead, spec, "ns", now=end)
     with pytest.raises(PromError) as info:
         prom.query("sum(rate(vllm:request_success_total[5m]", at=end)  # unbalanced: a PromQL parse error
     assert info.value.reason == C.PROMETHEUS_QUERY_ERROR

@@ -200,9 +200,22 @@ def bench_cases() -> list[Case]:
                                                     value), "--exact-timeout")
               for name, value in (("nan", "nan"), ("inf", "inf"), ("negative", "-1"), ("zero", "0"), ("1e308", "1e308"),
                                   ("text", "soon"))]
-    cases += [Case("bench-no-subcommand", ("bench",), "{scale}"),
-              Case("bench-unknown-subcommand", ("bench", "fly"), "{scale}", reported_by="kvcore bench"),
+    cases += [Case("bench-no-subcommand", ("bench",), "{scale,fleet}"),
+              Case("bench-unknown-subcommand", ("bench", "fly"), "{scale,fleet}", reported_by="kvcore bench"),
               Case("bench-no-size", ("bench", "scale"), "--size")]
+    fleet = {"--classes": "4", "--groups": "2", "--configs": "3", "--samples": "10"}
+    bad = [("classes-zero", "--classes", "0", "--classes"), ("groups-negative", "--groups", "-1", "--groups"),
+           ("configs-13", "--configs", "13", "--configs"), ("samples-zero", "--samples", "0", "--samples"),
+           ("load-zero", "--load", "0", "--load"), ("c-slo-negative", "--c-slo", "-1", "--c-slo"),
+           ("classes-text", "--classes", "many", "--classes"), ("method", "--method", "fast", "--method"),
+           ("classes-past-limit", "--classes", "2000", "--classes"), ("groups-past-limit", "--groups", "1000",
+                                                                       "--groups"),
+           ("samples-past-limit", "--samples", "9999999", "--samples")]
+    for name, flag, value, where in bad:
+        argv = {**fleet, flag: value}
+        cases.append(Case(f"bench-fleet-{name}", ("bench", "fleet", *[t for kv in argv.items() for t in kv]), where))
+    cases.append(Case("bench-fleet-no-classes", ("bench", "fleet", "--groups", "2", "--configs", "3", "--samples",
+                                                 "10"), "--classes"))
     return cases
 
 

@@ -212,7 +212,6 @@ def plan_cases() -> list[Case]:
         ("10000-classes", _classes(10_000), "classes"),
         ("1000-groups", _classes(2, 1_000), "groups"),
         ("100-layouts", _set(BASE, ("groups", 0, "layouts"), [[1, p] for p in range(1, 101)]), "groups.layouts"),
-        ("work-past-limit", _classes(600, 200, trace=""), "instance"),
     ]
     cases += [_plan(name, data, field) for name, data, field in structure]
     cases += [_plan(f"trace-file-{name}", _set(BASE, ("classes", 2, "samples", "trace"), "f.csv"),

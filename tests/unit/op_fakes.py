@@ -228,6 +228,8 @@ class Script:
         self.answers: dict[str, tuple[int, dict[str, str], bytes]] = {}
         self.hang: set[str] = set()
         self.seen: list[tuple[str, str | None]] = []
+        #: every request's headers, in order
+        self.headers: list[dict[str, str]] = []
         self.release = threading.Event()
 
 
@@ -238,6 +240,7 @@ def serve(script: Script) -> tuple[http.server.ThreadingHTTPServer, str]:
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             path = self.path.split("?", 1)[0]
             script.seen.append((path, self.headers.get("Authorization")))
+            script.headers.append(dict(self.headers.items()))
             if path in script.hang:
                 script.release.wait(30)
                 return

@@ -26,7 +26,7 @@ from kvcore.radius import RULES, RadiusPolicy
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = [REPO / "crds" / "kvplans.kvplan.io.yaml",
-        REPO / "charts" / "kvplan-operator" / "crds" / "kvplans.kvplan.io.yaml"]
+        REPO / "charts" / "kvplan-operator" / "files" / "crds" / "kvplans.kvplan.io.yaml"]
 
 # CRD property name (for the radius rule: "policy" or "kind" under a "robustness" or "radius" object) -> the
 # catalogue list its enum must equal

@@ -1,4 +1,9 @@
-"""The chart's CRDs are byte-identical copies of the repository's ``crds/`` (the one source, STYLE item 10).
+"""The chart's CRDs are byte-identical copies of the repository's ``crds/`` (the one source, STYLE item 10), kept in
+``files/crds/`` for ``templates/crds.yaml`` (so ``helm upgrade`` updates them); the chart has no ``crds/`` folder,
+which Helm would install from as well and never upgrade.
+
+The KVPlan API: v1alpha1 and v1beta1 are both served with one schema (conversion strategy None needs identical
+schemas), v1beta1 is the one storage version.
 
 Also covers ``scripts/sync_crds.py`` itself on temporary folders: it reports missing, stale and differing files,
 and a sync makes the copy identical.
@@ -25,12 +30,43 @@ def _sync_module() -> ModuleType:
 
 def test_kvplan_crd_exists_in_both_places() -> None:
     name = "kvplans.kvplan.io.yaml"
+    chart = REPO / "charts" / "kvplan-operator"
     assert (REPO / "crds" / name).is_file(), "the operator's CRD is missing from crds/"
-    assert (REPO / "charts" / "kvplan-operator" / "crds" / name).is_file(), "run `make sync-crds`"
+    assert (chart / "files" / "crds" / name).is_file(), "run `make sync-crds`"
+    assert (chart / "templates" / "crds.yaml").is_file()
+    assert not (chart / "crds" / name).exists(), "a chart's crds/ folder is installed once and never upgraded"
+    assert (chart / "crds" / "kopf-peering.yaml").is_file(), "the chart's own peering objects need it at install"
+
+
+def test_every_crd_is_placed_once() -> None:
+    places = _sync_module().PLACES
+    names = [n for group in places.values() for n in group]
+    assert sorted(names) == sorted(p.name for p in (REPO / "crds").glob("*.yaml"))
+    assert len(names) == len(set(names))
+
+
+def _kvplan_versions() -> list[dict]:
+    import yaml
+
+    crd = yaml.safe_load((REPO / "crds" / "kvplans.kvplan.io.yaml").read_text())
+    return list(crd["spec"]["versions"])
+
+
+def test_both_versions_served_v1beta1_stored() -> None:
+    versions = {v["name"]: v for v in _kvplan_versions()}
+    assert set(versions) == {"v1alpha1", "v1beta1"}
+    assert all(v["served"] for v in versions.values())
+    assert [name for name, v in versions.items() if v["storage"]] == ["v1beta1"]
+
+
+@pytest.mark.parametrize("part", ["schema", "subresources", "additionalPrinterColumns"])
+def test_versions_share_one_schema(part: str) -> None:
+    alpha, beta = sorted(_kvplan_versions(), key=lambda v: v["name"])
+    assert alpha[part] == beta[part], f"v1alpha1 and v1beta1 {part} differ: conversion None needs them identical"
 
 
 def test_chart_crds_are_byte_identical_to_crds_folder() -> None:
-    problems = _sync_module().drift()
+    problems = _sync_module().drift_all()
     assert problems == [], "chart CRDs drifted from crds/ (run `make sync-crds`):\n" + "\n".join(problems)
 
 

@@ -1,5 +1,6 @@
 """``kvcore plan`` on the shipped example and on bad files (exit 2, the field named), the YAML samples forms
-(trace, inline values, histogram buckets, windows), and ``kvcore bench scale``'s JSON keys."""
+(trace, inline values, histogram buckets, windows), the JSON keys of ``kvcore bench scale`` and ``kvcore bench
+fleet``, and their bad sizes."""
 
 from __future__ import annotations
 
@@ -95,3 +96,35 @@ def test_bench_scale_json(capsys: pytest.CaptureFixture[str]) -> None:
 def test_bench_scale_bad_size(capsys: pytest.CaptureFixture[str], size: str) -> None:
     assert main(["bench", "scale", "--size", size]) == 2
     assert "--size" in capsys.readouterr().err
+
+
+def test_bench_fleet_json(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["bench", "fleet", "--classes", "40", "--groups", "12", "--configs", "6", "--samples", "200", "--seed",
+            "3", "--warm", "--json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("classes", "groups", "configs", "samples", "plan_seconds", "objective", "lower_bound", "gap",
+                "peak_rss_mb", "warm_plan_seconds", "warm_objective", "warm_lower_bound", "warm_gap"):
+        assert key in out
+    assert (out["classes"], out["groups"], out["configs"], out["samples"]) == (40, 12, 6, 200)
+    assert out["method"] == "fleet" and out["status"] == "feasible"
+    assert 0 < out["lower_bound"] <= out["objective"]
+    assert out["gap"] == pytest.approx((out["objective"] - out["lower_bound"]) / out["objective"], rel=1e-12)
+    assert out["gap"] <= 1e-2 and out["warm_gap"] <= 1e-2
+    assert out["warm_objective"] != out["objective"]   # the traffic moved
+    assert out["plan_seconds"] > 0 and out["peak_rss_mb"] > 10
+    assert main(args) == 0   # seeded: the same instance and plan again
+    again = json.loads(capsys.readouterr().out)
+    assert (again["objective"], again["lower_bound"]) == (out["objective"], out["lower_bound"])
+
+
+BAD_FLEET = [("--classes", "0"), ("--groups", "-1"), ("--configs", "13"), ("--samples", "0"), ("--load", "0")]
+
+
+@pytest.mark.parametrize("flag,value", BAD_FLEET, ids=[f[0].strip("-") for f in BAD_FLEET])
+def test_bench_fleet_bad_sizes(capsys: pytest.CaptureFixture[str], flag: str, value: str) -> None:
+    args = {"--classes": "4", "--groups": "2", "--configs": "3", "--samples": "10"}
+    args[flag] = value
+    assert main(["bench", "fleet", *[t for kv in args.items() for t in kv]]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {flag}" in err and "Traceback" not in err

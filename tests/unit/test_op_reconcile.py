@@ -35,7 +35,7 @@ def busy_matrix(scale: float = 20.0) -> list:
 
 def deps(kube: FakeKube, prom=None, planner=real_plan) -> Deps:
     prom = prom or RecordedProm(matrix=busy_matrix())
-    return Deps(kube=kube, prom_factory=lambda url, timeout, token: prom, planner=planner, clock=lambda: NOW,
+    return Deps(kube=kube, prom_factory=lambda conn: prom, planner=planner, clock=lambda: NOW,
                 resolve=lambda host: ["10.0.0.9"])
 
 

@@ -113,3 +113,35 @@ def test_lambda_t_is_not_convex_in_routing() -> None:
     a, b = np.array([0.0, 0.9]), np.array([40.0, 0.0])
     mid = (a + b) / 2
     assert lam_t(mid, s, mu) > (lam_t(a, s, mu) + lam_t(b, s, mu)) / 2
+
+
+CLOSED_FORM_COSTS = [(10.0, 1.0), (1.0, 10.0), (3.0, 3.0), (2.0, 1.0), (0.0, 1.0), (1.0, 0.0)]
+
+
+@pytest.mark.parametrize("cp,cw", CLOSED_FORM_COSTS, ids=[f"cp{cp:g}-cw{cw:g}" for cp, cw in CLOSED_FORM_COSTS])
+def test_closed_form_matches_full_evaluation(cp: float, cw: float) -> None:
+    # DroCurve's O(log N) form (SAA + max(cp, cw) eps where the ball is not binding) against dro_eval: the same
+    # value, and a slope that supports the curve on both sides; it must apply often and not everywhere.
+    rng = np.random.default_rng(7)
+    lmax, used, skipped = 2000.0, 0, 0
+    for trial in range(60):
+        n = int(rng.integers(1, 80))
+        xi = np.minimum(np.round(rng.lognormal(5, 1, n)), lmax)
+        samples = Samples.from_arrays(xi, rng.random(n) if trial % 2 else None)
+        eps = float(rng.choice([0.0, 0.01, 1.0, 10.0, 100.0, 1000.0]))
+        curve = DroCurve.build(samples, cp=cp, cw=cw, lmax=lmax, eps=eps)
+        for y in [*rng.uniform(0, lmax, 15), *xi[:5], 0.0, lmax]:
+            fast = curve._closed_form(float(y))
+            if fast is None:
+                skipped += 1
+                continue
+            used += 1
+            v, _, _ = dro_eval(float(y), curve.xi, curve.w, cp=cp, cw=cw, lmax=lmax, eps=eps)
+            assert fast[0] == pytest.approx(v, rel=1e-9, abs=1e-9)
+            for h in (-1e-3, 1e-3):
+                if 0.0 <= y + h <= lmax:
+                    vh, _, _ = dro_eval(float(y + h), curve.xi, curve.w, cp=cp, cw=cw, lmax=lmax, eps=eps)
+                    assert vh >= fast[0] + fast[1] * h - 1e-7 * max(1.0, abs(vh))
+        at_l = dro_eval(lmax, curve.xi, curve.w, cp=cp, cw=cw, lmax=lmax, eps=eps)
+        assert curve.value_slope(lmax) == pytest.approx(at_l[:2], rel=1e-9, abs=1e-9)
+    assert used > 100 and skipped > 10

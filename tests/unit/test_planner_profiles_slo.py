@@ -102,3 +102,13 @@ def test_slospec_refuses_lambda_at_most_one() -> None:
     with pytest.raises(ValueError):
         SloSpec(mu=1.0, sigma=1.0, lam=1.0)
     assert cost_ratio(SloSpec(mu=1.0, sigma=1.0, lam=10.0)) == pytest.approx(rho_from_slo(1.0, 1.0, 10.0))
+
+
+def test_a100_40gb_holds_the_70b_only_on_8_gpus() -> None:
+    # 141 GB of bf16 weights over 36 GB usable per GPU (less a 4 GiB reserve): 4 GPUs are not enough, 8 are.
+    for tp, pp in [(1, 1), (2, 1), (4, 1), (2, 2), (1, 4)]:
+        assert not roofline("A100-40GB", "llama-70b", tp, pp).feasible
+    for tp, pp in [(8, 1), (4, 2), (2, 4)]:
+        small, big = roofline("A100-40GB", "llama-70b", tp, pp), roofline("A100-80GB", "llama-70b", tp, pp)
+        assert small.feasible and 0 < small.kv_capacity_tokens < big.kv_capacity_tokens
+        assert 0 < small.throughput_tokens_s < big.throughput_tokens_s  # less HBM bandwidth

@@ -98,7 +98,8 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
   verbs: ["get"]
 {{- end }}
 {{- with .Values.prometheus.authSecrets }}
-# Prometheus credentials: only the Secrets listed in values (prometheus.authSecrets), read-only.
+# Prometheus credentials (bearer token, basic auth, CA bundle): only the Secrets listed in values
+# (prometheus.authSecrets), read-only.
 - apiGroups: [""]
   resources: ["secrets"]
   resourceNames: {{ toJson . }}
@@ -132,12 +133,51 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
 {{- with .Values.prometheus.allowedHosts }}
 - --prometheus-allowed-hosts={{ join "," . }}
 {{- end }}
+{{- with .Values.prometheus.tokenFiles }}
+- --prometheus-token-files={{ join "," . }}
+{{- end }}
 {{- if eq .Values.logLevel "debug" }}
 - --verbose
 {{- else if ne .Values.logLevel "info" }}
 {{- fail "logLevel must be info or debug" }}
 {{- end }}
+- --log-format={{ .Values.logFormat }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* The operator image: repository:tag, pinned by digest when image.digest is set (repository:tag@sha256:...). */}}
+{{- define "kvplan-operator.image" -}}
+{{- $ref := printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- with .Values.image.digest -}}
+{{- $ref = printf "%s@%s" $ref . -}}
+{{- end -}}
+{{- $ref -}}
+{{- end -}}
+
+{{/*
+The stored-version guard, for one CRD (the dict about to be applied). With the CRD already in the cluster (lookup;
+empty under `helm template`), every version in its status.storedVersions must still be served by the new one:
+objects in etcd may still be encoded in such a version, and the apiserver cannot read them once it is not served.
+*/}}
+{{- define "kvplan-operator.crdGuard" -}}
+{{- $live := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" .metadata.name -}}
+{{- if $live -}}
+{{- $served := list -}}
+{{- range .spec.versions -}}
+{{- if .served -}}
+{{- $served = append $served .name -}}
+{{- end -}}
+{{- end -}}
+{{- $stored := list -}}
+{{- with $live.status -}}
+{{- $stored = .storedVersions | default list -}}
+{{- end -}}
+{{- range $stored -}}
+{{- if not (has . $served) -}}
+{{- fail (printf "refusing to upgrade CustomResourceDefinition %s: the new chart stops serving %s, but the cluster's status.storedVersions %v says objects may still be stored as %s. Migrate every object to a served version first (read and write back each one, e.g. kube-storage-version-migrator), then remove %s from status.storedVersions (kubectl patch crd %s --subresource=status); see docs/upgrade.md" $live.metadata.name . $stored . . $live.metadata.name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}

@@ -1,0 +1,79 @@
+"""Run the history sources for one reconcile: one range query per source, every class's observation out.
+
+For each source some class names (:func:`kvplan_operator.sources.plan_queries`): one range query from
+``now - (windows - 1) * W`` to ``now`` at step ``W = max(60 s, lookback / windows)``; the answer is checked and
+regrouped per key (:func:`kvplan_operator.history.windows_by_key`), every class's windows are binned by the one
+adapter (:func:`kvplan_operator.history.class_histories`), and its arrival rate is
+
+- ``spec.classes[].arrivalRate`` when given;
+- else ``arrivalRateQuery`` (one instant query per class that has one: the only queries beyond one per source);
+- else the source's own count: the newest window's ``+Inf`` bucket over ``W`` (:func:`kvplan_operator.history.newest_rate`).
+
+``MetricAbsent`` (naming the metric and selector) when a source's query matches no series at all, or none for a
+class (naming the class label value, or the group); every other bad answer raises the reasons of
+:mod:`kvplan_operator.history`.
+"""
+
+from __future__ import annotations
+
+from ..history import ClassObservation, class_histories, newest_rate, rate_value, windows_by_key
+from ..prom import PromApi, PromError
+from ..spec import KVPlanSpec
+from .. import conditions as C
+from . import SourceQuery, plan_queries
+
+
+def window_seconds(spec: KVPlanSpec) -> float:
+    """W, seconds: one history window (lookback / windows, at least a minute)."""
+    return max(60.0, spec.prometheus.lookback_seconds / spec.prometheus.windows)
+
+
+def _absent(q: SourceQuery, key: str | None, found: int) -> PromError:
+    if key is None:
+        return PromError(C.METRIC_ABSENT, f"source {q.source}: no series {q.metric} matches {q.selector or '(no selector)'} "
+                         "in the lookback; is the exporter installed and scraped, and does the selector match its "
+                         "labels?")
+    if q.source == "vllm":
+        return PromError(C.METRIC_ABSENT, f"source vllm: no series {q.metric} for {q.where[key]} in the lookback; "
+                         f"selector {q.selector}")
+    return PromError(C.METRIC_ABSENT, f"source {q.source}: no series {q.metric} for {q.where[key]} in the lookback "
+                     f"(the query found {found} other value(s) of {q.key_label}); selector "
+                     f"{q.selector or '(none)'}")
+
+
+def observe_histories(prom: PromApi, spec: KVPlanSpec, namespace: str, *, now: float
+                      ) -> dict[str, ClassObservation]:
+    """Every class's observation (module docstring). Raises :class:`~kvplan_operator.prom.PromError`."""
+    window_s = window_seconds(spec)
+    windows = spec.prometheus.windows
+    index = {c.name: i for i, c in enumerate(spec.classes)}
+    out: dict[str, ClassObservation] = {}
+    for q in plan_queries(spec, namespace, window_s):
+        data = prom.query_range(q.promql, start=now - window_s * (windows - 1), end=now, step=window_s)
+        by_key = windows_by_key(data, q.key_label, what=f"source {q.source} ({q.metric})", describe=q.where)
+        if not any(by_key.values()):
+            raise _absent(q, None, 0)
+        for key in q.keys:
+            if key not in by_key:
+                raise _absent(q, key, len(by_key))
+        per_class = {name: [dict(zip(b, c)) for _, b, c in by_key[key]]
+                     for key, names in q.keys.items() for name in names}
+        binned = class_histories(per_class, max_model_len={
+            name: float(spec.classes[index[name]].max_output_tokens) for name in per_class})
+        for key, names in q.keys.items():
+            for name in names:
+                c, i = spec.classes[index[name]], index[name]
+                what = f"class {name} (spec.classes[{i}])"
+                if c.arrival_rate is not None:
+                    rate, rate_from = float(c.arrival_rate), "spec"
+                elif c.arrival_rate_query is not None:
+                    rate = rate_value(prom.query(c.arrival_rate_query, at=now),
+                                      what=f"class {name} spec.classes[{i}].arrivalRateQuery")
+                    rate_from = "query"
+                else:
+                    rate = newest_rate(by_key[key], end=now, window_s=window_s,
+                                       what=f"{what}: source {q.source}, {q.where[key]}")
+                    rate_from = "source"
+                b = binned[name]
+                out[name] = ClassObservation(name, b.history, b.requests, b.windows, rate, q.source, rate_from)
+    return out

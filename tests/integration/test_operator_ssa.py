@@ -1,0 +1,103 @@
+"""Server-side apply with the field manager ``kvplan-operator``, on the real local control plane (and a real
+Prometheus backfilled from the shared traces), the way a GitOps tool meets it:
+
+- after a reconcile the apiserver records the operator's Deployment fields under ``kvplan-operator`` with
+  ``operation: Apply`` (a ConfigMap the operator creates is a POST, ``operation: Update``, same manager);
+- a GitOps controller server-side applying the manifest from Git (its own field manager, no force) is refused with a
+  conflict naming ``kvplan-operator`` on the operator's fields (args, replicas), which is what Argo CD's
+  ``managedFieldsManagers`` / ``ignoreDifferences`` are for (docs/upgrade.md);
+- the same manifest without those fields (what ``RespectIgnoreDifferences`` sends) is accepted, keeps the operator's
+  values, and the operator's next reconcile writes nothing;
+- a class removed from the spec loses its ``KVPLAN_RESERVE_*`` env on the real Deployment (removals go through a
+  separate patch, since an apply only removes what the same manager applied before).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kvplan_operator.kube import FIELD_MANAGER, Kube
+from operator_world import REPO, apply_crds, backfill, deployment, kvplan_spec, run, setup, versions
+
+pytestmark = pytest.mark.integration
+
+GITOPS = "argocd-controller"
+
+
+@pytest.fixture(scope="module")
+def crd(cluster):
+    apply_crds(cluster, REPO / "crds" / "kvplans.kvplan.io.yaml")
+    return True
+
+
+def _managers(body: dict) -> dict[tuple[str, str], str]:
+    return {(m["manager"], m["operation"]): json.dumps(m.get("fieldsV1", {})) for m in body["metadata"]["managedFields"]}
+
+
+def _git_apply(kube_api, namespace: str, manifest: dict, *, force: bool = False) -> None:
+    client.AppsV1Api(kube_api).patch_namespaced_deployment(
+        manifest["metadata"]["name"], namespace, manifest, field_manager=GITOPS, force=force,
+        _content_type="application/apply-patch+yaml")
+
+
+def test_operator_fields_are_applied_and_gitops_is_told(crd, kube_api, namespace, prometheus, traces_dir):
+    kube = Kube(kube_api)
+    backfill(prometheus, traces_dir)
+    setup(kube_api, namespace, kvplan_spec(prometheus.url))
+    assert run(kube, namespace).ok
+    dep = kube.get_deployment(namespace, "vllm-a")
+    managers = _managers(dep)
+    assert (FIELD_MANAGER, "Apply") in managers, list(managers)
+    applied = managers[(FIELD_MANAGER, "Apply")]
+    for field in ('"f:replicas"', '"f:nodeSelector"', '"f:args"', '"f:nvidia.com/gpu"', '"k:{\\"name\\":\\"vllm\\"}"'):
+        assert field in applied, field
+    router = kube.get_configmap(namespace, "llm-router")  # created by the operator (POST: operation Update)
+    assert any(manager == FIELD_MANAGER and "f:routing.json" in fields
+               for (manager, _), fields in _managers(router).items())
+
+    git = deployment("vllm-a")
+    with pytest.raises(ApiException) as refused:
+        _git_apply(kube_api, namespace, git)
+    assert refused.value.status == 409
+    assert FIELD_MANAGER in refused.value.body and ".spec.replicas" in refused.value.body
+
+    ignored = copy.deepcopy(git)  # what an ignoreDifferences-aware sync sends: Git without the operator's fields
+    ignored["spec"].pop("replicas")
+    for c in ignored["spec"]["template"]["spec"]["containers"]:
+        c.pop("args", None)
+    _git_apply(kube_api, namespace, ignored)
+    after = kube.get_deployment(namespace, "vllm-a")
+    assert after["spec"]["replicas"] == dep["spec"]["replicas"]
+    vllm = next(c for c in after["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm")
+    assert vllm["args"] == next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm")["args"]
+    assert (GITOPS, "Apply") in _managers(after)
+    before = versions(kube, namespace)
+    out = run(kube, namespace)
+    assert out.ok and list(out.changed) == [], out
+    assert versions(kube, namespace) == before
+
+
+def test_a_removed_class_loses_its_env(crd, kube_api, namespace, prometheus, traces_dir):
+    kube = Kube(kube_api)
+    backfill(prometheus, traces_dir)
+    spec = kvplan_spec(prometheus.url)
+    setup(kube_api, namespace, spec)
+    assert run(kube, namespace).ok
+
+    def env_names() -> set[str]:
+        body = kube.get_deployment(namespace, "vllm-a")
+        vllm = next(c for c in body["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm")
+        return {e["name"] for e in vllm.get("env") or []}
+
+    assert {"KVPLAN_RESERVE_CHAT", "KVPLAN_RESERVE_CODE", "HF_HOME"} <= env_names()
+    spec["classes"] = [c for c in spec["classes"] if c["name"] != "code"]
+    client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(
+        "kvplan.io", "v1alpha1", namespace, "kvplans", "fleet", {"spec": {"classes": spec["classes"]}})
+    assert run(kube, namespace).ok
+    names = env_names()
+    assert "KVPLAN_RESERVE_CODE" not in names and {"KVPLAN_RESERVE_CHAT", "HF_HOME"} <= names

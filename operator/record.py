@@ -27,6 +27,8 @@ from . import conditions as C
 from .apply import Applied
 from .build import Built
 from .decide import Decided
+from .desired import Desired
+from .engine_knobs import engine_status, knob_condition
 from .kube import KubeError
 from .observe import Observation
 from .run import OWNED_STATUS, Deps, Failure, RunContext
@@ -141,6 +143,7 @@ class Recorder:
                                     autoscalers=autos, decision=dec.decision.reason, notes=built.notes,
                                     capacity=obs.capacity)
         self.st["plan"]["id"] = desired.plan_id
+        self.engine(dec, desired)
         self.st["objective"] = objective_body(plan)
         self.st["diff"] = diff_body(plan)
         self.st["lastGoodPlan"] = plan.model_copy(update={"diff": None}).model_dump_json()
@@ -169,6 +172,21 @@ class Recorder:
                            self.run.elapsed())
         return Outcome(True, C.RECONCILED, dec.decision.reason, None, list(applied.done), written,
                        self.run.elapsed())
+
+    def engine(self, dec: Decided, desired: Desired) -> None:
+        """The engine knobs: ``status.plan.groups.<g>.engine``, ``classes.<c>.priority`` and
+        ``gateReserveTokens`` (what the reservation file gates admission with), and the EngineKnobs condition."""
+        for g, k in dec.knobs.groups.items():
+            if g in self.st["plan"]["groups"]:
+                self.st["plan"]["groups"][g]["engine"] = engine_status(k)
+        for c, p in desired.class_priority.items():
+            if c in self.st["plan"]["classes"]:
+                self.st["plan"]["classes"][c]["priority"] = p
+        for c, y in dec.gate_reserve.items():
+            if c in self.st["plan"]["classes"]:
+                self.st["plan"]["classes"][c]["gateReserveTokens"] = y
+        if dec.knobs.groups:
+            self.cond(C.ENGINE_KNOBS, *knob_condition(dec.knobs))
 
     def finish(self) -> tuple[bool, KubeError | None]:
         """Set conditions, write the status patch if anything changed, post events for transitions."""

@@ -63,7 +63,7 @@ def build_router_document(*, owner: str, plan_id: str, spec: KVPlanSpec, desired
                 "weights": {g.name: round(float(classes[c.name].routing.get(g.name, 0.0)), 6) for g in spec.groups},
                 "prefixCacheFraction": {g.name: round(float(classes[c.name].prefix_fraction.get(g.name, 0.0)), 6)
                                         for g in spec.groups},
-            }
+            } | ({"priority": desired.class_priority[c.name]} if c.name in desired.class_priority else {})
             for c in spec.classes
         },
     }

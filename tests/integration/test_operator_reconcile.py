@@ -87,7 +87,7 @@ def test_apply_plan_to_two_pools(crd, cluster, kube_api, kube, namespace, promet
     assert table[1].split()[:3] == ["fleet", "True", "Reconciled"] and table[1].split()[4] == "2", table
     events = kube.core.list_namespaced_event(namespace).items
     reasons = sorted(e.reason for e in events if e.involved_object.kind == "KVPlan")
-    assert reasons == ["ApplySucceeded", "Healthy", "PlanSucceeded", "Reconciled"], reasons
+    assert reasons == ["ApplySucceeded", "Healthy", "KnobsInForce", "PlanSucceeded", "Reconciled"], reasons
     before = versions(kube, namespace)
     again = run(kube, namespace)
     assert again.ok and again.changed == [] and versions(kube, namespace) == before

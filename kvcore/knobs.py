@@ -181,6 +181,21 @@ def replay(group: SimGroup, classes: Sequence[KnobClass], *, requests: int, rng:
     return workload, policy
 
 
+def history_segment(times: NDArray[np.float64] | None, requests: int, replays: int, k: int,
+                    ) -> NDArray[np.float64] | None:
+    """The arrival times replay ``k`` of ``replays`` takes from a history (sorted seconds): ``requests`` of them,
+    the most recent for k = 0 and evenly spaced earlier windows for the others, all inside the history (windows
+    overlap when it holds fewer than ``replays x requests``; each replay is the whole history when it holds fewer
+    than ``requests``). None without a usable history (Poisson arrivals)."""
+    if times is None or times.size < 2:
+        return None
+    n = int(times.size)
+    width = min(requests, n)
+    step = (n - width) // (replays - 1) if replays > 1 else 0
+    stop = n - k * min(step, width)
+    return times[stop - width:stop]
+
+
 def _measure(result: EngineResult, rho: NDArray[np.float64], n: int) -> tuple[float, float, int, float, float]:
     """(rho-priced recompute per request, stalled share, preemptions, P99 e2e, goodput)."""
     assert result.outcomes is not None
@@ -236,10 +251,7 @@ def choose_knobs(group: SimGroup, classes: Sequence[KnobClass], *, base: EngineC
     times = None if arrivals_s is None else np.asarray(arrivals_s, dtype=np.float64).ravel()
     runs = []
     for k in range(replays):
-        segment = None
-        if times is not None and times.size >= 2:
-            stop = max(2, times.size - k * requests)
-            segment = times[max(0, stop - requests):stop]
+        segment = history_segment(times, requests, replays, k)
         workload, policy = replay(group, classes, requests=requests, rng=np.random.default_rng(seed + k),
                                   arrivals_s=segment)
         runs.append((workload, policy, np.array([c.rho for c in classes])[workload.class_index]))
@@ -292,18 +304,15 @@ def choose_knobs(group: SimGroup, classes: Sequence[KnobClass], *, base: EngineC
                       reason=reason, candidates=tuple(measures))
 
 
-def knobs_for_plan(plan: Plan, instance: Instance, *, engine_version: str = "0.33.0", base: EngineConfig | None = None,
-                   requests: int = 2000, seed: int = 0, current: Mapping[str, Knobs] | None = None
-                   ) -> dict[str, KnobChoice]:
-    """The operator's entry: knobs per group of a plan, from the instance's histories (pooled windows), the classes'
-    planned rates on each group (lambda_i pi_ik), their reservations and cost ratios. Groups without traffic or
-    without a feasible layout get no entry. ``current``: group -> the knobs its engines run now (kept while inside
-    the knee, :func:`choose_knobs`)."""
+def plan_groups(plan: Plan, instance: Instance) -> list[tuple[SimGroup, list[KnobClass]]]:
+    """Each planned group with traffic as the engine model sees it (replicas, KV capacity and step times of its
+    layout) and the classes routed to it (planned rate lambda_i pi_ik, history pooled over windows, reservation,
+    rho = c_p / c_w as the plan used it). Groups without traffic or without a feasible layout are left out."""
     from kvcore.profiles import resolve
 
     by_name = {c.name: c for c in instance.classes}
     specs = {g.name: g for g in instance.groups}
-    out: dict[str, KnobChoice] = {}
+    out: list[tuple[SimGroup, list[KnobClass]]] = []
     for gp in plan.groups:
         if gp.replicas <= 0 or gp.tp <= 0:
             continue
@@ -323,6 +332,17 @@ def knobs_for_plan(plan: Plan, instance: Instance, *, engine_version: str = "0.3
                                            np.full(samples.values.size, spec.input_tokens), samples.values,
                                            cp.reserve_tokens, c_p / c_w if c_w > 0 else 1e6, samples.weights))
         if classes:
-            out[gp.name] = choose_knobs(group, classes, base=base, engine_version=engine_version, requests=requests,
-                                        seed=seed, current=(current or {}).get(gp.name))
+            out.append((group, classes))
     return out
+
+
+def knobs_for_plan(plan: Plan, instance: Instance, *, engine_version: str = "0.33.0", base: EngineConfig | None = None,
+                   requests: int = 2000, seed: int = 0, current: Mapping[str, Knobs] | None = None
+                   ) -> dict[str, KnobChoice]:
+    """The operator's entry: knobs per group of a plan (:func:`plan_groups`: the instance's histories, pooled
+    windows, the classes' planned rates on each group (lambda_i pi_ik), their reservations and cost ratios). Groups
+    without traffic or without a feasible layout get no entry. ``current``: group -> the knobs its engines run now
+    (kept while inside the knee, :func:`choose_knobs`)."""
+    return {group.name: choose_knobs(group, classes, base=base, engine_version=engine_version, requests=requests,
+                                     seed=seed, current=(current or {}).get(group.name))
+            for group, classes in plan_groups(plan, instance)}

@@ -117,12 +117,9 @@ class ReservationGateMixin:
         klass, how = class_in_engine(res, extra, request.priority, request.num_prompt_tokens)
         if how == UNKNOWN_TO_DEFAULT:
             self._kvplan_log_unknown(extra.get(XARGS_KEY) if extra else None, res)
-        reserve = self._kvplan_capped(res.reserve(klass), request.num_prompt_tokens)
+        reserve = gate.capped_reserve(res.reserve(klass), request.num_prompt_tokens, self.kvplan_request_capacity)
         setattr(request, _CACHE_ATTR, (source.state.version, klass, reserve))
         return klass, reserve
-
-    def _kvplan_capped(self, reserve: int, prompt: int) -> int:
-        return max(0, min(reserve, self.kvplan_request_capacity - prompt))
 
     def _kvplan_generated(self, request: Request) -> int:
         # Output tokens held or being computed (async scheduling counts in-flight tokens as placeholders).

@@ -6,7 +6,7 @@ A reservation protects running requests from preemption; stock vLLM has three kn
 No formula maps reservations to them faithfully, so the rule *measures*: it replays the group's recent history
 (the classes' paired prompt/output samples at their planned arrival rates, with the history's own arrival pattern
 when it has timestamps, :func:`replay`) through the vLLM engine
-model (:mod:`kvcore.sim.engine`) under every candidate and keeps the one the plan prices best.
+model (:mod:`kvcore.sim.engine`) under the candidates and keeps the one the plan prices best.
 
 **Candidates** (all combinations):
 
@@ -25,8 +25,15 @@ class), averaged over the replays. Among eligible candidates whose price is with
 knee: a knob pushed to its extreme on the replay risks more latency on real traffic than the replay shows), the
 rule takes the least intrusive (:func:`intrusiveness`: 10 x watermark + halvings of max_num_seqs + 1 for
 priorities), then the cheapest. If
-nothing beats stock vLLM, the knobs stay at stock values. Every candidate's measures are returned, so the operator
-can show why.
+nothing beats stock vLLM, the knobs stay at stock values. The measures of the candidates measured are returned, so
+the operator can show why.
+
+**Search.** The choice is defined on the full table (every candidate on every replay), but it is reached by
+measuring only what it depends on (:mod:`kvcore.knob_search`: candidates dropped at their first replay out of
+tolerance, bounds on the floor instead of the floor, measurements reused where a max_num_seqs cap never bound):
+the same choice, checked against the full table by ``tests/unit/test_knob_search.py`` and
+``benchmarks/rule_agreement.py``; ``search="full"`` measures everything. The replays are shared with the
+reservation rule (:mod:`kvcore.rule_replays`), and each answer says the work it took (requests simulated).
 
 **Knobs in force.** A caller that already runs some knobs passes them as ``current`` (watermark, max_num_seqs,
 policy). They are measured on the same replays as one more candidate, and kept when they are eligible and inside
@@ -47,8 +54,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvcore.errors import InputError
 from kvcore.instance import Instance
+from kvcore.knob_search import Cand, decide, full_table, knob_replays
+from kvcore.knob_search import search as search_knobs
 from kvcore.planmodel import Plan
-from kvcore.sim.engine import EngineConfig, EngineResult, simulate_engine
+from kvcore.rule_replays import REQUESTS, GroupReplays, ReplayStore
+from kvcore.sim.engine import EngineConfig
 from kvcore.sim.types import SimGroup, SimPolicy, Workload
 
 WATERMARKS = (0.0, 0.01, 0.02, 0.05, 0.1)
@@ -129,7 +139,9 @@ class KnobChoice(BaseModel):
     scheduling_policy: str
     class_priority: dict[str, int] = Field(default_factory=dict, description="Per class; empty under fcfs.")
     reason: str
-    candidates: tuple[KnobMeasure, ...] = ()
+    candidates: tuple[KnobMeasure, ...] = Field(default=(), description="The candidates measured (all of them "
+                                                "with search='full'), each averaged over the replays it ran on.")
+    work: int = Field(default=0, description="Requests simulated through the engine model to choose.")
 
     def engine_config(self, base: EngineConfig, classes: Sequence[str]) -> EngineConfig:
         """``base`` with these knobs (class priorities in ``classes`` order)."""
@@ -196,13 +208,6 @@ def history_segment(times: NDArray[np.float64] | None, requests: int, replays: i
     return times[stop - width:stop]
 
 
-def _measure(result: EngineResult, rho: NDArray[np.float64], n: int) -> tuple[float, float, int, float, float]:
-    """(rho-priced recompute per request, stalled share, preemptions, P99 e2e, goodput)."""
-    assert result.outcomes is not None
-    priced = float((rho * result.outcomes.recomputed).sum() / n)
-    return (priced, result.stalled_frac or 0.0, result.preemptions, result.e2e.p99 or 0.0, result.goodput_rps)
-
-
 def intrusiveness(watermark: float, max_num_seqs: int, policy: str, stock_seqs: int) -> float:
     """How far a candidate moves from stock vLLM (dimensionless): 10 per unit of watermark (0.1 of the blocks
     counts 1), 1 per halving of max_num_seqs, 1 for priorities."""
@@ -236,72 +241,76 @@ def _candidates(group: SimGroup, classes: Sequence[KnobClass], base: EngineConfi
 
 
 def choose_knobs(group: SimGroup, classes: Sequence[KnobClass], *, base: EngineConfig | None = None,
-                 engine_version: str = "0.33.0", requests: int = 2000, replays: int = 2, tolerance: float = 0.01,
-                 seed: int = 0, arrivals_s: ArrayLike | None = None, current: Knobs | None = None) -> KnobChoice:
+                 engine_version: str = "0.33.0", requests: int = REQUESTS, replays: int = 2, tolerance: float = 0.01,
+                 seed: int = 0, arrivals_s: ArrayLike | None = None, current: Knobs | None = None,
+                 search: str = "fast", shared: GroupReplays | None = None) -> KnobChoice:
     """The knobs for one group (module docstring). ``replays`` independent replays of ``requests`` requests each
     (the most recent stretches of ``arrivals_s``, the history's arrival times in seconds, when known, so bursts are
     kept; else Poisson); a candidate must be eligible on every one. ``current``: the knobs in force, kept while they
-    are inside the knee (module docstring). Pure: seeded, no I/O."""
+    are inside the knee (module docstring). ``search``: ``fast`` measures only what the choice depends on
+    (:mod:`kvcore.knob_search`: the same choice), ``full`` every candidate on every replay. ``shared``: the group's
+    replays built already (:mod:`kvcore.rule_replays`, with these classes and settings; ``requests``, ``replays``,
+    ``seed`` and ``arrivals_s`` are then theirs). Pure: seeded, no I/O."""
     base = base if base is not None else EngineConfig()
     if not classes:
         raise InputError("knobs.classes", "at least one class is needed")
     if replays < 1:
         raise InputError("knobs.replays", f"must be >= 1, got {replays}")
+    if search not in ("fast", "full"):
+        raise InputError("knobs.search", f"must be 'fast' or 'full', got {search!r}")
     has_watermark = version_tuple(engine_version) >= WATERMARK_MIN_VERSION
     times = None if arrivals_s is None else np.asarray(arrivals_s, dtype=np.float64).ravel()
-    runs = []
-    for k in range(replays):
-        segment = history_segment(times, requests, replays, k)
-        workload, policy = replay(group, classes, requests=requests, rng=np.random.default_rng(seed + k),
-                                  arrivals_s=segment)
-        runs.append((workload, policy, np.array([c.rho for c in classes])[workload.class_index]))
+    gr = shared if shared is not None else GroupReplays(group, classes, requests=requests, replays=replays,
+                                                        seed=seed, arrivals_s=times, base=base)
     cands = _candidates(group, classes, base, has_watermark, current)
-    table = []
-    for w, s, name, prio in cands:
-        cfg = base.model_copy(update={"watermark": w, "max_num_seqs": s, "policy": name, "class_priority": prio,
-                                      "max_num_batched_tokens": max(base.max_num_batched_tokens, s)})
-        table.append([_measure(simulate_engine(wl, [group], pol, rng=np.random.default_rng(seed), engine=cfg,
-                                               keep_requests=True), rho, requests) for wl, pol, rho in runs])
-    stock = table[cands.index((0.0, base.max_num_seqs, "fcfs", None))]
-    measures, eligible = [], []
-    for (w, s, name, prio), per_run in zip(cands, table):
-        ok = all(m[3] <= (1 + tolerance) * st[3] and m[4] >= (1 - tolerance) * st[4] for m, st in zip(per_run, stock))
+    stock_key = (0.0, base.max_num_seqs, "fcfs", None)
+    now = next((c for c in cands if current is not None and c[:3] == current), None)
+    work0 = gr.work
+    rp = knob_replays(gr)
+
+    def intr(c: Cand) -> float:
+        return intrusiveness(c[0], c[1], c[2], base.max_num_seqs)
+
+    if search == "full":
+        table = full_table(rp, cands, stock_key, tolerance)
+        found = decide(table, cands, stock_key, now, intr)
+        assert found is not None  # a complete table always decides
+    else:
+        table, found = search_knobs(rp, cands, stock_key, now, tolerance, intr)
+    measures = []
+    for c, per_run in table.runs.items():
         mean = [float(np.mean([m[i] for m in per_run])) for i in range(5)]
-        measures.append(KnobMeasure(watermark=w, max_num_seqs=s, policy=name, eligible=ok, priced_recompute=mean[0],
-                                    stalled_frac=mean[1], preemptions=int(sum(m[2] for m in per_run)),
-                                    e2e_p99_s=mean[3], goodput_rps=mean[4]))
-        if ok:
-            eligible.append(((w, s, name, prio), mean))
-    stock_priced = float(np.mean([m[0] for m in stock]))
-    floor = min(m[0] for _, m in eligible)
-    # the gentlest eligible candidate with at least 90% of the best reduction of priced recompute (a knob pushed to
-    # its extreme on the replay risks more latency on the real traffic than the replay shows)
-    enough = floor + 0.1 * (stock_priced - floor)
-    gentle = [(key, m) for key, m in eligible if m[0] <= enough + 1e-12]
-    (w, s, name, prio), best = min(gentle, key=lambda e: (intrusiveness(e[0][0], e[0][1], e[0][2],
-                                                                        base.max_num_seqs), e[1][0]))
-    kept = next(((key, m) for key, m in gentle if current is not None and key[:3] == current), None)
+        measures.append(KnobMeasure(watermark=c[0], max_num_seqs=c[1], policy=c[2], eligible=table.eligible[c],
+                                    priced_recompute=mean[0], stalled_frac=mean[1],
+                                    preemptions=int(sum(m[2] for m in per_run)), e2e_p99_s=mean[3],
+                                    goodput_rps=mean[4]))
+    stock_priced = table.priced(stock_key)
+    w, s, name, prio = found.choice
+    best = table.priced(found.choice)
     names = [c.name for c in classes]
-    where = f"{replays} replay(s) of {requests} requests"
-    if kept is not None and kept[0][:3] != (w, s, name):
-        gentlest = (w, s, name)
-        (w, s, name, prio), best = kept
+    where = (f"{rp.count} replay(s) of {gr.requests} requests, {len(table.runs)} of {len(cands)} candidates measured"
+             + ("" if table.complete else " (the others cannot change the choice)"))
+    if found.kept and found.choice != stock_key:
+        gentlest = found.gentlest
+        other = ("" if gentlest == found.choice else f"; the gentlest such candidate measured would be watermark "
+                 f"{gentlest[0]:g}, max_num_seqs {gentlest[1]}, {gentlest[2]}")
         reason = (f"knobs in force kept (watermark {w:g}, max_num_seqs {s}, {name}): rho-priced recompute "
-                  f"{best[0]:.1f} token slots/request is within the knee of the best reduction ({stock_priced:.1f} "
-                  f"stock -> {floor:.1f}); the gentlest such candidate would be watermark {gentlest[0]:g}, "
-                  f"max_num_seqs {gentlest[1]}, {gentlest[2]}, on {where}")
-    elif (w, s, name) == (0.0, base.max_num_seqs, "fcfs"):
+                  f"{best:.1f} token slots/request is within the knee of the best reduction ({stock_priced:.1f} "
+                  f"stock -> {found.floor:.1f}){other}, on {where}")
+    elif found.choice == stock_key:
         reason = (f"stock vLLM kept: no candidate lowered rho-priced recompute ({stock_priced:.1f} token "
                   f"slots/request) within {tolerance:.0%} of its P99 e2e and goodput on {where}")
     else:
-        reason = (f"rho-priced recompute {stock_priced:.1f} -> {best[0]:.1f} token slots/request, stalled "
-                  f"{float(np.mean([m[1] for m in stock])):.4f} -> {best[1]:.4f}, within {tolerance:.0%} of stock "
-                  f"P99 e2e and goodput on {where}")
+        stalled = (float(np.mean([m[1] for m in table.runs[stock_key]])),
+                   float(np.mean([m[1] for m in table.runs[found.choice]])))
+        reason = (f"rho-priced recompute {stock_priced:.1f} -> {best:.1f} token slots/request, stalled "
+                  f"{stalled[0]:.4f} -> {stalled[1]:.4f}, within {tolerance:.0%} of stock P99 e2e and goodput on "
+                  f"{where}")
     if not has_watermark:
         reason += f"; watermark not used: vLLM {engine_version} has no --watermark (needs >= 0.33)"
     return KnobChoice(group=group.name, max_num_seqs=s, watermark=w if has_watermark else None,
                       scheduling_policy=name, class_priority=dict(zip(names, prio)) if prio else {},
-                      reason=reason, candidates=tuple(measures))
+                      reason=reason, candidates=tuple(measures), work=gr.work - work0)
 
 
 def plan_groups(plan: Plan, instance: Instance) -> list[tuple[SimGroup, list[KnobClass]]]:
@@ -337,12 +346,18 @@ def plan_groups(plan: Plan, instance: Instance) -> list[tuple[SimGroup, list[Kno
 
 
 def knobs_for_plan(plan: Plan, instance: Instance, *, engine_version: str = "0.33.0", base: EngineConfig | None = None,
-                   requests: int = 2000, seed: int = 0, current: Mapping[str, Knobs] | None = None
-                   ) -> dict[str, KnobChoice]:
+                   requests: int = REQUESTS, seed: int = 0, current: Mapping[str, Knobs] | None = None,
+                   store: ReplayStore | None = None, search: str = "fast") -> dict[str, KnobChoice]:
     """The operator's entry: knobs per group of a plan (:func:`plan_groups`: the instance's histories, pooled
     windows, the classes' planned rates on each group (lambda_i pi_ik), their reservations and cost ratios). Groups
     without traffic or without a feasible layout get no entry. ``current``: group -> the knobs its engines run now
-    (kept while inside the knee, :func:`choose_knobs`)."""
-    return {group.name: choose_knobs(group, classes, base=base, engine_version=engine_version, requests=requests,
-                                     seed=seed, current=(current or {}).get(group.name))
-            for group, classes in plan_groups(plan, instance)}
+    (kept while inside the knee, :func:`choose_knobs`). ``store``: the re-plan's shared replays
+    (:mod:`kvcore.rule_replays`; the reservation rule measures on the same ones, and groups in the same situation
+    share them); each answer's ``work`` is what it simulated."""
+    store = store if store is not None else ReplayStore()
+    out = {}
+    for group, classes in plan_groups(plan, instance):
+        gr = store.get(group, classes, requests=requests, seed=seed, base=base)
+        out[group.name] = choose_knobs(group, classes, base=base, engine_version=engine_version, seed=seed,
+                                       current=(current or {}).get(group.name), search=search, shared=gr)
+    return out

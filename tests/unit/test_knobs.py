@@ -97,7 +97,9 @@ def test_knobs_in_force_are_kept_inside_the_knee(traces_dir: Path) -> None:
     a replay's noise); knobs outside the knee (stock vLLM under pressure, or knobs that cost latency) are replaced
     by the rule's own choice."""
     cls, g = classes(traces_dir, (10.0, 2.0)), group(40_000)
-    free = choose_knobs(g, cls, requests=800, seed=1)
+    free = choose_knobs(g, cls, requests=800, seed=1, search="full")  # every candidate measured
+    assert choose_knobs(g, cls, requests=800, seed=1).model_dump(exclude={"reason", "candidates", "work"}) == \
+        free.model_dump(exclude={"reason", "candidates", "work"})
     chosen = (free.watermark, free.max_num_seqs, free.scheduling_policy)
     stock = next(m for m in free.candidates if (m.watermark, m.max_num_seqs, m.policy) == (0.0, 256, "fcfs"))
     best = min(m.priced_recompute for m in free.candidates if m.eligible)
@@ -106,9 +108,11 @@ def test_knobs_in_force_are_kept_inside_the_knee(traces_dir: Path) -> None:
               and (m.watermark, m.max_num_seqs, m.policy) != chosen]
     assert inside and stock.priced_recompute > enough, free.candidates  # the case this test needs
     keep = (inside[-1].watermark, inside[-1].max_num_seqs, inside[-1].policy)
-    kept = choose_knobs(g, cls, requests=800, seed=1, current=keep)
-    assert (kept.watermark, kept.max_num_seqs, kept.scheduling_policy) == keep
-    assert kept.reason.startswith("knobs in force kept") and kept.candidates == free.candidates
+    for search in ("fast", "full"):
+        kept = choose_knobs(g, cls, requests=800, seed=1, current=keep, search=search)
+        assert (kept.watermark, kept.max_num_seqs, kept.scheduling_policy) == keep
+        assert kept.reason.startswith("knobs in force kept")
+    assert kept.candidates == free.candidates
     replaced = choose_knobs(g, cls, requests=800, seed=1, current=(0.0, 256, "fcfs"))
     assert (replaced.watermark, replaced.max_num_seqs, replaced.scheduling_policy) == chosen
     outside = next(m for m in free.candidates if not m.eligible)
@@ -116,6 +120,6 @@ def test_knobs_in_force_are_kept_inside_the_knee(traces_dir: Path) -> None:
                                                                 outside.policy))
     assert (moved.watermark, moved.max_num_seqs, moved.scheduling_policy) == chosen
     odd = (chosen[0] or 0.0, 77, chosen[2])  # not among the rule's own max_num_seqs candidates: measured as one more
-    extra = choose_knobs(g, cls, requests=800, seed=1, current=odd)
+    extra = choose_knobs(g, cls, requests=800, seed=1, current=odd, search="full")
     assert len(extra.candidates) == len(free.candidates) + 1
     assert [(m.watermark, m.max_num_seqs, m.policy) for m in extra.candidates][-1] == odd

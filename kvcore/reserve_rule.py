@@ -36,7 +36,7 @@ rounds while the mean cost falls. **Reserve nothing where it does not pay**: the
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,11 +45,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvcore.errors import InputError
 from kvcore.instance import Instance
-from kvcore.knobs import KnobClass, history_segment, plan_groups, replay
+from kvcore.knobs import KnobClass, plan_groups
 from kvcore.planmodel import Plan
 from kvcore.preemption import PreemptionPrice, class_prices, context_tokens, harm_tokens, token_interval_s
+from kvcore.rule_replays import REPLAYS, REQUESTS, GroupReplays, ReplayStore
+from kvcore.reserve_search import fast_search, full_search
 from kvcore.samples import weighted_quantile
-from kvcore.sim.engine import EngineConfig, simulate_engine
+from kvcore.sim.engine import EngineConfig
 from kvcore.sim.types import SimGroup, SimPolicy, Workload
 
 SCALES = (0.125, 0.25, 0.5, 1.0)
@@ -82,76 +84,91 @@ class _Raw:
 
 
 class ReplaySet:
-    """The rule's replays of one group's history, and every reservation vector simulated on them (memoised)."""
+    """The rule's replays of one group's history (shared with the knob rule, :mod:`kvcore.rule_replays`), and every
+    reservation vector simulated on them, per replay (memoised)."""
 
     def __init__(self, group: SimGroup, classes: Sequence[KnobClass], *, base: EngineConfig | None = None,
-                 requests: int = 3000, replays: int = 2, seed: int = 0, arrivals_s: ArrayLike | None = None,
-                 ttft_slo_s: float = 2.0, tpot_slo_s: float = 0.1) -> None:
+                 requests: int = REQUESTS, replays: int = REPLAYS, seed: int = 0, arrivals_s: ArrayLike | None = None,
+                 ttft_slo_s: float = 2.0, tpot_slo_s: float = 0.1, shared: GroupReplays | None = None) -> None:
         if not classes:
             raise InputError("reserves.classes", "at least one class is needed")
         if replays < 1:
             raise InputError("reserves.replays", f"must be >= 1, got {replays}")
+        times = None if arrivals_s is None else np.asarray(arrivals_s, dtype=np.float64).ravel()
+        self.shared = shared if shared is not None else GroupReplays(
+            group, classes, requests=requests, replays=replays, seed=seed, arrivals_s=times, base=base)
         self.group = group
         self.classes = tuple(classes)
-        self.engine = (base if base is not None else EngineConfig()).model_copy(update={"admission": "gate"})
-        self.seed = seed
+        self.engine = self.shared.base.model_copy(update={"admission": "gate"})
         self.slo = (float(ttft_slo_s), float(tpot_slo_s))
-        times = None if arrivals_s is None else np.asarray(arrivals_s, dtype=np.float64).ravel()
-        self.runs: list[Workload] = []
-        for k in range(replays):
-            workload, _ = replay(group, classes, requests=requests, rng=np.random.default_rng(seed + k),
-                                 arrivals_s=history_segment(times, requests, replays, k))
-            self.runs.append(workload)
+        self.runs: list[Workload] = self.shared.workloads
         ins = np.concatenate([w.input_tokens for w in self.runs])
         outs = np.concatenate([w.output_tokens for w in self.runs])
         self.t_tok = token_interval_s(group, self.engine, context_tokens(ins, outs))
         """Seconds per token at the operating batch of the replayed history."""
         self.mean_output = float(outs.mean())
-        self._memo: dict[tuple[int, ...], tuple[_Raw, ...]] = {}
+        self._memo: dict[tuple[tuple[int, ...], int], _Raw] = {}
         self.prices: tuple[dict[str, PreemptionPrice], ...] = ()
-        """Per replay, the engine's preemption price per class with nothing reserved (filled by the first measure)."""
+        """Per replay, the engine's preemption price per class with nothing reserved (filled by its measure)."""
 
     @property
     def simulated(self) -> int:
-        """Reservation vectors simulated so far."""
-        return len(self._memo)
+        """Reservation vectors simulated so far (on at least one replay)."""
+        return len({ys for ys, _ in self._memo})
+
+    @property
+    def work(self) -> int:
+        """Requests simulated on the shared replays so far (by every rule)."""
+        return self.shared.work
+
+    def measure_on(self, ys: tuple[int, ...], k: int) -> _Raw:
+        """Replay ``k`` under the gate with reservations ``ys`` (tokens per class)."""
+        if (ys, k) not in self._memo:
+            workload = self.runs[k]
+            policy = SimPolicy.from_arrays([float(y) for y in ys], np.ones((len(ys), 1)), cp=1.0, cw=1.0)
+            res = self.shared.simulate(k, self.engine, policy)
+            o = res.outcomes
+            assert o is not None
+            h = harm_tokens(o, self.t_tok)
+            cls = workload.class_index
+            harm = np.bincount(cls, weights=h, minlength=len(self.classes)).astype(np.float64)
+            xi = workload.output_tokens
+            ttft = o.first_token_ns * NS - workload.arrival_s
+            e2e = o.finish_ns * NS - workload.arrival_s
+            tpot = np.where(xi > 1, (e2e - ttft) / np.maximum(xi - 1, 1), 0.0)
+            good = (o.finish_ns >= 0) & (ttft <= self.slo[0]) & (tpot <= self.slo[1])
+            self._memo[(ys, k)] = _Raw(harm, res.e2e.p99 or 0.0, res.e2e.mean or 0.0, float(good.mean()),
+                                       res.stalled_frac or 0.0, res.preemptions, res.recomputed_tokens,
+                                       res.goodput_rps)
+            if not any(ys):
+                prices = list(self.prices) + [{}] * (len(self.runs) - len(self.prices))
+                prices[k] = class_prices(workload, res, self.t_tok, [c.name for c in self.classes])
+                self.prices = tuple(prices)
+        return self._memo[(ys, k)]
 
     def measure(self, ys: tuple[int, ...]) -> tuple[_Raw, ...]:
-        """Each replay under the gate with reservations ``ys`` (tokens per class)."""
-        if ys not in self._memo:
-            raws = []
-            prices = []
-            for workload in self.runs:
-                policy = SimPolicy.from_arrays([float(y) for y in ys], np.ones((len(ys), 1)), cp=1.0, cw=1.0)
-                res = simulate_engine(workload, [self.group], policy, rng=np.random.default_rng(self.seed),
-                                      engine=self.engine, keep_requests=True)
-                o = res.outcomes
-                assert o is not None
-                h = harm_tokens(o, self.t_tok)
-                cls = workload.class_index
-                harm = np.array([float(h[cls == i].sum()) for i in range(len(self.classes))])
-                xi = workload.output_tokens
-                ttft = o.first_token_ns * NS - workload.arrival_s
-                e2e = o.finish_ns * NS - workload.arrival_s
-                tpot = np.where(xi > 1, (e2e - ttft) / np.maximum(xi - 1, 1), 0.0)
-                good = (o.finish_ns >= 0) & (ttft <= self.slo[0]) & (tpot <= self.slo[1])
-                raws.append(_Raw(harm, res.e2e.p99 or 0.0, res.e2e.mean or 0.0, float(good.mean()),
-                                 res.stalled_frac or 0.0, res.preemptions, res.recomputed_tokens, res.goodput_rps))
-                if not any(ys):
-                    prices.append(class_prices(workload, res, self.t_tok, [c.name for c in self.classes]))
-            self._memo[ys] = tuple(raws)
-            if prices:
-                self.prices = tuple(prices)
-        return self._memo[ys]
+        """Each replay under the gate with reservations ``ys``."""
+        return tuple(self.measure_on(ys, k) for k in range(len(self.runs)))
+
+    def cost_on(self, ys: tuple[int, ...], rho: NDArray[np.float64], k: int) -> float:
+        """J(ys) on replay ``k`` (token slots per request; module docstring)."""
+        r, z = self.measure_on(ys, k), self.measure_on(tuple(0 for _ in ys), k)
+        harm = float((rho * r.harm).sum()) / len(self.runs[k])
+        latency = (r.mean_s - z.mean_s) + TAIL * (r.p99_s - z.p99_s)
+        return harm + latency / self.t_tok + (z.good_share - r.good_share) * self.mean_output
 
     def costs(self, ys: tuple[int, ...], rho: NDArray[np.float64]) -> NDArray[np.float64]:
-        """J(ys) on each replay (token slots per request; module docstring)."""
-        zero = self.measure(tuple(0 for _ in ys))
+        """J(ys) on each replay."""
+        return np.array([self.cost_on(ys, rho, k) for k in range(len(self.runs))])
+
+    def stock_harm(self, rho: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Per replay, what stock vLLM's preemptions cost on it, ``sum_j rho_j h_j / n`` token slots per request
+        (the shared stock runs, :meth:`kvcore.rule_replays.GroupReplays.stock`)."""
         out = []
-        for r, z, w in zip(self.measure(ys), zero, self.runs):
-            harm = float((rho * r.harm).sum()) / len(w)
-            latency = (r.mean_s - z.mean_s) + TAIL * (r.p99_s - z.p99_s)
-            out.append(harm + latency / self.t_tok + (z.good_share - r.good_share) * self.mean_output)
+        for k, w in enumerate(self.runs):
+            o = self.shared.stock(k).outcomes
+            assert o is not None
+            out.append(float((rho[w.class_index] * harm_tokens(o, self.t_tok)).sum()) / len(w))
         return np.array(out)
 
     def candidates(self, c: KnobClass) -> list[int]:
@@ -172,6 +189,7 @@ class ReserveMeasure(BaseModel):
     recomputed_tokens: int
     e2e_p99_s: float
     goodput_rps: float
+    replays: int = Field(default=2, description="Replays measured (fewer when the search dropped it early).")
 
 
 class ReserveChoice(BaseModel):
@@ -185,6 +203,7 @@ class ReserveChoice(BaseModel):
     token_interval_s: float
     reason: str
     candidates: tuple[ReserveMeasure, ...] = ()
+    work: int = Field(default=0, description="Requests simulated through the engine model to choose.")
 
 
 def class_rho(classes: Sequence[KnobClass], engine_priced: Collection[str] = ()) -> NDArray[np.float64]:
@@ -211,59 +230,52 @@ def _source(c: KnobClass, y: int) -> str:
 
 
 def choose_reserves(group: SimGroup, classes: Sequence[KnobClass], *, engine_priced: Collection[str] = (),
-                    replays: ReplaySet | None = None, **replay_args: object) -> ReserveChoice:
+                    replays: ReplaySet | None = None, search: str = "fast", work_limit: int | None = None,
+                    **replay_args: object) -> ReserveChoice:
     """The reservations for one group (module docstring). ``replays``: an existing :class:`ReplaySet` of the same
     group and classes (re-priced at these classes' rho; rho may differ, the history may not); otherwise one is built
     from ``replay_args`` (``base``, ``requests``, ``replays``, ``seed``, ``arrivals_s``, ``ttft_slo_s``,
-    ``tpot_slo_s``)."""
+    ``tpot_slo_s``, ``shared``). ``search``: ``fast`` (the operator's) or ``full`` (:mod:`kvcore.reserve_search`);
+    ``work_limit``: requests the fast search may simulate on this group."""
+    if search not in ("fast", "full"):
+        raise InputError("reserves.search", f"must be 'fast' or 'full', got {search!r}")
+    if work_limit is not None and work_limit < 0:
+        raise InputError("reserves.work_limit", f"must be >= 0, got {work_limit}")
     rs = replays if replays is not None else ReplaySet(group, classes, **replay_args)  # type: ignore[arg-type]
     if len(rs.classes) != len(classes):
         raise InputError("reserves.classes", f"the replays hold {len(rs.classes)} classes, {len(classes)} given")
     rho = class_rho(classes, engine_priced)
-    k = len(classes)
-    zero = tuple(0 for _ in range(k))
+    zero = tuple(0 for _ in classes)
+    work0 = rs.work
     cands = [rs.candidates(c) for c in classes]
-    seen: dict[tuple[int, ...], NDArray[np.float64]] = {}
-
-    def cost(ys: tuple[int, ...]) -> float:
-        if ys not in seen:
-            seen[ys] = rs.costs(ys, rho)
-        return float(seen[ys].mean())
-
-    best = zero
     family = [tuple(int(round(f * c.reserve_tokens)) for c in classes) for f in SCALES]
     family += [tuple(int(round(_quantile(c, p))) for c in classes) for p in QUANTILES]
-    for ys in family:
-        if cost(ys) < cost(best):
-            best = ys
-    for _ in range(ROUNDS):
-        moved = False
-        for i in range(k):
-            for y in cands[i]:
-                ys = best[:i] + (y,) + best[i + 1:]
-                if cost(ys) < cost(best) - 1e-12:
-                    best, moved = ys, True
-        if not moved:
-            break
-    for i in range(k):  # a class whose reservation does not pay gets none
-        ys = best[:i] + (0,) + best[i + 1:]
-        if best[i] and cost(ys) <= cost(best):
-            best = ys
-    pays = bool(np.all(seen.get(best, rs.costs(best, rho)) <= seen.get(zero, rs.costs(zero, rho)) - MIN_GAIN))
+    found = (full_search(rs, classes, rho, family, cands, ROUNDS) if search == "full"
+             else fast_search(rs, classes, rho, family, cands, ROUNDS, MIN_GAIN, work_limit))
+    best = found.best
+    names = [c.name for c in classes]
+    where = f"{len(rs.runs)} replay(s) of {len(rs.runs[0])} requests, t_tok {rs.t_tok * 1e3:.1f} ms"
+    if found.nothing_to_protect is not None:
+        harm = ", ".join(f"{h:.2f}" for h in found.nothing_to_protect)
+        reason = (f"nothing reserved: nothing to protect, stock vLLM's preemptions cost {harm} token slots/request "
+                  f"on the replays, less than the {MIN_GAIN:g} a reservation must save on each ({where})")
+        return ReserveChoice(group=group.name, reserves=dict(zip(names, zero)), sources=dict.fromkeys(names, "none"),
+                             rho=dict(zip(names, (float(r) for r in rho))), token_interval_s=rs.t_tok,
+                             reason=reason, work=rs.work - work0)
+    pays = bool(np.all(np.array(found.costs[best]) <= np.array(found.costs[zero]) - MIN_GAIN))
     if not pays:
         best = zero
-    names = [c.name for c in classes]
     measures = []
-    for ys, js in seen.items():
-        raws = rs.measure(ys)
+    for ys, js in found.costs.items():
+        raws = [rs.measure_on(ys, j) for j in range(len(js))]
         measures.append(ReserveMeasure(
-            reserves=dict(zip(names, ys)), cost=float(js.mean()),
+            reserves=dict(zip(names, ys)), cost=float(np.mean(js)),
             stalled_frac=float(np.mean([r.stalled_frac for r in raws])),
             preemptions=int(sum(r.preemptions for r in raws)), recomputed_tokens=int(sum(r.recomputed for r in raws)),
             e2e_p99_s=float(np.mean([r.p99_s for r in raws])),
-            goodput_rps=float(np.mean([r.goodput_rps for r in raws]))))
-    j0, j1 = cost(zero), cost(best)
-    where = f"{len(rs.runs)} replay(s) of {len(rs.runs[0])} requests, t_tok {rs.t_tok * 1e3:.1f} ms"
+            goodput_rps=float(np.mean([r.goodput_rps for r in raws])), replays=len(js)))
+    j0, j1 = found.mean(zero), found.mean(best)
+    where += f", {len(found.costs)} vectors measured" + "".join(f"; {n}" for n in found.notes)
     if best == zero:
         reason = (f"nothing reserved: no reservation lowered the cost below y = 0's {j0:.1f} token slots/request on "
                   f"every replay ({where})")
@@ -272,7 +284,7 @@ def choose_reserves(group: SimGroup, classes: Sequence[KnobClass], *, engine_pri
     return ReserveChoice(group=group.name, reserves=dict(zip(names, best)),
                          sources={c.name: _source(c, y) for c, y in zip(classes, best)},
                          rho=dict(zip(names, (float(r) for r in rho))), token_interval_s=rs.t_tok, reason=reason,
-                         candidates=tuple(measures))
+                         candidates=tuple(measures), work=rs.work - work0)
 
 
 def engine_rho(replays: ReplaySet) -> dict[str, float]:
@@ -283,12 +295,33 @@ def engine_rho(replays: ReplaySet) -> dict[str, float]:
 
 
 def reserves_for_plan(plan: Plan, instance: Instance, *, slo_price: str = "engine", base: EngineConfig | None = None,
-                      requests: int = 3000, seed: int = 0) -> dict[str, ReserveChoice]:
+                      requests: int = REQUESTS, seed: int = 0, groups: Collection[str] | None = None,
+                      bases: Mapping[str, EngineConfig] | None = None, priorities: Mapping[str, int] | None = None,
+                      store: ReplayStore | None = None, search: str = "fast", work_limit: int | None = None
+                      ) -> dict[str, ReserveChoice]:
     """The operator's entry: reservations per group of a plan (:func:`kvcore.knobs.plan_groups`). ``slo_price``:
     ``engine`` prices the harm of classes that give an SLO by the engine model (weight 1), ``eq8`` by seed eq. 8's
-    rho as the plan did. Groups without traffic or a feasible layout get no entry."""
+    rho as the plan did. Groups without traffic or a feasible layout get no entry; ``groups``: only these.
+    ``bases``: per group, the engine settings the gate runs on (the group's knobs; default ``base``), with
+    ``priorities`` (class -> vLLM request priority) under ``--scheduling-policy priority``. ``store``:
+    the re-plan's shared replays (:mod:`kvcore.rule_replays`: the knob rule's stock runs are reused, and groups in
+    the same situation share every measurement). ``work_limit``: per group (the fast search's)."""
     if slo_price not in ("engine", "eq8"):
         raise InputError("slo_price", f"must be 'engine' or 'eq8', got {slo_price!r}")
     slo_classes = {c.name for c in instance.classes if c.slo is not None} if slo_price == "engine" else set()
-    return {group.name: choose_reserves(group, classes, engine_priced=slo_classes, base=base, requests=requests,
-                                        seed=seed) for group, classes in plan_groups(plan, instance)}
+    store = store if store is not None else ReplayStore()
+    out = {}
+    for group, classes in plan_groups(plan, instance):
+        if groups is not None and group.name not in groups:
+            continue
+        gb = (bases or {}).get(group.name, base)
+        if gb is not None and gb.policy == "priority":
+            gb = gb.model_copy(update={"class_priority": tuple((priorities or {}).get(c.name, 0) for c in classes)})
+        shared = store.get(group, classes, requests=requests, seed=seed, base=gb)
+        rs = shared.memo.get("reserves")
+        if not isinstance(rs, ReplaySet):
+            rs = shared.memo["reserves"] = ReplaySet(group, classes, shared=shared)
+        choice = choose_reserves(group, classes, engine_priced=slo_classes, replays=rs, search=search,
+                                 work_limit=work_limit)
+        out[group.name] = choice.model_copy(update={"group": group.name})
+    return out

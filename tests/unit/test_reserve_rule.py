@@ -34,17 +34,21 @@ def group(kv: int) -> SimGroup:
 def test_no_pressure_reserves_nothing(traces_dir: Path) -> None:
     cls = classes(traces_dir)
     rs = ReplaySet(group(3_000_000), cls, requests=500)
-    choice = choose_reserves(group(3_000_000), cls, replays=rs)
+    choice = choose_reserves(group(3_000_000), cls, replays=rs, search="full")
     assert choice.reserves == {"short": 0, "long": 0} and set(choice.sources.values()) == {"none"}
     assert "nothing reserved" in choice.reason
     assert engine_rho(rs) == {"short": 0.0, "long": 0.0}
+    fast = choose_reserves(group(3_000_000), cls, requests=500)  # nothing to protect: stock's runs only
+    assert fast.reserves == choice.reserves and "nothing to protect" in fast.reason
+    assert fast.work == 2 * 500 and fast.candidates == ()
 
 
-def test_pressure_reservation_pays_and_holds_on_a_fresh_replay(traces_dir: Path) -> None:
+@pytest.mark.parametrize("search", ["fast", "full"])
+def test_pressure_reservation_pays_and_holds_on_a_fresh_replay(traces_dir: Path, search: str) -> None:
     cls = classes(traces_dir)
     g = group(20_000)
     rs = ReplaySet(g, cls, requests=1500, seed=3)
-    choice = choose_reserves(g, cls, replays=rs)
+    choice = choose_reserves(g, cls, replays=rs, search=search)
     ys = tuple(choice.reserves[c.name] for c in cls)
     assert any(ys), choice.reason
     rho = class_rho(cls)
@@ -94,7 +98,7 @@ def test_reserves_for_plan() -> None:
     served = {g.name for g in p.groups if g.replicas > 0 and g.tp > 0 and g.arrival_rate > 0}
     assert set(choices) == served and served
     for name, choice in choices.items():
-        assert choice.group == name and choice.candidates and choice.token_interval_s > 0
+        assert choice.group == name and choice.work > 0 and choice.token_interval_s > 0
         assert set(choice.reserves) <= {c.name for c in inst.classes}
         assert all(y >= 0 for y in choice.reserves.values())
     with pytest.raises(InputError, match="slo_price"):

@@ -5,8 +5,9 @@ writes for it.
   knobs decided in phase 2 (:mod:`kvplan_operator.engine_knobs`); with ``engine.knobs: Formula``,
   ``--max-num-seqs = floor(M(z) / mean reserved tokens per request routed there)``, which only rides along with a
   rollout that happens anyway (a layout change, a spec change or first adoption), never triggers one;
-- the reservation file for kvplan's vLLM plugin (:func:`reservation_document`), written into the state ConfigMap
-  whether or not a group mounts it, and the class priorities;
+- per group running kvplan's vLLM plugin, its reservation file (:func:`reservation_document`: the reservations
+  that pay on that group, :mod:`kvplan_operator.gate`), written into the state ConfigMap, and the class
+  priorities;
 - per class: reservation, admission, routing and prefix fractions, with routing hysteresis
   (``router.minWeightChange``: the published weights stay unless one moves that much or admission changes);
 - the write order's inputs: the groups whose Deployment changes TP/PP or scales to 0 (``draining``) and the
@@ -174,18 +175,19 @@ def desired_state(run: RunContext, obs: Observation, dec: Decided) -> Desired:
                    interim_classes=interim_routing(spec, ct, draining, published) if draining else None,
                    current=current, layout_changes=tuple(changes), relayout_generation=relayout_gen,
                    relayout=relayout, class_priority=dict(dec.knobs.class_priority),
-                   reservation_file=reservation_document(run, spec, pid, dec))
+                   reservation_files={g: reservation_document(run, spec, pid, dec, g) for g in dec.gate.groups})
 
 
-def reservation_document(run: RunContext, spec: KVPlanSpec, pid: str, dec: Decided) -> str:
-    """The ``kvplan.reservations.v1`` document (:mod:`kvcore.reservation_file`): the reservations of
-    :func:`kvplan_operator.decide.gate_reservations`, the fleet default class (``fleetDefault``, else the first
-    class), the class priorities and the classes' prompt-length rules, smallest ``maxPromptTokens`` first."""
+def reservation_document(run: RunContext, spec: KVPlanSpec, pid: str, dec: Decided, group: str) -> str:
+    """Group ``group``'s ``kvplan.reservations.v1`` document (:mod:`kvcore.reservation_file`): its reservations
+    (:mod:`kvplan_operator.gate`), the fleet default class (``fleetDefault``, else the first class), the class
+    priorities and the classes' prompt-length rules, smallest ``maxPromptTokens`` first."""
     default = next((c.name for c in spec.classes if c.fleet_default), spec.classes[0].name)
     rules = sorted((c.max_prompt_tokens, i, c.name) for i, c in enumerate(spec.classes)
                    if c.max_prompt_tokens is not None)
+    reserve = dec.gate.groups[group].reserve
     return render_reservations(Reservations(
-        reserve_tokens={c.name: int(dec.gate_reserve.get(c.name, 0)) for c in spec.classes}, default_class=default,
+        reserve_tokens={c.name: int(reserve.get(c.name, 0)) for c in spec.classes}, default_class=default,
         priority_classes={p: c for c, p in dec.knobs.class_priority.items()},
         prompt_length_rules=tuple(PromptLengthRule(limit, name) for limit, _, name in rules),
         plan=pid, kvplan=run.owner))

@@ -136,7 +136,14 @@ KNOB_UNSUPPORTED = "KnobUnsupported"
 KNOBS_HELD = "KnobsHeld"
 #: kvcore's knob rule failed (its error in the message); the groups keep the knobs they run.
 KNOB_RULE_FAILED = "KnobRuleFailed"
-REASONS = REASONS + (KNOBS_IN_FORCE, KNOB_UNSUPPORTED, KNOBS_HELD, KNOB_RULE_FAILED)
+#: kvcore's reservation rule failed for a plugin group (its error in the message); the group keeps the reservation
+#: file in force.
+RESERVE_RULE_FAILED = "ReserveRuleFailed"
+#: The re-plan cycle's work budget for the engine-model rules (``KVPLAN_RULE_WORK``) was spent before every group
+#: had an answer: the groups named keep their knobs and reservation file until a later cycle.
+RULES_PENDING = "RulesPending"
+REASONS = REASONS + (KNOBS_IN_FORCE, KNOB_UNSUPPORTED, KNOBS_HELD, KNOB_RULE_FAILED, RESERVE_RULE_FAILED,
+                     RULES_PENDING)
 
 #: Longest message kept, characters. Long enough for a handful of field errors, short enough for `kubectl get -o wide`.
 MAX_MESSAGE = 1024

@@ -11,15 +11,16 @@
    counted (same target layouts, within the hour; e.g. after the operator died between two Deployment patches)
    does not count again. A spec change bypasses the budget once per generation: not once the Deployments carry
    that generation, nor once its re-layout was attempted (the state ConfigMap remembers which generation did).
-4. The engine knobs of each group (:mod:`kvplan_operator.engine_knobs`): kvcore's knob rule on the chosen plan,
-   and the same budget for a knob change that restarts pods; and the reservations kvplan's plugin gates admission
-   with (:func:`gate_reservations`).
+4. kvcore's engine-model rules on the chosen plan, within the cycle's work budget (:mod:`.engine_rules`); the
+   engine knobs of each group (:mod:`kvplan_operator.engine_knobs`), with the same disruption budget for a knob
+   change that restarts pods; and, per group running kvplan's plugin, the reservations it gates admission with
+   (:mod:`kvplan_operator.gate`: the reservations that pay on that group).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pydantic import ValidationError
 
@@ -29,7 +30,9 @@ from kvcore.planmodel import Plan
 
 from . import conditions as C
 from .desired import LayoutChange, layouts_key
-from .engine_knobs import KnobDecision, RuleCall, decide_knobs
+from .engine_knobs import KnobDecision, class_priorities, decide_knobs, engine_version, running_knobs
+from .engine_rules import KNOBS, RuleAnswers, RuleRun, run_rules
+from .gate import GateDecision, gate_reservations
 from .observe import Observation
 from .policy import OK_STATUSES, Decision, decide as choose, layout_moves, layouts_of, recent_changes, target_layouts
 from .run import Deps, Failure, RunContext
@@ -52,8 +55,10 @@ class Decided:
     solve_seconds: float
     #: each group's engine knobs and the class priorities (:mod:`kvplan_operator.engine_knobs`).
     knobs: KnobDecision = KnobDecision()
-    #: class -> reserved output tokens of the reservation file (:func:`gate_reservations`).
-    gate_reserve: Mapping[str, int] = field(default_factory=dict)
+    #: per plugin group, the reservation file (:mod:`kvplan_operator.gate`).
+    gate: GateDecision = GateDecision()
+    #: what the engine-model rules answered, spent and left pending this cycle (:mod:`.engine_rules`).
+    rules: RuleAnswers = RuleAnswers()
 
 
 def _refusal(exc: Exception, spec: KVPlanSpec) -> Failure:
@@ -120,37 +125,49 @@ def decide(run: RunContext, obs: Observation, deps: Deps) -> Decided | Failure:
         decision = Decision(decision.plan, True, decision.reason + "; layout of " + ", ".join(unheld)
                             + " is not in the spec's allowed layouts (re-laid out)")
     instance = build_instance(obs.spec, obs.classes, capacity=obs.capacity)
-    knobs = engine_knobs(run, deps, obs, decision.plan, instance, current=current, spec_changed=spec_changed,
+    rules = engine_rules(run, deps, obs, decision.plan, instance)
+    knobs = engine_knobs(obs, decision.plan, instance, rules, current=current, spec_changed=spec_changed,
                          changes=changes)
-    return Decided(decision.plan, decision, current, pinned, spec_changed, changes, resumed, solve_s, knobs,
-                   gate_reservations(decision.plan, instance))
+    state = obs.objects.get("state-configmap", {}).get(run.state_configmap)
+    gate = gate_reservations(spec, decision.plan, rules, knobs, state, pending_note=pending_note(rules))
+    return Decided(decision.plan, decision, current, pinned, spec_changed, changes, resumed, solve_s, knobs, gate,
+                   rules)
 
 
-def engine_knobs(run: RunContext, deps: Deps, obs: Observation, plan: Plan, instance: Instance, *,
+def pending_note(rules: RuleAnswers) -> str:
+    return (f"this re-plan's work budget of {rules.budget:,} simulated requests was spent ({rules.work:,}); the "
+            "groups keep what is in force until a later re-plan")
+
+
+def engine_rules(run: RunContext, deps: Deps, obs: Observation, plan: Plan, instance: Instance) -> RuleAnswers:
+    """Step 4a: kvcore's knob and reservation rules for the groups that need an answer, within the work budget."""
+    from kvcore.knobs import knobs_for_plan
+    from kvcore.reserve_rule import reserves_for_plan
+
+    spec = obs.spec
+    bodies = {k: s.body for k, s in obs.groups.items()}
+    running = {g.name: running_knobs(bodies.get(g.name), g.container) for g in spec.groups}
+    versions = {g.name: engine_version(g, bodies.get(g.name)) for g in spec.groups}
+    rr = RuleRun(deps.knobs or knobs_for_plan, deps.reserves or reserves_for_plan, deps.knob_cache, run.owner,
+                 run.generation, run.now, deps.rule_work)
+    return run_rules(spec, plan, instance, rr, running=running, versions=versions,
+                     priorities=class_priorities(instance))
+
+
+def engine_knobs(obs: Observation, plan: Plan, instance: Instance, rules: RuleAnswers, *,
                  current: Mapping[str, tuple[int, int]], spec_changed: bool,
                  changes: tuple[LayoutChange, ...]) -> KnobDecision:
-    """Step 4: the groups' engine knobs for ``plan``, under the budget left after its re-layouts."""
-    from kvcore.knobs import knobs_for_plan
-
+    """Step 4b: the groups' engine knobs for ``plan``, under the disruption budget left after its re-layouts."""
     seen = {k: s.layout for k, s in obs.groups.items() if s.layout is not None}
     layouts = target_layouts(plan, seen)
-    call = RuleCall(deps.knobs or knobs_for_plan, deps.knob_cache, run.owner, run.generation, run.now)
-    return decide_knobs(obs.spec, plan, instance, call,
+    return decide_knobs(obs.spec, instance, rules.answers.get(KNOBS, {}),
                         bodies={k: s.body for k, s in obs.groups.items()},
                         adopted=[k for k, s in obs.groups.items() if s.adopted],
                         relaid=[k for k, v in current.items() if layouts.get(k) != v], layouts=layouts,
                         spec_changed=spec_changed, recorded=[c.layouts for c in changes],
-                        max_per_hour=obs.spec.replan.max_layout_changes_per_hour)
-
-
-def gate_reservations(plan: Plan, instance: Instance) -> dict[str, int]:
-    """The reservations kvplan's plugin gates admission with (the reservation file), class -> output tokens.
-
-    **The seam** for kvcore's rule that decides where a reservation pays (issue 13, the engine lane): today every
-    class gets the plan's own y. When that rule lands, call it here with ``plan`` and ``instance``; a class where a
-    reservation does not pay gets 0 (the gate then reserves nothing for it and admits as stock vLLM does)."""
-    del instance  # the rule's input, once it exists
-    return {c.name: int(round(c.reserve_tokens)) for c in plan.classes}
+                        max_per_hour=obs.spec.replan.max_layout_changes_per_hour,
+                        failed=rules.failed.get(KNOBS, {}), pending=rules.pending.get(KNOBS, ()),
+                        pending_note=pending_note(rules))
 
 
 def recent_changes_of(changes: tuple[LayoutChange, ...], now: float) -> list[LayoutChange]:

@@ -130,8 +130,9 @@ class Desired:
     #: class -> vLLM request priority (lower is served first) for groups under ``--scheduling-policy priority``;
     #: empty when no group uses it.
     class_priority: Mapping[str, int] = field(default_factory=dict)
-    #: the ``kvplan.reservations.v1`` document for kvplan's vLLM plugin (the state ConfigMap's ``reservations.json``).
-    reservation_file: str | None = None
+    #: group -> the ``kvplan.reservations.v1`` document its kvplan plugin reads (the state ConfigMap's
+    #: ``reservations-<group>.json``), for every group that runs the plugin or is about to.
+    reservation_files: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def reservations(self) -> dict[str, int]:

@@ -6,7 +6,8 @@ Per group (``spec.groups[].engine``, ``spec.groups[].plugin``):
 - ``knobs: Auto`` (default): ``--max-num-seqs``, ``--watermark`` and ``--scheduling-policy`` from kvcore's knob
   rule (:func:`kvcore.knobs.knobs_for_plan`: the recent history replayed through the vLLM engine model), given the
   knobs the engines run now so that a re-plan on fresh data keeps them while they are inside the rule's knee (and
-  reusing its answer while the group's situation holds, :mod:`.knob_cache`). The watermark exists from vLLM 0.33
+  reusing its answer while the group's situation holds; run within the cycle's work budget by
+  :mod:`.engine_rules`, a group it leaves pending keeps the knobs it runs). The watermark exists from vLLM 0.33
   on: for an older vLLM (:func:`engine_version`: ``engine.vllmVersion``, else an official image's tag, else 0.33.0)
   the rule is run without it and the group's knob is refused (``KnobUnsupported``). ``knobs: Formula``: kvplan
   0.1's ``--max-num-seqs`` formula only (build.py), nothing else;
@@ -30,16 +31,13 @@ a request without one carries) is left to no class, so kvplan's plugin never mis
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvcore.errors import InputError
 from kvcore.instance import Instance
 from kvcore.knobs import WATERMARK_MIN_VERSION as WATERMARK_VERSION  # --watermark exists from vLLM 0.33 on
-from kvcore.planmodel import Plan
 
-from .knob_cache import KnobCache
 from .spec import Group, KVPlanSpec
 from .spec_engine import DEFAULT_VLLM_VERSION, parse_version
 from .targets.deployment import find_container
@@ -47,8 +45,6 @@ from .targets.plugin_mount import ASYNC_SCHEDULER, SYNC_SCHEDULER, is_plugin_sch
 from .targets.vllm_flags import (EXECUTOR_FLAG, POLICY_FLAG, SCHEDULER_FLAG, SEQS_FLAG, WATERMARK_FLAG, has_switch,
                                  literal, read_flags, running)
 
-#: The knob rule (:func:`kvcore.knobs.knobs_for_plan`'s signature); injected through ``Deps.knobs``.
-KnobRule = Callable[..., Mapping[str, Any]]
 #: vLLM versions kvplan's plugin supports (``kvplan[vllm]`` pins ``vllm>=0.33,<0.34``).
 PLUGIN_VERSIONS = ((0, 33, 0), (0, 34, 0))
 #: Executor backends that schedule asynchronously in vLLM 0.33 (``supports_async_scheduling``).
@@ -97,6 +93,8 @@ class GroupKnobs:
     unsupported: tuple[str, ...] = ()
     rule: str | None = None
     failed: str | None = None
+    #: the knob rule did not run for this group this cycle (work budget): it keeps the knobs it runs.
+    pending: bool = False
 
 
 @dataclass(frozen=True)
@@ -197,68 +195,6 @@ def class_priorities(instance: Instance) -> dict[str, int]:
     return {instance.classes[i].name: rank + 1 for rank, i in enumerate(order)}
 
 
-def _version_text(v: tuple[int, int, int]) -> str:
-    return ".".join(str(p) for p in v)
-
-
-@dataclass(frozen=True)
-class RuleCall:
-    """How to run the knob rule this time: the rule, and where to reuse its answers (:mod:`.knob_cache`)."""
-
-    rule: KnobRule
-    cache: KnobCache | None = None
-    owner: str = ""
-    generation: int | None = None
-    now: float = 0.0
-
-
-def situation(call: RuleCall, g: Group, plan: Plan, running: Knobs, version: EngineVersion) -> tuple[Any, ...]:
-    """What a cached answer for group ``g`` depends on (:mod:`.knob_cache`)."""
-    gp = next((x for x in plan.groups if x.name == g.name), None)
-    return (call.generation, version.version, (gp.tp, gp.pp, gp.replicas) if gp else None,
-            (running.watermark, running.max_num_seqs, running.scheduling_policy))
-
-
-def _rule(spec: KVPlanSpec, plan: Plan, instance: Instance, call: RuleCall, now: Mapping[str, Knobs],
-          versions: Mapping[str, EngineVersion]) -> tuple[dict[str, Any], dict[str, str]]:
-    """The knob rule over every Auto group without a reusable answer, one call per engine version: (choices,
-    group -> failure message)."""
-    by_version: dict[tuple[int, int, int], list[str]] = {}
-    choices: dict[str, Any] = {}
-    seen: dict[str, tuple[Any, ...]] = {}
-    for g in spec.groups:
-        if g.engine.knobs != "Auto":
-            continue
-        seen[g.name] = situation(call, g, plan, now[g.name], versions[g.name])
-        cached = call.cache.get((call.owner, g.name), seen[g.name], call.now) if call.cache is not None else None
-        if cached is not None:
-            choices[g.name] = cached
-        else:
-            by_version.setdefault(versions[g.name].version, []).append(g.name)
-    failed: dict[str, str] = {}
-    for version, names in sorted(by_version.items()):
-        sub = plan.model_copy(update={"groups": [gp for gp in plan.groups if gp.name in names]})
-        current = {n: (k.watermark, k.max_num_seqs, k.scheduling_policy) for n in names
-                   if (k := now[n]).max_num_seqs is not None and k.watermark is not None
-                   and k.scheduling_policy is not None}
-        try:
-            answer = dict(call.rule(sub, instance, engine_version=_version_text(version), current=current))
-        except InputError as exc:
-            failed.update({n: f"{exc.field}: {exc.message}" for n in names})
-            continue
-        except Exception as exc:  # a rule bug must not stop the plan; the type is enough to find it
-            failed.update({n: f"{type(exc).__name__} in the knob rule" for n in names})
-            continue
-        choices.update(answer)
-        if call.cache is not None:
-            for n in names:
-                if n in answer:
-                    call.cache.put((call.owner, n), seen[n], call.now, answer[n])
-    if call.cache is not None:
-        call.cache.forget(call.owner, {g.name: g for g in spec.groups})
-    return choices, failed
-
-
 def _planned(g: Group, choice: Any, body: Mapping[str, Any] | None, pp: int, ver: EngineVersion
              ) -> tuple[Knobs, list[str]]:
     v = ver.version
@@ -295,16 +231,19 @@ def _held(planned: Knobs, now: Knobs) -> tuple[HeldKnob, ...]:
     return tuple(out)
 
 
-def decide_knobs(spec: KVPlanSpec, plan: Plan, instance: Instance, call: RuleCall, *,
+def decide_knobs(spec: KVPlanSpec, instance: Instance, choices: Mapping[str, Any], *,
                  bodies: Mapping[str, Mapping[str, Any] | None], adopted: Sequence[str], relaid: Sequence[str],
                  layouts: Mapping[str, tuple[int, int]], spec_changed: bool, recorded: Sequence[str],
-                 max_per_hour: int) -> KnobDecision:
-    """The knob decision (module docstring). ``bodies``: group -> its Deployment; ``adopted``: groups kvplan
-    manages already; ``relaid``: groups this apply re-lays out; ``layouts``: group -> planned (tp, pp);
-    ``recorded``: the budget's attempts in the last hour (their keys)."""
+                 max_per_hour: int, failed: Mapping[str, str] | None = None, pending: Collection[str] = (),
+                 pending_note: str = "") -> KnobDecision:
+    """The knob decision (module docstring). ``choices``: group -> the knob rule's answer
+    (:mod:`.engine_rules`); ``failed``: group -> why the rule failed; ``pending``: groups the cycle's work budget
+    left without an answer (they keep what runs; ``pending_note`` says why). ``bodies``: group -> its Deployment;
+    ``adopted``: groups kvplan manages already; ``relaid``: groups this apply re-lays out; ``layouts``: group ->
+    planned (tp, pp); ``recorded``: the budget's attempts in the last hour (their keys)."""
+    failed = failed or {}
     now = {g.name: running_knobs(bodies.get(g.name), g.container) for g in spec.groups}
     versions = {g.name: engine_version(g, bodies.get(g.name)) for g in spec.groups}
-    choices, failed = _rule(spec, plan, instance, call, now, versions)
     planned: dict[str, Knobs] = {}
     notes: dict[str, list[str]] = {}
     for g in spec.groups:
@@ -340,7 +279,9 @@ def decide_knobs(spec: KVPlanSpec, plan: Plan, instance: Instance, call: RuleCal
             planned=planned[n],
             target=now[n] if n in held else planned[n], running=now[n],
             held=_held(planned[n], now[n]) if n in held else (), unsupported=tuple(notes[n]),
-            rule=str(choice.reason) if choice is not None and n not in failed else None, failed=failed.get(n))
+            rule=str(choice.reason) if choice is not None and n not in failed
+            else (f"pending: {pending_note}" if n in pending else None), failed=failed.get(n),
+            pending=n in pending)
     policy = any(k.target.scheduling_policy == "priority" for k in groups.values())
     return KnobDecision(groups, class_priorities(instance) if policy else {}, record, budget)
 
@@ -355,25 +296,37 @@ def engine_status(k: GroupKnobs) -> dict[str, Any]:
             "unsupported": list(k.unsupported), "rule": k.failed or k.rule}
 
 
-def knob_condition(dec: KnobDecision) -> tuple[bool, str, str]:
-    """(status, reason, message) of the EngineKnobs condition: a rule failure first, then refused knobs, then held
-    ones; else every knob in force."""
+def knob_condition(dec: KnobDecision, *, reserve_failed: Mapping[str, str] | None = None,
+                   pending: Mapping[str, Sequence[str]] | None = None, pending_note: str = "",
+                   ) -> tuple[bool, str, str]:
+    """(status, reason, message) of the EngineKnobs condition: a rule failure first (knobs, then reservations),
+    then refused knobs, then held ones, then rules left pending by the work budget (``pending``: rule -> groups);
+    else every knob in force."""
     from . import conditions as C
 
     failed = sorted(g for g, k in dec.groups.items() if k.failed)
+    res_failed = sorted((reserve_failed or {}).items())
     unsupported = [m for k in dec.groups.values() for m in k.unsupported]
     held = [f"group {g}: " + ", ".join(f"{h.knob} {h.planned} (in force {h.current})" for h in k.held)
             for g, k in sorted(dec.groups.items()) if k.held]
+    waiting = [f"{rule} of {', '.join(groups)}" for rule, groups in sorted((pending or {}).items()) if groups]
     parts = [f"knob rule failed for {', '.join(failed)} ({dec.groups[failed[0]].failed}); their knobs stay as they "
              "run"] if failed else []
+    parts += [f"reservation rule failed for {', '.join(g for g, _ in res_failed)} ({res_failed[0][1]}); their "
+              "reservation files stay as they are"] if res_failed else []
     parts += unsupported
     parts += [f"held back by the disruption budget ({dec.budget}): " + "; ".join(held)] if held else []
+    parts += [f"engine-model rules pending ({pending_note}): " + "; ".join(waiting)] if waiting else []
     if failed:
         return False, C.KNOB_RULE_FAILED, "; ".join(parts)
+    if res_failed:
+        return False, C.RESERVE_RULE_FAILED, "; ".join(parts)
     if unsupported:
         return False, C.KNOB_UNSUPPORTED, "; ".join(parts)
     if held:
         return False, C.KNOBS_HELD, "; ".join(parts)
+    if waiting:
+        return False, C.RULES_PENDING, "; ".join(parts)
     auto = sorted(g for g, k in dec.groups.items() if k.mode == "Auto")
     return True, C.KNOBS_IN_FORCE, ("knob rule's knobs in force on " + ", ".join(auto) if auto
                                     else "engine.knobs Formula on every group: kvplan sets only --max-num-seqs")

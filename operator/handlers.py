@@ -22,6 +22,7 @@ from .kube import GROUP, PLURAL, VERSION, Kube, KubeError
 from .metrics import Metrics
 from .prom import UrlPolicy, default_prom_factory
 from .reconcile import Deps, Outcome, reconcile
+from .run import DEFAULT_RULE_WORK
 from .spec import parse_duration
 from .status import parse_iso
 
@@ -36,6 +37,9 @@ class Config:
     backoff_base_s: float = float(os.environ.get("KVPLAN_BACKOFF_BASE_S", "10"))
     #: Metrics port, 0 = off [KVPLAN_METRICS_PORT]. 8080 is the chart's metrics Service port.
     metrics_port: int = int(os.environ.get("KVPLAN_METRICS_PORT", "0"))
+    #: Work budget of the engine-model rules per re-plan cycle, simulated requests [KVPLAN_RULE_WORK]
+    #: (:mod:`.engine_rules`; default :data:`~.run.DEFAULT_RULE_WORK`).
+    rule_work: int = int(os.environ.get("KVPLAN_RULE_WORK", str(DEFAULT_RULE_WORK)))
 
 
 CONFIG = Config()
@@ -65,6 +69,7 @@ def default_runtime(config: Config = CONFIG) -> Runtime:
     deps = Deps(kube=Kube.from_environment(),
                 prom_factory=default_prom_factory,
                 planner=plan, metrics=metrics, backoff_base_s=config.backoff_base_s, knob_cache=KnobCache(),
+                rule_work=config.rule_work,
                 prom_policy=UrlPolicy.from_environment())
     return Runtime(deps)
 

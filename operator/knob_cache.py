@@ -1,11 +1,12 @@
-"""The knob rule's answers, reused between re-plans while a group's situation has not changed.
+"""The engine-model rules' answers (knobs and reservations, :mod:`.engine_rules`), reused between re-plans while a
+group's situation has not changed.
 
-kvcore's knob rule replays 2 x 2,000 requests through the vLLM engine model under 20-40 candidate knob settings per
-group: about 1-3 s of CPU per group on the development VM (docs/benchmarks.md), against a re-plan cycle whose
-target is 3 s. Its answer moves slowly (the recent history, replayed), and acting on it is rationed anyway (a knob
-change restarts pods, at most ``replan.maxLayoutChangesPerHour``). So the operator's runtime keeps one
-:class:`KnobCache` (``Deps.knob_cache``; None, the default in tests, runs the rule every time) and reuses a
-group's answer while its **situation** is the same:
+kvcore's rules replay a group's recent history through the vLLM engine model (docs/benchmarks.md, "The
+engine-model rules": 0.1-1.5 s of CPU per group and rule on the development VM), against a re-plan cycle whose
+target is 3 s. Their answers move slowly (the recent history, replayed), and acting on a knob is rationed anyway
+(a knob change restarts pods, at most ``replan.maxLayoutChangesPerHour``). So the operator's runtime keeps one
+:class:`KnobCache` (``Deps.knob_cache``; None, the default in tests, runs the rules every time) and reuses a
+group's answer (key: KVPlan, group, rule) while its **situation** is the same:
 
 - the KVPlan generation and the group's ``engine.vllmVersion``;
 - the group's planned layout and replicas;
@@ -37,10 +38,10 @@ class KnobCache:
     #: Seconds an answer is reused. 1800 s: half the disruption budget's hour, so a traffic shift reaches the knobs
     #: well before the budget would let a second change through; six re-plans at the default 5 min interval.
     max_age_s: float = 1800.0
-    entries: dict[tuple[str, str], tuple[float, Situation, Any]] = field(default_factory=dict)
+    entries: dict[tuple[str, ...], tuple[float, Situation, Any]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def get(self, key: tuple[str, str], situation: Situation, now: float) -> Any | None:
+    def get(self, key: tuple[str, ...], situation: Situation, now: float) -> Any | None:
         """The cached answer for ``key`` if its situation is ``situation`` and it is younger than ``max_age_s``."""
         with self.lock:
             entry = self.entries.get(key)
@@ -48,7 +49,13 @@ class KnobCache:
             return None
         return entry[2]
 
-    def put(self, key: tuple[str, str], situation: Situation, now: float, answer: Any) -> None:
+    def age(self, key: tuple[str, ...], now: float) -> float | None:
+        """Seconds since ``key``'s answer was computed, whatever its situation; None when there is none."""
+        with self.lock:
+            entry = self.entries.get(key)
+        return None if entry is None else now - entry[0]
+
+    def put(self, key: tuple[str, ...], situation: Situation, now: float, answer: Any) -> None:
         with self.lock:
             self.entries[key] = (now, situation, answer)
 

@@ -26,7 +26,7 @@ from typing import Any
 from . import conditions as C
 from .apply import Applied
 from .build import Built
-from .decide import Decided
+from .decide import Decided, pending_note
 from .desired import Desired
 from .engine_knobs import engine_status, knob_condition
 from .kube import KubeError
@@ -174,19 +174,24 @@ class Recorder:
                        self.run.elapsed())
 
     def engine(self, dec: Decided, desired: Desired) -> None:
-        """The engine knobs: ``status.plan.groups.<g>.engine``, ``classes.<c>.priority`` and
-        ``gateReserveTokens`` (what the reservation file gates admission with), and the EngineKnobs condition."""
+        """The engine knobs and the plugin's reservations: ``status.plan.groups.<g>.engine``,
+        ``classes.<c>.priority``, ``groups.<g>.gate`` (what the group's reservation file gates admission with, per
+        class against the plan's y, and why), ``plan.rules`` (the engine-model rules' work this cycle, what ran and
+        what is pending), and the EngineKnobs condition."""
         for g, k in dec.knobs.groups.items():
             if g in self.st["plan"]["groups"]:
                 self.st["plan"]["groups"][g]["engine"] = engine_status(k)
         for c, p in desired.class_priority.items():
             if c in self.st["plan"]["classes"]:
                 self.st["plan"]["classes"][c]["priority"] = p
-        for c, y in dec.gate_reserve.items():
-            if c in self.st["plan"]["classes"]:
-                self.st["plan"]["classes"][c]["gateReserveTokens"] = y
+        for g, gate in dec.gate.groups.items():
+            if g in self.st["plan"]["groups"]:
+                self.st["plan"]["groups"][g]["gate"] = gate.status()
+        if dec.rules.ran or any(dec.rules.pending.values()):
+            self.st["plan"]["rules"] = dec.rules.summary()
         if dec.knobs.groups:
-            self.cond(C.ENGINE_KNOBS, *knob_condition(dec.knobs))
+            self.cond(C.ENGINE_KNOBS, *knob_condition(dec.knobs, reserve_failed=dec.gate.failed,
+                                                      pending=dec.rules.pending, pending_note=pending_note(dec.rules)))
 
     def finish(self) -> tuple[bool, KubeError | None]:
         """Set conditions, write the status patch if anything changed, post events for transitions."""

@@ -16,6 +16,12 @@ from .knob_cache import KnobCache
 from .kube import KubeApi
 from .prom import PromApi, PromConnection, UrlPolicy
 
+#: Work budget of kvcore's engine-model rules per re-plan cycle, simulated requests (:mod:`.engine_rules`): about
+#: 5 s of one core of the development VM at ~25 us per request (docs/benchmarks.md, "The engine-model rules"). A
+#: group under no memory pressure costs both rules 4,000 (stock vLLM's two replays, shared); one under pressure
+#: 10,000-60,000.
+DEFAULT_RULE_WORK = 200_000
+
 #: Top-level status keys the operator owns (kopf keeps its own, e.g. ``status.kopf``).
 OWNED_STATUS = ("observedGeneration", "plannedGeneration", "lastPlanTime", "lastAttemptTime", "mode", "conditions",
                 "plan", "objective", "diff", "summary", "layoutChanges", "lastGoodPlan", "consecutiveFailures",
@@ -43,9 +49,14 @@ class Deps:
     #: The engine-knob rule, ``knobs_for_plan(plan, instance, *, engine_version, current)``; None: kvcore's
     #: (:func:`kvcore.knobs.knobs_for_plan`).
     knobs: Callable[..., Mapping[str, Any]] | None = None
-    #: Where the knob rule's answers are reused between re-plans (:mod:`kvplan_operator.knob_cache`); None: the rule
-    #: runs every reconcile (tests). The operator's runtime keeps one.
+    #: The reservation rule, ``reserves_for_plan(plan, instance, *, groups, bases, priorities, store, work_limit)``;
+    #: None: kvcore's (:func:`kvcore.reserve_rule.reserves_for_plan`).
+    reserves: Callable[..., Mapping[str, Any]] | None = None
+    #: Where the engine-model rules' answers are reused between re-plans (:mod:`kvplan_operator.knob_cache`); None:
+    #: the rules run every reconcile (tests). The operator's runtime keeps one.
     knob_cache: KnobCache | None = None
+    #: Work budget of the engine-model rules per re-plan cycle, simulated requests (:mod:`.engine_rules`).
+    rule_work: int = DEFAULT_RULE_WORK
 
 
 @dataclass(frozen=True)

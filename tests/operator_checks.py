@@ -10,8 +10,11 @@ Disagreements looked for:
    the router document's, or whose class weights are not the document's or the HTTPRoute's (unless status notes
    say the HTTPRoute was not found when the plan was applied);
 4. (given the state ConfigMap) a half-applied plugin (kvplan's ``--scheduler-cls`` without the reservation file
-   mounted, or the reverse); status claiming applied engine knobs a Deployment does not run; status claiming a plan
-   applied whose reservation file (``reservations.json``) names another plan or other reservations.
+   mounted, or the reverse); a Deployment projecting a reservation file the state ConfigMap lacks (its new pods
+   could not start), or projecting another group's file, or whose ``KVPLAN_RESERVATIONS_FILE`` names another file
+   than it projects; status claiming applied engine knobs a Deployment does not run; status claiming a plan
+   applied whose group's reservation file (``reservations-<group>.json``) names another plan or other
+   reservations than ``status.plan.groups.<g>.gate``.
 
 Shared by the fault-injection unit tests (over the fake's objects) and the integration tests (over the apiserver's).
 """
@@ -106,16 +109,50 @@ def knob_disagreements(*, deployments: Mapping[str, Mapping[str, Any] | None], g
         for key, value in runs.items():
             if (eng.get(key) is not None or key == "schedulerCls") and eng.get(key) != value:
                 out.append(f"status claims group {g} runs {key}={eng.get(key)}, Deployment runs {value}")
-    doc = ((state or {}).get("data") or {}).get("reservations.json")
-    if state is not None and doc is not None:
+    for g, entry in (plan.get("groups") or {}).items():
+        gate = entry.get("gate")
+        doc = ((state or {}).get("data") or {}).get(f"reservations-{g}.json")
+        if state is None or gate is None:
+            continue
+        if doc is None:
+            out.append(f"status shows group {g}'s reservation file, the state ConfigMap has none")
+            continue
         res = json.loads(doc)
         if res.get("plan") != plan.get("id"):
-            out.append(f"status claims plan {plan.get('id')} applied, the reservation file has {res.get('plan')}")
-        for c, entry in (plan.get("classes") or {}).items():
-            want = entry.get("gateReserveTokens", entry.get("reserveTokens"))
-            if (res.get("classes") or {}).get(c, {}).get("reserveTokens") != want:
-                out.append(f"status gates {c} with {want} tokens, the reservation file with "
-                           f"{(res.get('classes') or {}).get(c)}")
+            out.append(f"status claims plan {plan.get('id')} applied, group {g}'s reservation file has "
+                       f"{res.get('plan')}")
+        for c, want in (gate.get("classes") or {}).items():
+            have = (res.get("classes") or {}).get(c, {}).get("reserveTokens")
+            if have != want.get("reserveTokens"):
+                out.append(f"status gates {c} on group {g} with {want.get('reserveTokens')} tokens, its reservation "
+                           f"file with {have}")
+    return out
+
+
+def file_disagreements(*, deployments: Mapping[str, Mapping[str, Any] | None], groups: Mapping[str, str],
+                       state: Mapping[str, Any] | None) -> list[str]:
+    """Item 4's reservation files: what each Deployment projects exists, is its group's, and is what its env names
+    (the fields are read here, independently of the operator's plugin_mount)."""
+    out = []
+    data = (state or {}).get("data") or {}
+    for g, name in groups.items():
+        dep = deployments.get(name)
+        if dep is None:
+            continue
+        pod = dep["spec"]["template"]["spec"]
+        keys = [i.get("key") for v in pod.get("volumes") or [] if v.get("name") == "kvplan-reservations"
+                for i in (v.get("configMap") or {}).get("items") or []]
+        if not keys:
+            continue
+        c = next(c for c in pod["containers"] if c["name"] == "vllm")
+        env = next((e.get("value") for e in c.get("env") or [] if e.get("name") == "KVPLAN_RESERVATIONS_FILE"), None)
+        for key in keys:
+            if key not in data:
+                out.append(f"Deployment {name} projects {key}, which the state ConfigMap lacks")
+        if keys != [f"reservations-{g}.json"]:
+            out.append(f"Deployment {name} of group {g} projects {keys}, not its own reservations-{g}.json")
+        if env is not None and env != f"/etc/kvplan/{keys[0]}":
+            out.append(f"Deployment {name}: KVPLAN_RESERVATIONS_FILE={env}, the volume projects {keys}")
     return out
 
 
@@ -126,7 +163,8 @@ def disagreements(*, deployments: Mapping[str, Mapping[str, Any] | None], groups
     """Every disagreement (see the module docstring). ``groups``: group -> Deployment name; ``router``: the parsed
     router document or None; ``route``: the HTTPRoute or None; ``services``: group -> Service name; ``state``:
     the KVPlan's state ConfigMap (checks 4 run only when it is given)."""
-    out: list[str] = knob_disagreements(deployments=deployments, groups=groups, status=status, state=state) \
+    out: list[str] = (knob_disagreements(deployments=deployments, groups=groups, status=status, state=state)
+                      + file_disagreements(deployments=deployments, groups=groups, state=state)) \
         if state is not None else []
     layouts: dict[str, tuple[int, int]] = {}
     for g, name in groups.items():

@@ -7,7 +7,8 @@ Owned fields (everything else the user set is kept; listed in the annotation ``k
   container cannot express is refused (``UnsupportedContainerLayout``), never appended where it is ignored;
 - the engine knobs ``--watermark``, ``--scheduling-policy`` and kvplan's ``--scheduler-cls`` (a knob equal to
   what the container runs already, vLLM's default when the flag is absent, is not written), and with the plugin
-  the reservation-file volume, mount and env (:mod:`.plugin_mount`); turning the plugin off removes them;
+  the volume, mount and env of the group's own reservation file (:mod:`.plugin_mount`); turning the plugin off
+  removes them;
 - container ``resources.limits/requests["nvidia.com/gpu"]`` = TP x PP;
 - container env ``KVPLAN_RESERVE_<CLASS>`` read from the KVPlan's state ConfigMap (``configMapKeyRef``), so a
   reservation change never rolls pods; env of classes no longer in the spec is deleted;
@@ -107,7 +108,8 @@ def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, targe
     command, args = write_flags(edited, {TP_FLAG: str(target.tp), PP_FLAG: str(target.pp)} | knob_values(
         flags, target))
     gpus = str(target.gpus_per_replica)
-    volumes, mounts, plugin_env = plugin_patch(deployment, container, on=plugin, state_configmap=state_configmap)
+    volumes, mounts, plugin_env = plugin_patch(deployment, container, on=plugin, state_configmap=state_configmap,
+                                               group=group.name)
     env: list[dict[str, Any]] = [
         {"name": c.env_name, "valueFrom": {"configMapKeyRef": {"name": state_configmap, "key": c.env_name}}}
         for c in classes]
@@ -202,11 +204,11 @@ def deployment_drift(current: Mapping[str, Any], patch: Mapping[str, Any]) -> li
 
 
 def plugin_changes(current: Mapping[str, Any], patch: Mapping[str, Any], container: Mapping[str, Any], *,
-                   state_configmap: str) -> list[str]:
+                   state_configmap: str, group: str) -> list[str]:
     """The plugin pieces (volume, mount, env) of ``current`` that differ from ``patch``'s."""
     on = any(v.get("name") == "kvplan-reservations" and "$patch" not in v
              for v in patch["spec"]["template"]["spec"].get("volumes") or [])
-    return plugin_drift(current, container, on=on, state_configmap=state_configmap)
+    return plugin_drift(current, container, on=on, state_configmap=state_configmap, group=group)
 
 
 class DeploymentTarget:
@@ -257,7 +259,8 @@ class DeploymentTarget:
                 refusals.setdefault(C.UNSUPPORTED_CONTAINER_LAYOUT, []).append(f"Deployment {g.deployment}: {exc}")
                 continue
             drift = deployment_drift(body, patch) + plugin_changes(body, patch, container,
-                                                                    state_configmap=inp.run.state_configmap)
+                                                                    state_configmap=inp.run.state_configmap,
+                                                                    group=g.name)
             if drift:
                 adopted = read_layout(body, g.container)[1]
                 moves = flags_layout(body, g.container) != target.layout

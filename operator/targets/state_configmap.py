@@ -6,9 +6,12 @@
 - annotation ``kvplan.io/layout-changes``: the re-layouts attempted in the last hour, written *before* the
   Deployments are patched, so the disruption budget counts an attempt even when the patch fails or the operator
   dies right after it; ``kvplan.io/relayout-generation``: the generation whose spec change re-laid out already;
-- ``data["reservations.json"]``: the ``kvplan.reservations.v1`` document (:mod:`kvcore.reservation_file`) that
-  kvplan's vLLM plugin reads from the Deployments that mount it (:mod:`.plugin_mount`); the kubelet updates the
-  mounted file in place, so a reservation change reaches the engines without a restart;
+- ``data["reservations-<group>.json"]``: per group running kvplan's vLLM plugin, the ``kvplan.reservations.v1``
+  document (:mod:`kvcore.reservation_file`) its plugin reads (:mod:`kvplan_operator.gate`: the reservations that
+  pay on that group), mounted by that group's Deployment only (:mod:`.plugin_mount`); the kubelet updates the
+  mounted file in place, so a reservation change reaches the engines without a restart. A reservation key no
+  group writes any more is removed, unless a Deployment of the spec still projects it (a pod started meanwhile
+  could not mount its volume);
 - an ownerReference to the KVPlan (garbage-collected with it).
 
 Created when missing (a 409 on create, another writer won the race, re-reads and patches), else merge-patched
@@ -27,7 +30,7 @@ from ..kube import KubeApi, KubeError
 from ..run import RunContext
 from ..spec import KVPlanSpec
 from . import BuildInput, TargetPlan
-from .plugin_mount import FILE_KEY
+from .plugin_mount import file_key, is_file_key, projected_keys
 
 RESERVE_PREFIX = "KVPLAN_RESERVE_"
 
@@ -62,7 +65,7 @@ def build_state_configmap(*, name: str, namespace: str, owner_ref: Mapping[str, 
         "metadata": {"name": name, "namespace": namespace, "ownerReferences": [dict(owner_ref)],
                      "labels": {"app.kubernetes.io/managed-by": "kvplan-operator"}, "annotations": annotations},
         "data": {c.env_name: str(int(desired.reservations[c.name])) for c in spec.classes}
-        | ({FILE_KEY: desired.reservation_file} if desired.reservation_file is not None else {}),
+        | {file_key(g): doc for g, doc in sorted(desired.reservation_files.items())},
     }
 
 
@@ -113,6 +116,10 @@ class StateConfigMapTarget:
             return TargetPlan((Write(Stage.STATE, self.name, "ConfigMap", name, "create", body),))
         data: dict[str, Any] = dict(body["data"])
         data.update({k: None for k in current.get("data") or {} if k.startswith(RESERVE_PREFIX) and k not in data})
+        mounted = set().union(*(projected_keys(d) for d in (inp.observed.get("deployment") or {}).values()
+                                if d is not None))
+        data.update({k: None for k in current.get("data") or {}
+                     if is_file_key(k) and k not in data and k not in mounted})
         patch = {"metadata": {"annotations": body["metadata"]["annotations"]}, "data": data}
         drift = configmap_drift(current, patch)
         if not drift:

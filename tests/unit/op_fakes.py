@@ -276,13 +276,16 @@ class ScriptedKnobs:
     call is recorded (engine version, groups, the ``current`` knobs passed)."""
 
     def __init__(self, knobs: dict[str, tuple[int, float, str]] | None = None, *,
-                 priorities: dict[str, int] | None = None, fail: Exception | None = None) -> None:
+                 priorities: dict[str, int] | None = None, fail: Exception | None = None,
+                 work: dict[str, int] | None = None) -> None:
         self.knobs = dict(knobs or {})
+        self.work = dict(work or {})
         self.priorities = priorities
         self.fail = fail
         self.calls: list[tuple[str, list[str], dict]] = []
 
-    def __call__(self, plan: Any, instance: Any, *, engine_version: str = "0.33.0", current: Any = None) -> dict:
+    def __call__(self, plan: Any, instance: Any, *, engine_version: str = "0.33.0", current: Any = None,
+                 **shared: Any) -> dict:
         from kvcore.knobs import KnobChoice
 
         groups = [g.name for g in plan.groups if g.replicas > 0 and g.tp > 0]
@@ -296,5 +299,34 @@ class ScriptedKnobs:
             prio = dict(self.priorities or {c.name: i for i, c in enumerate(plan.classes)}) if policy == "priority" \
                 else {}
             out[g] = KnobChoice(group=g, max_num_seqs=seqs, watermark=None if old else wm, scheduling_policy=policy,
-                                class_priority=prio, reason=f"scripted for {g}")
+                                class_priority=prio, reason=f"scripted for {g}", work=self.work.get(g, 0))
+        return out
+
+
+class ScriptedReserves:
+    """A reservation rule with ``kvcore.reserve_rule.reserves_for_plan``'s signature that answers instantly (the real
+    rule is tested in test_reserve_rule.py and, in the operator, by test_op_gate.py): per group, each class routed
+    there gets ``scale`` x its plan y (``reserves``: group -> class -> tokens overrides it); ``work``: group ->
+    simulated requests it reports; ``fail``: raise this instead. Every call is recorded (groups, the engine bases)."""
+
+    def __init__(self, scale: float = 0.25, *, reserves: dict[str, dict[str, int]] | None = None,
+                 work: dict[str, int] | None = None, fail: Exception | None = None) -> None:
+        self.scale, self.reserves, self.work, self.fail = scale, dict(reserves or {}), dict(work or {}), fail
+        self.calls: list[tuple[list[str], dict]] = []
+
+    def __call__(self, plan: Any, instance: Any, *, groups: Any = None, bases: Any = None, **shared: Any) -> dict:
+        from kvcore.reserve_rule import ReserveChoice
+
+        names = [g.name for g in plan.groups if g.replicas > 0 and g.tp > 0 and (groups is None or g.name in groups)]
+        self.calls.append((names, dict(bases or {})))
+        if self.fail is not None:
+            raise self.fail
+        out = {}
+        for g in names:
+            routed = {c.name: int(round(self.scale * c.reserve_tokens)) for c in plan.classes
+                      if c.admitted and c.routing.get(g, 0) > 0}
+            ys = {**routed, **self.reserves.get(g, {})}
+            out[g] = ReserveChoice(group=g, reserves=ys, sources={c: "scripted" for c in ys},
+                                   rho=dict.fromkeys(ys, 1.0), token_interval_s=0.03, reason=f"scripted for {g}",
+                                   work=self.work.get(g, 0))
         return out

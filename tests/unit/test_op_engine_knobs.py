@@ -9,10 +9,11 @@ scripted planner, a scripted knob rule; the real rule is tested in test_knobs.py
   plan applies), allowed once by a spec change;
 - an engine too old for a knob: ``--watermark`` below vLLM 0.33, the plugin outside 0.33.x: nothing of it
   written, EngineKnobs=False/KnobUnsupported naming group, version and knob, the rest applied;
-- the plugin: --scheduler-cls (async unless vLLM's async scheduling is off), the reservation file in the state
-  ConfigMap (parsed by kvcore.reservation_file and by the plugin's own reader), mounted at the path the plugin
-  reads; a reservation change touches only the ConfigMap (and a Deployment annotation), never the pod template;
-  turning it off removes exactly what it added;
+- the plugin: --scheduler-cls (async unless vLLM's async scheduling is off), the group's own reservation file in
+  the state ConfigMap (the reservation rule's answer, parsed by kvcore.reservation_file and by the plugin's own
+  reader), mounted at the path the env names; a reservation change touches only the ConfigMap (and a Deployment
+  annotation), never the pod template; turning it off removes exactly what it added, and the file once no pod
+  projects it;
 - refusals and failures: a container with its own scheduler, a mount path in use, a failing knob rule."""
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from kvplan_operator.engine_knobs import scheduler_class
 from kvplan_operator.reconcile import Deps, reconcile
 from kvplan_operator.spec import InvalidSpec, parse_spec
 from kvplan_operator.targets import plugin_mount as PM
-from op_fakes import FakeKube, ScriptedKnobs, container, dep, kvplan  # type: ignore[import-not-found]
+from op_fakes import (FakeKube, ScriptedKnobs, ScriptedReserves, container, dep,  # type: ignore[import-not-found]
+                      kvplan)
 from test_op_faults import busy  # type: ignore[import-not-found]
 from test_op_history import RecordedProm  # type: ignore[import-not-found]
 from test_op_targets import SPEC  # type: ignore[import-not-found]
@@ -73,12 +75,14 @@ class World:
         self.spec["replan"] = {"maxLayoutChangesPerHour": budget}
         self.spec["groups"][0].update(group0)
         self.planner, self.rule, self.generation, self.cache = Planner(), ScriptedKnobs(), 1, cache
+        self.reserves = ScriptedReserves()
 
     def run(self, t: float) -> Any:
         self.kube.writes.clear()
         prom = RecordedProm(matrix=busy())
         deps = Deps(kube=self.kube, prom_factory=lambda *a: prom, planner=self.planner, clock=lambda: t,
-                    resolve=lambda host: ["10.0.0.9"], knobs=self.rule, knob_cache=self.cache)
+                    resolve=lambda host: ["10.0.0.9"], knobs=self.rule, reserves=self.reserves,
+                    knob_cache=self.cache)
         return reconcile(kvplan(self.spec, self.kube, generation=self.generation), deps)
 
     def args(self, name: str = "vllm-big") -> list[str]:
@@ -98,8 +102,11 @@ class World:
         ann = self.kube.configmaps["fleet-kvplan"]["metadata"]["annotations"]["kvplan.io/layout-changes"]
         return [c["layouts"] for c in json.loads(ann)]
 
-    def reservations(self) -> Any:
-        return parse_reservations(self.kube.configmaps["fleet-kvplan"]["data"]["reservations.json"])
+    def reservations(self, group: str = "big") -> Any:
+        return parse_reservations(self.kube.configmaps["fleet-kvplan"]["data"][f"reservations-{group}.json"])
+
+    def files(self) -> list[str]:
+        return sorted(k for k in self.kube.configmaps["fleet-kvplan"]["data"] if k.startswith("reservations"))
 
 
 def test_auto_knobs_reach_the_container_status_and_router():
@@ -122,13 +129,13 @@ def test_auto_knobs_reach_the_container_status_and_router():
     assert sorted(prio.values()) == [1, 2] and prio["chat"] == 1
     doc = json.loads(w.kube.configmaps["router"]["data"]["routing.json"])
     assert {c: doc["classes"][c]["priority"] for c in prio} == prio
-    assert w.reservations().priority_classes == {p: c for c, p in prio.items()}
+    assert w.files() == [] and w.reserves.calls == []  # no plugin: no reservation file, no reservation rule
     assert w.cond(C.ENGINE_KNOBS)["status"] == "True" and w.cond(C.ENGINE_KNOBS)["reason"] == C.KNOBS_IN_FORCE
     assert w.cond(C.APPLIED)["reason"] == C.APPLY_SUCCEEDED
     out = w.run(T0 + 60)
     assert out.ok and [x for x in w.kube.writes if x != "status"] == []
-    assert w.rule.calls[-1][2]["big"] == (0.02, 64, "priority")  # the knobs in force go to the rule
-    assert w.rule.calls[-1][2]["small"] == (0.0, 256, "fcfs")
+    given = {g: cur[g] for _, groups, cur in w.rule.calls[-2:] for g in groups}  # one call per group
+    assert given == {"big": (0.02, 64, "priority"), "small": (0.0, 256, "fcfs")}  # the knobs in force go to the rule
 
 
 def test_a_knob_change_counts_in_the_budget_and_is_held_when_it_is_spent():
@@ -152,7 +159,7 @@ def test_a_knob_change_counts_in_the_budget_and_is_held_when_it_is_spent():
     assert w.engine()["held"] == [{"knob": "--max-num-seqs", "planned": "32", "current": "64"},
                                   {"knob": "--watermark", "planned": "0.05", "current": "0.02"}]
     assert (w.engine()["maxNumSeqs"], w.engine()["watermark"]) == (64, 0.02)  # what is in force
-    assert w.kube.status["plan"]["classes"]["chat"]["reserveTokens"] == 700 and w.reservations().reserve("chat") == 700
+    assert w.kube.status["plan"]["classes"]["chat"]["reserveTokens"] == 700
     assert w.cond(C.READY)["status"] == "True" and len(w.budget()) == 1
     assert ("Warning", C.KNOBS_HELD) in w.kube.events
     out = w.run(T0 + 60 + 3601)  # the first restart left the hour
@@ -191,7 +198,7 @@ def test_an_old_engine_gets_no_watermark_and_says_so(version):
     w.rule = ScriptedKnobs({"big": (64, 0.05, "priority"), "small": (128, 0.05, "fcfs")})
     out = w.run(T0)
     assert out.ok, out
-    calls = [(v, groups) for v, groups, _ in w.rule.calls]  # one call per engine version
+    calls = [(v, groups) for v, groups, _ in w.rule.calls]  # one call per group, with its engine version
     assert calls == [("0.30.0" if version == "0.30" else version, ["big"]), ("0.33.0", ["small"])]
     assert "--watermark" not in w.args() and w.flag("--max-num-seqs") == "64"
     assert w.flag("--scheduling-policy") == "priority"  # the knobs the old engine has still apply
@@ -221,32 +228,41 @@ def test_the_plugin_mounts_the_reservation_file_and_reservations_change_without_
     w = World(plugin={"enabled": True})
     w.spec["classes"][1]["maxPromptTokens"] = 4096
     w.spec["classes"][1]["fleetDefault"] = True
+    w.reserves = ScriptedReserves(reserves={"big": {"chat": 120, "code-gen": 0}})
     assert w.run(T0).ok
     big = w.kube.deployments["vllm-big"]
     pod, c = big["spec"]["template"]["spec"], container(big)
     assert w.flag("--scheduler-cls") == ASYNC
     assert pod["volumes"] == [{"name": "kvplan-reservations", "configMap": {
-        "name": "fleet-kvplan", "items": [{"key": "reservations.json", "path": "reservations.json"}]}}]
+        "name": "fleet-kvplan", "items": [{"key": "reservations-big.json", "path": "reservations-big.json"}]}}]
     assert c["volumeMounts"] == [{"name": "kvplan-reservations", "mountPath": "/etc/kvplan", "readOnly": True}]
-    assert {"name": "KVPLAN_RESERVATIONS_FILE", "value": "/etc/kvplan/reservations.json"} in c["env"]
+    assert {"name": "KVPLAN_RESERVATIONS_FILE", "value": "/etc/kvplan/reservations-big.json"} in c["env"]
     assert "--scheduler-cls" not in w.args("vllm-small")  # the opt-in is per group
+    assert w.files() == ["reservations-big.json"] and [g for g, _ in w.reserves.calls] == [["big"]]
     res = w.reservations()
-    assert dict(res.reserve_tokens) == {"chat": 500, "code-gen": 100} and res.default_class == "code-gen"
+    assert dict(res.reserve_tokens) == {"chat": 120, "code-gen": 0} and res.default_class == "code-gen"
     assert [(r.max_prompt_tokens, r.klass) for r in res.prompt_length_rules] == [(4096, "code-gen")]
     assert res.plan == w.kube.status["plan"]["id"] and res.kvplan == "ns/fleet"
+    gate = w.kube.status["plan"]["groups"]["big"]["gate"]
+    assert gate["classes"] == {"chat": {"planTokens": 500, "reserveTokens": 120, "source": "scripted"},
+                               "code-gen": {"planTokens": 100, "reserveTokens": 0, "source": "scripted"}}
+    assert gate["reason"] == "scripted for big" and gate["pending"] is False
+    assert "gate" not in w.kube.status["plan"]["groups"]["small"]
     # the plugin's own reader (kvplan_vllm.source, importable without vLLM) accepts the file
     from kvplan_vllm.source import ReservationSource
 
-    path = tmp_path / "reservations.json"
-    path.write_text(w.kube.configmaps["fleet-kvplan"]["data"]["reservations.json"])
+    path = tmp_path / "reservations-big.json"
+    path.write_text(w.kube.configmaps["fleet-kvplan"]["data"]["reservations-big.json"])
     source = ReservationSource(path, check_every=1)
-    assert source.check() and source.state.problem is None and source.current.reserve("chat") == 500
+    assert source.check() and source.state.problem is None and source.current.reserve("chat") == 120
     pod["volumes"][0]["configMap"]["defaultMode"] = 420  # what the apiserver adds: not a difference
     assert w.run(T0 + 30).ok and [x for x in w.kube.writes if x != "status"] == []
     template = copy.deepcopy(big["spec"]["template"])
-    w.planner.reserve = 900
+    w.planner.reserve = 900  # the plan moves, and the rule's answer with it
+    w.reserves = ScriptedReserves(reserves={"big": {"chat": 300, "code-gen": 0}})
     assert w.run(T0 + 60).ok
-    assert w.reservations().reserve("chat") == 900
+    assert w.reservations().reserve("chat") == 300
+    assert w.kube.status["plan"]["groups"]["big"]["gate"]["classes"]["chat"]["planTokens"] == 900
     assert w.kube.deployments["vllm-big"]["spec"]["template"] == template  # no restart
     assert json.loads(w.kube.deployments["vllm-big"]["metadata"]["annotations"]["kvplan.io/reservations"])[
         "chat"] == 900
@@ -267,7 +283,10 @@ def test_turning_the_plugin_off_removes_what_it_added_and_only_that():
     assert big["spec"]["template"]["spec"]["volumes"] == [{"name": "cache", "emptyDir": {}}]
     assert container(big)["volumeMounts"] == [{"name": "cache", "mountPath": "/cache"}]
     assert {e["name"] for e in container(big)["env"]} == {"HF_HOME", "KVPLAN_RESERVE_CHAT", "KVPLAN_RESERVE_CODE_GEN"}
-    assert w.run(T0 + 120).ok and [x for x in w.kube.writes if x != "status"] == []
+    assert w.files() == ["reservations-big.json"]  # kept while the Deployment still projected it
+    assert w.run(T0 + 120).ok and w.files() == []
+    assert [x for x in w.kube.writes if x != "status"] == ["patch ConfigMap/fleet-kvplan"]
+    assert w.run(T0 + 180).ok and [x for x in w.kube.writes if x != "status"] == []
 
 
 @pytest.mark.parametrize(("plugin", "args", "pp", "want"), [
@@ -333,7 +352,7 @@ def test_a_failing_knob_rule_keeps_the_knobs_and_applies_the_rest(error, text):
     w.rule, w.planner.reserve = ScriptedKnobs(fail=error), 800
     out = w.run(T0 + 60)
     assert out.ok, out
-    assert w.flag("--max-num-seqs") == "64" and w.reservations().reserve("chat") == 800
+    assert w.flag("--max-num-seqs") == "64" and w.kube.status["plan"]["classes"]["chat"]["reserveTokens"] == 800
     cond = w.cond(C.ENGINE_KNOBS)
     assert (cond["status"], cond["reason"]) == ("False", C.KNOB_RULE_FAILED) and text in cond["message"]
     assert "boom" not in json.dumps(w.kube.status)
@@ -414,15 +433,15 @@ def test_the_knob_cache_reuses_an_answer_while_the_situation_holds():
     from kvplan_operator.knob_cache import KnobCache
 
     w = World(budget=5, cache=KnobCache(max_age_s=600))
-    assert w.run(T0).ok and [g for _, g, _ in w.rule.calls] == [["big", "small"]]
+    assert w.run(T0).ok and [g for _, g, _ in w.rule.calls] == [["big"], ["small"]]  # one call per group
     w.planner.reserve = 650  # drift inside the same situation
-    assert w.run(T0 + 60).ok and len(w.rule.calls) == 1
-    assert w.reservations().reserve("chat") == 650  # the plan itself still moved
-    assert w.run(T0 + 660).ok and len(w.rule.calls) == 2  # expired
+    assert w.run(T0 + 60).ok and len(w.rule.calls) == 2
+    assert w.kube.status["plan"]["classes"]["chat"]["reserveTokens"] == 650  # the plan itself still moved
+    assert w.run(T0 + 660).ok and len(w.rule.calls) == 4  # expired
     w.planner.tp = 8  # big's layout moves: only big is asked again
-    assert w.run(T0 + 700).ok and [g for _, g, _ in w.rule.calls][2:] == [["big"]]
+    assert w.run(T0 + 700).ok and [g for _, g, _ in w.rule.calls][4:] == [["big"]]
     w.generation = 2
-    assert w.run(T0 + 760).ok and [g for _, g, _ in w.rule.calls][3:] == [["big", "small"]]
+    assert w.run(T0 + 760).ok and [g for _, g, _ in w.rule.calls][5:] == [["small"], ["big"]]  # oldest answer first
     w.rule.knobs = {"small": (32, 0.0, "fcfs")}  # an answer is kept in the cache...
     w.rule.fail = RuntimeError("x")
     assert w.run(T0 + 1400).ok and w.cond(C.ENGINE_KNOBS)["reason"] == C.KNOB_RULE_FAILED

@@ -7,7 +7,8 @@ ConfigMap, two Deployments, status, events) is run once cleanly to list its Kube
   "must not be called";
 - **kill -9 matrix**: the operator dies right after each single write of the clean run (nothing after it runs);
 - in four reconciles: first adoption; a re-layout; InferencePools and a stale foreign owner; and engine knobs with
-  kvplan's plugin (a reservation-file change and a knob change that restarts a managed Deployment: issue 13);
+  kvplan's plugin on both groups (each with its own reservation file; a reservation-file change and a knob change
+  that restarts a managed Deployment: issue 13);
 - **Prometheus matrix**: the real HTTP client against a scripted Prometheus on 127.0.0.1 that refuses the
   connection, never answers, answers 4xx/5xx, a PromQL error body, malformed JSON, an empty result, NaN / +Inf /
   1e308 counts, reversed buckets, or an empty/NaN arrival-rate query.
@@ -35,8 +36,8 @@ from kvplan_operator import conditions as C
 from kvplan_operator.kube import KubeError
 from kvplan_operator.prom import PromClient
 from kvplan_operator.reconcile import Deps, reconcile
-from op_fakes import (ERRORS, READS, FakeKube, Fault, Killed, ScriptedKnobs, Script, dep,  # type: ignore[import-not-found]
-                      kvplan, serve)
+from op_fakes import (ERRORS, READS, FakeKube, Fault, Killed, ScriptedKnobs,  # type: ignore[import-not-found]
+                      ScriptedReserves, Script, dep, kvplan, serve)
 from operator_checks import disagreements, router_document  # type: ignore[import-not-found]
 from test_op_history import MATRIX, RecordedProm, tagged  # type: ignore[import-not-found]
 from test_op_targets import SPEC  # type: ignore[import-not-found]
@@ -159,8 +160,11 @@ class World:
             pools(self)
         self.relayouts = self.restarts = 0
         self.knobs = StageKnobs(self.planner) if engine else ScriptedKnobs()
-        if engine:  # kvplan's plugin on big: --scheduler-cls, the reservation file mounted
+        # the reservations that pay follow the plan's (the files move with it), and differ between the groups
+        self.reserves = ScriptedReserves(0.5, reserves={"small": {"chat": 40}})
+        if engine:  # kvplan's plugin on both groups: --scheduler-cls, each group's own reservation file mounted
             self.spec["groups"][0]["plugin"] = {"enabled": True}
+            self.spec["groups"][1]["plugin"] = {"enabled": True}
         self.kube.on_write = self._count
 
     def _count(self, kube: FakeKube, label: str) -> None:
@@ -191,7 +195,7 @@ class World:
         prom = self.prom
         factory = PromClient.connect if self.real_client else (lambda conn: prom)
         return Deps(kube=self.kube, prom_factory=factory, planner=self.planner, clock=lambda: now,
-                    resolve=lambda host: ["10.0.0.9"], knobs=self.knobs)
+                    resolve=lambda host: ["10.0.0.9"], knobs=self.knobs, reserves=self.reserves)
 
     def reconcile(self, now: float) -> Any:
         self._snapshot_layouts()
@@ -343,8 +347,10 @@ def test_knob_change_is_recorded_before_the_deployment_and_spends_the_budget():
     assert writes.index("patch ConfigMap/fleet-kvplan") < writes.index("patch Deployment/vllm-small"), writes
     state = world.kube.configmaps["fleet-kvplan"]
     changes = json.loads(state["metadata"]["annotations"]["kvplan.io/layout-changes"])
-    assert [c["layouts"] for c in changes] == ["knobs:small=32/0.05/priority/None"]
-    assert json.loads(state["data"]["reservations.json"])["classes"]["chat"] == {"reserveTokens": 650}
+    assert [c["layouts"] for c in changes] == [
+        "knobs:small=32/0.05/priority/kvplan_vllm.scheduler.AsyncReservationScheduler"]
+    assert json.loads(state["data"]["reservations-big.json"])["classes"]["chat"] == {"reserveTokens": 325}
+    assert json.loads(state["data"]["reservations-small.json"])["classes"]["chat"] == {"reserveTokens": 40}
     assert world.kube.deployments["vllm-big"]["spec"]["template"] == big_template
     assert (world.restarts, world.relayouts) == (1, 0) and world.disagreements() == []
     world.knobs = ScriptedKnobs({"small": (16, 0.1, "priority")})

@@ -305,13 +305,17 @@ class ScriptedKnobs:
 
 class ScriptedReserves:
     """A reservation rule with ``kvcore.reserve_rule.reserves_for_plan``'s signature that answers instantly (the real
-    rule is tested in test_reserve_rule.py and, in the operator, by test_op_gate.py): per group, each class routed
+    rule is tested in test_reserve_rule.py and test_reserve_search.py, on the real apiserver in
+    tests/integration/test_operator_engine.py): per group, each class routed
     there gets ``scale`` x its plan y (``reserves``: group -> class -> tokens overrides it); ``work``: group ->
-    simulated requests it reports; ``fail``: raise this instead. Every call is recorded (groups, the engine bases)."""
+    simulated requests it reports; ``fail``: raise this instead (only when asked for a group in ``fail_on``, if
+    given). Every call is recorded (groups, the engine bases)."""
 
     def __init__(self, scale: float = 0.25, *, reserves: dict[str, dict[str, int]] | None = None,
-                 work: dict[str, int] | None = None, fail: Exception | None = None) -> None:
+                 work: dict[str, int] | None = None, fail: Exception | None = None,
+                 fail_on: set[str] | None = None) -> None:
         self.scale, self.reserves, self.work, self.fail = scale, dict(reserves or {}), dict(work or {}), fail
+        self.fail_on = fail_on
         self.calls: list[tuple[list[str], dict]] = []
 
     def __call__(self, plan: Any, instance: Any, *, groups: Any = None, bases: Any = None, **shared: Any) -> dict:
@@ -319,7 +323,7 @@ class ScriptedReserves:
 
         names = [g.name for g in plan.groups if g.replicas > 0 and g.tp > 0 and (groups is None or g.name in groups)]
         self.calls.append((names, dict(bases or {})))
-        if self.fail is not None:
+        if self.fail is not None and (self.fail_on is None or set(names) & self.fail_on):
             raise self.fail
         out = {}
         for g in names:

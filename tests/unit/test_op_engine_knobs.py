@@ -76,13 +76,14 @@ class World:
         self.spec["groups"][0].update(group0)
         self.planner, self.rule, self.generation, self.cache = Planner(), ScriptedKnobs(), 1, cache
         self.reserves = ScriptedReserves()
+        self.deps: dict[str, Any] = {}  # more Deps fields (e.g. rule_work)
 
     def run(self, t: float) -> Any:
         self.kube.writes.clear()
         prom = RecordedProm(matrix=busy())
         deps = Deps(kube=self.kube, prom_factory=lambda *a: prom, planner=self.planner, clock=lambda: t,
                     resolve=lambda host: ["10.0.0.9"], knobs=self.rule, reserves=self.reserves,
-                    knob_cache=self.cache)
+                    knob_cache=self.cache, **self.deps)
         return reconcile(kvplan(self.spec, self.kube, generation=self.generation), deps)
 
     def args(self, name: str = "vllm-big") -> list[str]:

@@ -50,10 +50,10 @@ class GroupGate:
     failed: str | None = None
 
     def status(self) -> dict[str, Any]:
-        """``status.plan.groups.<g>.gate``."""
-        return {"reason": self.reason, "pending": self.pending, "failed": self.failed,
-                "classes": {c: {"planTokens": self.plan.get(c, 0), "reserveTokens": self.reserve[c],
-                                "source": self.sources[c]} for c in self.shown}}
+        """``status.plan.groups.<g>.gate`` (``failed`` only when the rule failed: a merge patch drops nulls)."""
+        return {"reason": self.reason, "pending": self.pending} | ({"failed": self.failed} if self.failed else {}) | {
+            "classes": {c: {"planTokens": self.plan.get(c, 0), "reserveTokens": self.reserve[c],
+                            "source": self.sources[c]} for c in self.shown}}
 
 
 @dataclass(frozen=True)

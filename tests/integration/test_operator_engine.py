@@ -2,14 +2,15 @@
 Prometheus backfilled from the shared Azure traces, the real planner and kvcore's real knob rule (issue 13, items 3
 and 4c):
 
-- a group with ``plugin.enabled``: its Deployment gets ``--scheduler-cls`` (async unless the planned layout uses
-  pipeline parallelism), the state ConfigMap volume projecting ``reservations.json``, the read-only mount at
-  ``/etc/kvplan`` and ``KVPLAN_RESERVATIONS_FILE``; the other group none of these; the file in the ConfigMap is
-  parsed by ``kvcore.reservation_file`` and by the plugin's own reader (``kvplan_vllm.source``) and gates with
-  what status says; the knobs status reports are the ones the containers run;
-- a reservation change rewrites the ConfigMap and leaves the Deployment's pod template untouched (the template's
-  hash names the ReplicaSet: no new ReplicaSet, no rollout); only kvplan's annotation on the Deployment moves;
-- turning the plugin off removes exactly what it added;
+- groups with ``plugin.enabled``: each Deployment gets ``--scheduler-cls`` (async unless the planned layout uses
+  pipeline parallelism), the state ConfigMap volume projecting its own ``reservations-<group>.json`` (kvcore's
+  real reservation rule's answer for that group, run with the real knob rule), the read-only mount at
+  ``/etc/kvplan`` and ``KVPLAN_RESERVATIONS_FILE`` naming it; each file is parsed by ``kvcore.reservation_file``
+  and by the plugin's own reader (``kvplan_vllm.source``) and gates with what ``status.plan.groups.<g>.gate``
+  says; no object disagrees with another (``operator_checks``);
+- a reservation change (one class reserving differently on the two groups) rewrites the ConfigMap and leaves the
+  Deployments' pod templates untouched (the template's hash names the ReplicaSet: no rollout);
+- turning the plugin off removes exactly what it added, and its group's file once no pod projects it;
 - an engine too old (vLLM 0.32.1) gets neither ``--watermark`` nor the plugin, and EngineKnobs=False with reason
   KnobUnsupported naming the group, the version and the knob, while the rest of the plan applies;
 - the apiserver itself refuses bad engine and class fields (CEL and patterns);
@@ -18,17 +19,15 @@ and 4c):
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kvcore.planner import plan as real_plan
 from kvcore.reservation_file import parse_reservations
 from kvplan_operator import conditions as C
 from kvplan_operator.kube import Kube
-from operator_checks import knob_disagreements  # type: ignore[import-not-found]
+from operator_checks import file_disagreements, knob_disagreements  # type: ignore[import-not-found]
 from operator_world import REPO, apply_crds, backfill, cond, fetch, kvplan_spec, run, setup
 from test_operator_httproute import crds  # type: ignore[import-not-found]  # noqa: F401 - the upstream CRDs fixture
 
@@ -65,75 +64,90 @@ def patch_spec(kube_api, namespace: str, spec: dict) -> None:
         "kvplan.io", "v1alpha1", namespace, "kvplans", "fleet", {"spec": spec})
 
 
-class Reserve:
-    """The real planner, with ``extra`` tokens added to every reservation (a reservation change, nothing else)."""
+class HalfReserves:
+    """A reservation rule answering instantly (the real one's answer depends on the trace; a change is what the second
+    reconcile is about): per group, each class routed there gets ``share[group]`` x its plan y."""
 
-    def __init__(self) -> None:
-        self.extra = 0
+    def __init__(self, share: dict[str, float]) -> None:
+        self.share = share
 
-    def __call__(self, instance: Any, *, previous: Any = None) -> Any:
-        p = real_plan(instance, previous=previous)
-        return p.model_copy(update={"classes": [c.model_copy(update={"reserve_tokens": c.reserve_tokens + self.extra})
-                                                for c in p.classes]})
+    def __call__(self, plan: Any, instance: Any, *, groups: Any = None, **_: Any) -> dict:
+        from kvcore.reserve_rule import ReserveChoice
+
+        out = {}
+        for g in plan.groups:
+            if g.replicas > 0 and g.tp > 0 and (groups is None or g.name in groups):
+                ys = {c.name: int(round(self.share[g.name] * c.reserve_tokens)) for c in plan.classes
+                      if c.admitted and c.routing.get(g.name, 0) > 0}
+                out[g.name] = ReserveChoice(group=g.name, reserves=ys, sources=dict.fromkeys(ys, "scripted"),
+                                            rho=dict.fromkeys(ys, 1.0), token_interval_s=0.03, reason="scripted")
+        return out
 
 
-def test_plugin_mounts_the_file_and_reservations_change_without_a_rollout(crd, kube_api, kube, namespace, prometheus,
-                                                                          traces_dir, tmp_path: Path, monkeypatch):
-    import operator_world  # type: ignore[import-not-found]
-
-    planner = Reserve()
-    monkeypatch.setattr(operator_world, "plan", planner)  # run()'s planner
+def test_plugin_mounts_each_groups_file_and_reservations_change_without_a_rollout(
+        crd, kube_api, kube, namespace, prometheus, traces_dir, tmp_path: Path):
     backfill(prometheus, traces_dir)
     spec = kvplan_spec(prometheus.url)
-    spec["groups"][1]["plugin"] = {"enabled": True}
+    for g in spec["groups"]:
+        g["plugin"] = {"enabled": True}
     spec["classes"][0]["maxPromptTokens"] = 1500
     spec["classes"][1]["fleetDefault"] = True
     setup(kube_api, namespace, spec)
-    out = run(kube, namespace)
+    out = run(kube, namespace)  # kvcore's real knob and reservation rules
     assert out.ok, out
     body = fetch(kube, namespace)
     st = body["status"]
     assert cond(body, C.APPLIED)["reason"] == C.APPLY_SUCCEEDED
     assert cond(body, C.ENGINE_KNOBS)["status"] == "True", cond(body, C.ENGINE_KNOBS)
-    b = kube.get_deployment(namespace, "vllm-b")
-    c = vllm(kube, namespace, "vllm-b")
-    want = SYNC if st["plan"]["groups"]["pool-b"]["pp"] > 1 else ASYNC  # vLLM's async scheduling is off with PP
-    assert flag(c["args"], "--scheduler-cls") == want
-    assert st["plan"]["groups"]["pool-b"]["engine"]["schedulerCls"] == want
-    assert b["spec"]["template"]["spec"]["volumes"] == [{"name": "kvplan-reservations", "configMap": {
-        "name": "fleet-kvplan", "items": [{"key": "reservations.json", "path": "reservations.json"}],
-        "defaultMode": 420}}]  # the apiserver's default mode
-    assert c["volumeMounts"] == [{"name": "kvplan-reservations", "mountPath": "/etc/kvplan", "readOnly": True}]
-    assert {"name": "KVPLAN_RESERVATIONS_FILE", "value": "/etc/kvplan/reservations.json"} in c["env"]
-    a = vllm(kube, namespace, "vllm-a")
-    assert "--scheduler-cls" not in a["args"] and "volumeMounts" not in a
-    deployments = {d: kube.get_deployment(namespace, d) for d in GROUPS.values()}
+    assert sorted(st["plan"]["rules"]["ran"]) == sorted(f"{g}/{r}" for g in GROUPS for r in ("knobs", "reservations"))
+    assert 0 < st["plan"]["rules"]["work"] and st["plan"]["rules"]["pending"] == {}
     state = kube.get_configmap(namespace, "fleet-kvplan")
+    assert sorted(k for k in state["data"] if k.startswith("reservations")) == [
+        f"reservations-{g}.json" for g in sorted(GROUPS)]
+    docs = {}
+    for g, name in GROUPS.items():
+        d = kube.get_deployment(namespace, name)
+        c = vllm(kube, namespace, name)
+        want = SYNC if st["plan"]["groups"][g]["pp"] > 1 else ASYNC  # vLLM's async scheduling is off with PP
+        assert flag(c["args"], "--scheduler-cls") == want == st["plan"]["groups"][g]["engine"]["schedulerCls"]
+        key = f"reservations-{g}.json"
+        assert d["spec"]["template"]["spec"]["volumes"] == [{"name": "kvplan-reservations", "configMap": {
+            "name": "fleet-kvplan", "items": [{"key": key, "path": key}], "defaultMode": 420}}]  # the apiserver's
+        assert c["volumeMounts"] == [{"name": "kvplan-reservations", "mountPath": "/etc/kvplan", "readOnly": True}]
+        assert {"name": "KVPLAN_RESERVATIONS_FILE", "value": f"/etc/kvplan/{key}"} in c["env"]
+        docs[g] = parse_reservations(state["data"][key])
+        gate = st["plan"]["groups"][g]["gate"]
+        assert {k: v["reserveTokens"] for k, v in gate["classes"].items()} == {
+            k: docs[g].reserve(k) for k in gate["classes"]}
+        assert gate["reason"] and "failed" not in gate and gate["pending"] is False
+        assert all(docs[g].reserve(k) <= v["planTokens"] for k, v in gate["classes"].items())
+        assert docs[g].default_class == "code" and [(r.max_prompt_tokens, r.klass) for r in
+                                                    docs[g].prompt_length_rules] == [(1500, "chat")]
+    deployments = {d: kube.get_deployment(namespace, d) for d in GROUPS.values()}
     assert knob_disagreements(deployments=deployments, groups=GROUPS, status=st, state=state) == []
-    text = state["data"]["reservations.json"]
-    res = parse_reservations(text)
-    assert dict(res.reserve_tokens) == {k: v["gateReserveTokens"] for k, v in st["plan"]["classes"].items()}
-    assert res.default_class == "code" and [(r.max_prompt_tokens, r.klass) for r in res.prompt_length_rules] == [
-        (1500, "chat")]
+    assert file_disagreements(deployments=deployments, groups=GROUPS, state=state) == []
     from kvplan_vllm.source import ReservationSource  # the plugin's own reader (no vLLM import)
 
-    (tmp_path / "reservations.json").write_text(text)
-    source = ReservationSource(tmp_path / "reservations.json", check_every=1)
-    assert source.check() and source.current.reserve("chat") == res.reserve("chat")
+    (tmp_path / "r.json").write_text(state["data"]["reservations-pool-b.json"])
+    source = ReservationSource(tmp_path / "r.json", check_every=1)
+    assert source.check() and source.current.reserve("chat") == docs["pool-b"].reserve("chat")
 
-    template, generation = copy.deepcopy(b["spec"]["template"]), b["metadata"]["generation"]
-    planner.extra = 64
-    out = run(kube, namespace)
+    before = {n: kube.get_deployment(namespace, n) for n in GROUPS.values()}
+    out = run(kube, namespace, reserves=HalfReserves({"pool-a": 0.5, "pool-b": 0.25}))
     assert out.ok, out
     st2 = fetch(kube, namespace)["status"]
-    res2 = parse_reservations(kube.get_configmap(namespace, "fleet-kvplan")["data"]["reservations.json"])
-    assert res2.reserve("chat") == res.reserve("chat") + 64 == st2["plan"]["classes"]["chat"]["gateReserveTokens"]
-    b2 = kube.get_deployment(namespace, "vllm-b")
-    # no rollout: the pod template (whose hash names the ReplicaSet) is untouched. (metadata.generation does move:
-    # the apiserver bumps it for annotation changes too, which the controller copies to the current ReplicaSet.)
-    assert b2["spec"] == b["spec"] and b2["spec"]["template"] == template
-    assert b2["metadata"]["generation"] == generation + 1
-    assert out.changed and all("template" not in x for x in out.changed), out.changed
+    state2 = kube.get_configmap(namespace, "fleet-kvplan")
+    for g, share in (("pool-a", 0.5), ("pool-b", 0.25)):
+        doc = parse_reservations(state2["data"][f"reservations-{g}.json"])
+        for k, v in st2["plan"]["groups"][g]["gate"]["classes"].items():
+            assert doc.reserve(k) == v["reserveTokens"]
+            assert abs(v["reserveTokens"] - share * v["planTokens"]) <= 1  # the status shows y rounded
+    assert parse_reservations(state2["data"]["reservations-pool-a.json"]).reserve("chat") != parse_reservations(
+        state2["data"]["reservations-pool-b.json"]).reserve("chat")  # one class, two groups, two reservations
+    for n, b in before.items():
+        # no rollout: the pod template (whose hash names the ReplicaSet) is untouched
+        assert kube.get_deployment(namespace, n)["spec"]["template"] == b["spec"]["template"], n
+    assert all("template" not in x for x in out.changed), out.changed
 
     patch_spec(kube_api, namespace, {"groups": [spec["groups"][0], spec["groups"][1] | {"plugin": {"enabled": False}}]})
     out = run(kube, namespace)
@@ -142,6 +156,9 @@ def test_plugin_mounts_the_file_and_reservations_change_without_a_rollout(crd, k
     pod = kube.get_deployment(namespace, "vllm-b")["spec"]["template"]["spec"]
     assert "--scheduler-cls" not in c["args"] and not pod.get("volumes") and not c.get("volumeMounts")
     assert {e["name"] for e in c["env"]} == {"HF_HOME", "KVPLAN_RESERVE_CHAT", "KVPLAN_RESERVE_CODE"}
+    assert run(kube, namespace).ok  # no pod projects pool-b's file any more: it goes
+    assert sorted(k for k in kube.get_configmap(namespace, "fleet-kvplan")["data"] if k.startswith("reservations")) \
+        == ["reservations-pool-a.json"]
 
 
 def test_an_old_engine_gets_no_watermark_nor_plugin(crd, cluster, kube_api, kube, namespace, prometheus, traces_dir):
@@ -232,7 +249,9 @@ def test_gate_example_end_to_end(crd, cluster, kube_api, kube, namespace, promet
     assert f"--scheduler-cls {want}" in args and st["interactive"]["engine"]["schedulerCls"] == want
     assert {"name": "kvplan-reservations", "mountPath": "/etc/kvplan", "readOnly": True} in inter["volumeMounts"]
     assert "--scheduler-cls" not in " ".join(vllm(kube, namespace, "vllm-llama70b-batch")["args"])
-    res = parse_reservations(kube.get_configmap(namespace, "llama-70b-kvplan")["data"]["reservations.json"])
+    data = kube.get_configmap(namespace, "llama-70b-kvplan")["data"]
+    assert [k for k in data if k.startswith("reservations")] == ["reservations-interactive.json"]  # the gated group's
+    res = parse_reservations(data["reservations-interactive.json"])
     assert res.default_class == "batch"
     assert [(r.max_prompt_tokens, r.klass) for r in res.prompt_length_rules] == [(999, "chat"), (1999, "code")]
     deployments = {g: kube.get_deployment(namespace, d) for g, d in (("interactive", "vllm-llama70b-interactive"),
@@ -245,7 +264,8 @@ class PriorityRule:
     """A knob rule answering instantly: pool-a under --scheduling-policy priority, pool-b stock (the real rule's
     choice depends on the trace; the header is what this test is about)."""
 
-    def __call__(self, plan: Any, instance: Any, *, engine_version: str = "0.33.0", current: Any = None) -> dict:
+    def __call__(self, plan: Any, instance: Any, *, engine_version: str = "0.33.0", current: Any = None,
+                 **_: Any) -> dict:
         from kvcore.knobs import KnobChoice
 
         return {g.name: KnobChoice(group=g.name, max_num_seqs=256, watermark=0.0, reason="scripted",

@@ -2,17 +2,20 @@
 real Prometheus backfilled from the shared traces. One cycle = reconcile(): Prometheus queries (one range query
 for all classes' histograms over 6 sub-windows of 6 h, one instant query for the engines' capacity, and with
 ``--rates query`` one arrivalRateQuery per class; with ``--rates source`` the rates come from the histograms'
-+Inf buckets, no query) + kvcore.planner.plan (twice when a re-layout is proposed) + kvcore's knob rule for the
-groups whose answer the operator's knob cache cannot reuse (``operator/knob_cache.py``; one cache across cycles, as
-in the operator) + patches (4 Deployments, 2 ConfigMaps) + the status patch. Queries are counted at the client. Targets: <= 3 s per cycle on this machine;
++Inf buckets, no query) + kvcore.planner.plan (twice when a re-layout is proposed) + kvcore's engine-model rules
+(the knob rule, and with ``--plugin`` the reservation rule: kvplan's plugin on every group) for the groups whose
+answer the operator's answer cache cannot reuse (``operator/knob_cache.py``; one cache across cycles, as in the
+operator), within the cycle's work budget (``--rule-work``, ``KVPLAN_RULE_WORK``) + patches (4 Deployments, 2 ConfigMaps) + the status patch. Queries are counted at the client. Targets: <= 3 s per cycle on this machine;
 at most one query per history source plus one for capacity with ``--rates source``.
 
 Cycles: ``cold`` = first reconcile (every object written); ``warm`` = re-plans on the same data (status only);
 ``shifted`` = re-plans after the traffic changed (router/state ConfigMaps and status rewritten). The cold cycle also
-runs kvcore's knob rule for every group (nothing cached yet): about 3 s per group of 15 classes here; the warm and
-shifted cycles reuse its answers (same generation, layouts, replicas and knobs in force).
+runs the rules for every group (nothing cached yet); the warm and shifted cycles reuse their answers (same
+generation, layouts, replicas and knobs in force), except for groups whose knobs the cold cycle changed, and the
+pairs the budget left pending.
 
-Usage: ``python benchmarks/replan.py [--cycles N] [--rates query|source] [--json PATH]``; needs ``make tools``.
+Usage: ``python benchmarks/replan.py [--cycles N] [--rates query|source] [--plugin] [--rule-work N] [--json PATH]``;
+needs ``make tools``.
 """
 
 from __future__ import annotations
@@ -37,11 +40,12 @@ GROUPS = (("pool-a", "llama-70b", 16, [{"tp": 4}, {"tp": 8}]),
           ("pool-d", "llama-8b", 4, [{"tp": 1}, {"tp": 2}, {"tp": 4}]))
 
 
-def spec(prom_url: str, rates: str = "query") -> dict:
+def spec(prom_url: str, rates: str = "query", plugin: bool = False) -> dict:
     rate = 'sum(rate({{__name__=~"vllm[:_]request_generation_tokens_count", model_name="c{i}"}}[1h]))'
     return {
         "groups": [{"name": n, "deployment": f"vllm-{n}", "container": "vllm", "model": m,
-                    "nodePool": {"gpuCount": g}, "layouts": lay} for n, m, g, lay in GROUPS],
+                    "nodePool": {"gpuCount": g}, "layouts": lay, **({"plugin": {"enabled": True}} if plugin else {})}
+                   for n, m, g, lay in GROUPS],
         "classes": [{"name": f"c{i}", "inputTokens": 200 + 150 * i, "maxOutputTokens": LMAX,
                      **({"arrivalRateQuery": rate.format(i=i)} if rates == "query" else {}),
                      "history": {"selector": f'model_name="c{i}"'},
@@ -81,6 +85,9 @@ def main() -> int:
     ap.add_argument("--cycles", type=int, default=5, help="warm and shifted cycles each (default 5)")
     ap.add_argument("--rates", choices=("query", "source"), default="query",
                     help="arrival rates from one arrivalRateQuery per class (default) or from the histograms")
+    ap.add_argument("--plugin", action="store_true", help="kvplan's plugin on every group (the reservation rule runs)")
+    ap.add_argument("--rule-work", type=int, default=None, help="the rules' work budget per cycle, simulated "
+                    "requests (default: the operator's, KVPLAN_RULE_WORK)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args()
 
@@ -88,12 +95,14 @@ def main() -> int:
 
     from kvcore.knobs import knobs_for_plan
     from kvcore.planner import plan
+    from kvcore.reserve_rule import reserves_for_plan
     from kvplan_dev.cluster import LocalCluster
     from kvplan_dev.prom import LocalPrometheus
     from kvplan_operator.knob_cache import KnobCache
     from kvplan_operator.kube import Kube
     from kvplan_operator.reconcile import Deps, reconcile
     from kvplan_operator.prom import PromClient
+    from kvplan_operator.run import DEFAULT_RULE_WORK
 
     from kvplan_dev.tools import PROMETHEUS, PROMTOOL, Tools, apiserver_path, etcd_path, helm_path, kubectl_path
 
@@ -108,7 +117,7 @@ def main() -> int:
             client.AppsV1Api(api).create_namespaced_deployment(ns, deployment(f"vllm-{name}"))
         client.CustomObjectsApi(api).create_namespaced_custom_object(
             "kvplan.io", "v1alpha1", ns, "kvplans",
-            {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan", "metadata": {"name": "fleet"}, "spec": spec(prom.url, args.rates)})
+            {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan", "metadata": {"name": "fleet"}, "spec": spec(prom.url, args.rates, args.plugin)})
         end = time.time() - 90
         backfill(prom, end=end)
         kube = Kube(api)
@@ -129,6 +138,13 @@ def main() -> int:
                 self.knob_groups += len(out)
                 return out
 
+            def reserves(self, plan_, instance, **kw):
+                t = time.perf_counter()
+                out = reserves_for_plan(plan_, instance, **kw)
+                self.knob_s += time.perf_counter() - t
+                self.knob_groups += len(out)
+                return out
+
             def planner(self, instance, *, previous=None):
                 self.calls += 1
                 t = time.perf_counter()
@@ -144,7 +160,9 @@ def main() -> int:
                 clients.append(PromClient.connect(conn))
                 return clients[-1]
 
-            deps = Deps(kube=kube, prom_factory=factory, planner=timed.planner, knobs=timed.knobs, knob_cache=cache)
+            deps = Deps(kube=kube, prom_factory=factory, planner=timed.planner, knobs=timed.knobs,
+                        reserves=timed.reserves, knob_cache=cache,
+                        rule_work=DEFAULT_RULE_WORK if args.rule_work is None else args.rule_work)
             body = kube.get_kvplan(ns, "fleet")
             t0 = time.perf_counter()
             out = reconcile(body, deps)
@@ -155,7 +173,8 @@ def main() -> int:
             timings[kind].append({"total_s": total, "solve_s": timed.solve, "solves": timed.calls,
                                   "knob_s": timed.knob_s, "knob_groups": timed.knob_groups, "changed": out.changed,
                                   "writes": len(out.changed), "queries": sum(c.requests_sent for c in clients),
-                                  "samples": sum(c["samples"] for c in status["plan"]["classes"].values())})
+                                  "samples": sum(c["samples"] for c in status["plan"]["classes"].values()),
+                                  "rules": status["plan"].get("rules") or {}})
 
         cycle("cold")
         for _ in range(args.cycles):
@@ -174,19 +193,23 @@ def main() -> int:
         rows.append({"cycle": kind, "n": len(runs), "median_s": statistics.median(tot), "max_s": max(tot),
                      "solve_median_s": statistics.median(sol), "knob_median_s": statistics.median(knob),
                      "knob_max_s": max(knob), "knob_groups": max(r["knob_groups"] for r in runs),
+                     "work_max": max(int(r["rules"].get("work", 0)) for r in runs),
+                     "pending_max": max(sum(len(v) for v in (r["rules"].get("pending") or {}).values()) for r in runs),
                      "other_median_s": statistics.median(
                          [a - b - k for a, b, k in zip(tot, sol, knob)]), "writes": max(r["writes"] for r in runs),
                      "solves": max(r["solves"] for r in runs), "queries": max(r["queries"] for r in runs)})
     print(f"Re-plan cycle, {N_CLASSES} classes x {len(GROUPS)} groups, 6 h lookback in 6 windows, rates from "
           f"{args.rates} (apiserver {cluster.apiserver_version}, Prometheus {prom.version})")
-    print("| cycle | n | median s | max s | solve median s | knob rule median (max) s | groups the rule ran for "
-          "(max) | queries+patches+status median s | objects written (max) | planner calls (max) | Prometheus "
-          "queries (max) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"plugin on every group: {'yes' if args.plugin else 'no'}; rule work budget "
+          f"{DEFAULT_RULE_WORK if args.rule_work is None else args.rule_work:,} simulated requests per cycle")
+    print("| cycle | n | median s | max s | solve median s | rules median (max) s | (group, rule) pairs run (max) | "
+          "rule work, simulated requests (max) | pairs pending (max) | queries+patches+status median s | objects "
+          "written (max) | planner calls (max) | Prometheus queries (max) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['cycle']} | {r['n']} | {r['median_s']:.3f} | {r['max_s']:.3f} | {r['solve_median_s']:.3f} | "
-              f"{r['knob_median_s']:.3f} ({r['knob_max_s']:.3f}) | {r['knob_groups']} | {r['other_median_s']:.3f} | "
-              f"{r['writes']} | {r['solves']} | {r['queries']} |")
+              f"{r['knob_median_s']:.3f} ({r['knob_max_s']:.3f}) | {r['knob_groups']} | {r['work_max']:,} | "
+              f"{r['pending_max']} | {r['other_median_s']:.3f} | {r['writes']} | {r['solves']} | {r['queries']} |")
     worst = max(r["max_s"] for r in rows)
     budget = 1 + 1 + (N_CLASSES if args.rates == "query" else 0)  # one history source + capacity (+ rate queries)
     queries = max(r["queries"] for r in rows)
@@ -196,8 +219,8 @@ def main() -> int:
     if ran:
         per_group = statistics.median(r["knob_s"] / r["knob_groups"] for r in ran)
         quiet = [r["total_s"] for runs in timings.values() for r in runs if not r["knob_groups"]]
-        print(f"the knob rule ran in {len(ran)} of {sum(len(v) for v in timings.values())} cycles, median "
-              f"{per_group:.2f} s per group; worst cycle without it {max(quiet, default=0.0):.3f} s")
+        print(f"the rules ran in {len(ran)} of {sum(len(v) for v in timings.values())} cycles, median "
+              f"{per_group:.2f} s per (group, rule); worst cycle without them {max(quiet, default=0.0):.3f} s")
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "raw": timings, "rates": args.rates}, indent=1))
     return 0 if worst <= 3.0 and queries <= budget else 1

@@ -2,8 +2,8 @@
 that kvplan's vLLM plugins (``kvplan_vllm``) read, and its validation.
 
 One definition for both sides, like :mod:`kvcore.series`: the operator writes the document
-(:func:`render_reservations`) into the KVPlan's state ConfigMap (key ``reservations.json``); the serving pod mounts
-that ConfigMap as a volume and the plugins parse it (:func:`parse_reservations`; ``docs/vllm-plugins.md``). Pure:
+(:func:`render_reservations`) into the KVPlan's state ConfigMap, one per group running the plugin (key
+``reservations-<group>.json``); the group's pods mount that ConfigMap as a volume and the plugins parse it (:func:`parse_reservations`; ``docs/vllm-plugins.md``). Pure:
 no I/O (``kvplan_vllm.source`` reads the file).
 
 .. code-block:: json

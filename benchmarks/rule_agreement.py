@@ -17,6 +17,7 @@ still do not preempt are left out; they cost both rules nothing but stock's runs
 - work: requests simulated; CPU seconds (``time.process_time``), both rules in the same run.
 
     python benchmarks/rule_agreement.py [--traces-dir DIR] [--json PATH] [--no-fleet]
+    python benchmarks/rule_agreement.py --from-json PATH    # the tables again, from a run's --json
 """
 
 from __future__ import annotations
@@ -99,7 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--traces-dir", type=Path, default=REPO / "kvcore" / "data" / "traces")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--no-fleet", action="store_true", help="only the vendored traces' 2-class cases")
+    ap.add_argument("--from-json", type=Path, default=None, help="print the tables of an earlier run's --json")
     args = ap.parse_args(argv)
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        report(saved["rows"], saved["meta"])
+        return 0
     started = time.perf_counter()
     rows = []
     for name, g, classes, times in cases(args.traces_dir, not args.no_fleet):
@@ -109,6 +115,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{'same' if r['reserves_same'] else 'different'}", file=sys.stderr, flush=True)
     meta = (f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.machine()}, Python "
             f"{platform.python_version()}, {time.perf_counter() - started:.0f} s wall")
+    report(rows, meta)
+    if args.json:
+        args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    return 0
+
+
+def report(rows: list[dict[str, Any]], meta: str) -> None:
     print(meta)
     print("| case | knobs (full) | knobs fast = full | knob work full / fast (CPU s) | reservations full | "
           "reservations fast | fresh gain full / fast (token slots/req) | reservation work full / fast (CPU s) |")
@@ -125,7 +138,6 @@ def main(argv: list[str] | None = None) -> int:
     same_r = sum(r["reserves_same"] for r in rows)
     paying = [r for r in rows if r["fresh_gain"][0] > 1.0]
     share = [r["fresh_gain"][1] / r["fresh_gain"][0] for r in paying]
-    work = [sum(r["knobs_work"]) for r in rows], [sum(r["reserves_work"]) for r in rows]
     kw = np.array([r["knobs_work"] for r in rows], dtype=float).sum(axis=0)
     rw = np.array([r["reserves_work"] for r in rows], dtype=float).sum(axis=0)
     kc = np.array([r["knobs_cpu"] for r in rows]).sum(axis=0)
@@ -136,16 +148,12 @@ def main(argv: list[str] | None = None) -> int:
           f"on fresh replays ({len(paying)} cases) the fast one gets {min(share, default=1):.0%}-"
           f"{max(share, default=1):.0%} of it (median {float(np.median(share)) if share else 1:.0%}); "
           f"work {rw[0]:,.0f} -> {rw[1]:,.0f} ({rw[0] / max(rw[1], 1):.1f}x), CPU {rc[0]:.1f} -> {rc[1]:.1f} s")
-    del work
-    if args.json:
-        args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    return 0
 
 
 def _ys(ys: dict[str, int]) -> str:
     if not any(ys.values()):
         return "0"
-    return ",".join(str(v) for v in ys.values()) if len(ys) <= 3 else ",".join(
+    return "/".join(str(v) for v in ys.values()) if len(ys) <= 3 else " ".join(
         f"{k}:{v}" for k, v in ys.items() if v)
 
 

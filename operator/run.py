@@ -17,9 +17,9 @@ from .kube import KubeApi
 from .prom import PromApi, PromConnection, UrlPolicy
 
 #: Work budget of kvcore's engine-model rules per re-plan cycle, simulated requests (:mod:`.engine_rules`): about
-#: 5 s of one core of the development VM at ~25 us per request (docs/benchmarks.md, "The engine-model rules"). A
-#: group under no memory pressure costs both rules 4,000 (stock vLLM's two replays, shared); one under pressure
-#: 10,000-60,000.
+#: 4.5-6 s of one core of the development VM at 22-29 us per request (docs/benchmarks.md, "The engine-model
+#: rules"). A group under no memory pressure costs both rules 4,000 (stock vLLM's two replays, shared); one under
+#: pressure 34,000-86,000 (15-class fleet groups with a cut KV cache).
 DEFAULT_RULE_WORK = 200_000
 
 #: Top-level status keys the operator owns (kopf keeps its own, e.g. ``status.kopf``).

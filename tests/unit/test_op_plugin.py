@@ -7,7 +7,9 @@
   annotation), never the pod template; turning it off removes exactly what it added, and the file once no pod
   projects it;
 - the plugin on an engine outside 0.33.x adds nothing of itself; a container with its own scheduler or a mount path
-  in use is refused; the names written are the plugin package's."""
+  in use is refused; the names written are the plugin package's;
+- an upgrade from the single ``reservations.json``: each group moves to its own file, the old key goes once no
+  Deployment projects it; kvplan's volume is recognised by its one reservation file."""
 
 from __future__ import annotations
 
@@ -151,3 +153,39 @@ def test_plugin_names_match_the_plugin_package():
     for cls in (PM.SYNC_SCHEDULER, PM.ASYNC_SCHEDULER):
         module, name = cls.rsplit(".", 1)
         assert module == "kvplan_vllm.scheduler" and f"\nclass {name}(" in text
+
+
+def test_an_upgrade_from_the_single_file_moves_each_group_to_its_own_and_drops_the_old_key():
+    """A Deployment set up by an operator that wrote one ``reservations.json`` for every group: the volume and env
+    move to the group's own file, and the old key goes only once no Deployment projects it."""
+    w = World(plugin={"enabled": True})
+    assert w.run(T0).ok
+    big = w.kube.deployments["vllm-big"]
+    old = PM.FILE_KEY
+    big["spec"]["template"]["spec"]["volumes"] = [{"name": PM.VOLUME, "configMap": {
+        "name": "fleet-kvplan", "items": [{"key": old, "path": old}]}}]
+    for e in container(big)["env"]:
+        if e["name"] == PM.ENV_FILE:
+            e["value"] = f"{PM.MOUNT_PATH}/{old}"
+    w.kube.configmaps["fleet-kvplan"]["data"][old] = w.kube.configmaps["fleet-kvplan"]["data"]["reservations-big.json"]
+    assert PM.projected_keys(big) == {old}
+    assert w.run(T0 + 60).ok
+    big = w.kube.deployments["vllm-big"]
+    assert PM.projected_keys(big) == {"reservations-big.json"}
+    assert {"name": PM.ENV_FILE, "value": "/etc/kvplan/reservations-big.json"} in container(big)["env"]
+    assert w.files() == sorted([old, "reservations-big.json"])  # the Deployment still projected it when it was observed
+    assert w.run(T0 + 120).ok and w.files() == ["reservations-big.json"]
+
+
+@pytest.mark.parametrize(("key", "ours"), [
+    ("reservations-big.json", True), ("reservations.json", True), ("reservations-small.json", True),
+    ("settings.json", False), ("reservations-big.yaml", False)])
+def test_kvplans_volume_is_recognised_by_its_one_reservation_file(key, ours):
+    body = {"spec": {"template": {"spec": {"volumes": [{"name": PM.VOLUME, "configMap": {
+        "name": "fleet-kvplan", "items": [{"key": key, "path": key}]}}], "containers": [{"name": "vllm"}]}}}}
+    assert PM.is_file_key(key) is ours
+    assert (PM.mount_conflict(body, container(body)) is None) is ours
+    two = copy.deepcopy(body)
+    two["spec"]["template"]["spec"]["volumes"][0]["configMap"]["items"].append({"key": "x", "path": "x"})
+    assert PM.mount_conflict(two, container(two)) is not None  # kvplan's volume projects exactly one file
+    assert PM.file_key("big") == "reservations-big.json" and PM.is_file_key(PM.file_key("pool-a"))

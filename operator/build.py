@@ -181,14 +181,23 @@ def desired_state(run: RunContext, obs: Observation, dec: Decided) -> Desired:
 def reservation_document(run: RunContext, spec: KVPlanSpec, pid: str, dec: Decided, group: str) -> str:
     """Group ``group``'s ``kvplan.reservations.v1`` document (:mod:`kvcore.reservation_file`): its reservations
     (:mod:`kvplan_operator.gate`), the fleet default class (``fleetDefault``, else the first class), the class
-    priorities and the classes' prompt-length rules, smallest ``maxPromptTokens`` first."""
+    priorities and the classes' prompt-length rules, smallest ``maxPromptTokens`` first.
+
+    Only the classes that matter on this group are listed: those the plan routes there, those reserving something
+    there, the default and the classes of prompt-length rules (a request of any other class is not planned here; the
+    plugin gives it the default class's reservation). So a file's size follows the classes routed to its group, not
+    the spec's: listing all of 256 classes in each of 64 groups' files would take about 1.3 MiB of the state
+    ConfigMap, over a ConfigMap's 1 MiB."""
     default = next((c.name for c in spec.classes if c.fleet_default), spec.classes[0].name)
     rules = sorted((c.max_prompt_tokens, i, c.name) for i, c in enumerate(spec.classes)
                    if c.max_prompt_tokens is not None)
     reserve = dec.gate.groups[group].reserve
+    routed = {c.name for c in dec.plan.classes if c.admitted and c.routing.get(group, 0.0) > 0}
+    listed = [c.name for c in spec.classes if c.name in routed or reserve.get(c.name, 0) > 0 or c.name == default
+              or c.max_prompt_tokens is not None]
     return render_reservations(Reservations(
-        reserve_tokens={c.name: int(reserve.get(c.name, 0)) for c in spec.classes}, default_class=default,
-        priority_classes={p: c for c, p in dec.knobs.class_priority.items()},
+        reserve_tokens={c: int(reserve.get(c, 0)) for c in listed}, default_class=default,
+        priority_classes={p: c for c, p in dec.knobs.class_priority.items() if c in listed},
         prompt_length_rules=tuple(PromptLengthRule(limit, name) for limit, _, name in rules),
         plan=pid, kvplan=run.owner))
 

@@ -11,7 +11,8 @@ file per group (the state ConfigMap's key ``reservations-<group>.json``, :mod:`.
 
 Per group whose engines run, or are about to run, kvplan's plugin:
 
-- the rule's answer: its reservation for each class routed to the group, 0 for the others (``not routed here``);
+- the rule's answer: its reservation for each class routed to the group, 0 for the others (``not routed here``;
+  the file lists only the classes that matter on the group, :func:`~.build.reservation_document`);
 - the rule pending (this cycle's work budget was spent) or failed: the file in force (from the state ConfigMap)
   stays as it is; with none yet, nothing is reserved (the gate then admits as stock vLLM does) until the rule runs.
 

@@ -163,3 +163,24 @@ def test_an_input_error_of_the_reservation_rule_names_its_field():
     cond = w.cond(C.ENGINE_KNOBS)
     assert cond["reason"] == C.RESERVE_RULE_FAILED and "reserves.classes: at least one class" in cond["message"]
     assert dict(w.reservations("big").reserve_tokens) == {"chat": 0, "code-gen": 0}  # none in force: nothing
+
+
+def test_a_groups_file_lists_only_the_classes_that_matter_there():
+    """code-gen routed to small only: big's file lists chat (routed, and the default class) and not code-gen, whose
+    requests, if any reached big, would get the default's reservation; small's file lists both."""
+    w = both_plugins()
+    plain = w.planner
+
+    def planner(instance: Any, *, previous: Any = None) -> Any:
+        p = plain(instance, previous=previous)
+        return p.model_copy(update={"classes": [c.model_copy(update={"routing": {"small": 1.0}})
+                                                if c.name == "code-gen" else c for c in p.classes]})
+
+    w.planner = planner
+    w.reserves = ScriptedReserves(0.5)
+    assert w.run(T0).ok
+    big, small = w.reservations("big"), w.reservations("small")
+    assert dict(big.reserve_tokens) == {"chat": 250} and big.default_class == "chat"
+    assert big.reserve("code-gen") == big.reserve("chat") == 250
+    assert dict(small.reserve_tokens) == {"chat": 250, "code-gen": 50}
+    assert set(w.kube.status["plan"]["groups"]["big"]["gate"]["classes"]) == {"chat"}

@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -96,9 +97,14 @@ def rbac_documents(rendered: str) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(rendered) if isinstance(doc, dict) and doc.get("kind") in RBAC_KINDS]
 
 
+#: A status 403 as a number of its own: not the milliseconds of a log timestamp (``16:53:44,403``) nor part of a
+#: decimal (``0.403 s``).
+_STATUS_403 = re.compile(r"(?<![\d.,:])403(?![\d.,])")
+
+
 def forbidden_lines(text: str) -> list[str]:
     """Log lines that report an authorisation failure (the chart's RBAC missing something the operator uses)."""
-    return [line for line in text.splitlines() if "403" in line or "Forbidden" in line or "forbidden" in line]
+    return [line for line in text.splitlines() if _STATUS_403.search(line) or "forbidden" in line.lower()]
 
 
 def log_tail_text(path: Path) -> str:

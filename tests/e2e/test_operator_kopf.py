@@ -100,7 +100,9 @@ def test_two_replicas_only_one_acts(operator_env, kube_api, namespace, prometheu
 
     kube = Kube(kube_api)
     backfill(prometheus, traces_dir)
-    setup(kube_api, namespace, kvplan_spec(prometheus.url))
+    spec = kvplan_spec(prometheus.url)
+    spec["replan"] = {"interval": "10s"}  # the standby's watch window is two of these re-plans
+    setup(kube_api, namespace, spec)
     env = dict(os.environ, PYTHONSAFEPATH="1")
     exe = str(Path(sys.executable).parent / "kvplan-operator")
     procs: dict[int, tuple[subprocess.Popen, object]] = {}
@@ -126,9 +128,17 @@ def test_two_replicas_only_one_acts(operator_env, kube_api, namespace, prometheu
             procs[prio] = (subprocess.Popen([exe, "--namespace", namespace, "--priority", str(prio),
                                              "--metrics-port", str(port), "--verbose"],
                                             stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path), log)
-            time.sleep(3 if prio == 100 else 0)
+            if prio == 100:  # the acting replica is in the peering object before the standby starts
+                wait_for(lambda: "Keep-alive in" in logs[100].read_text(), 90, "priority 100 in the peering object")
         wait_for(lambda: ready(kube, namespace), 90, "KVPlan Ready under two replicas")
-        time.sleep(8)  # timer ticks and events for the paused replica to misbehave, if it would
+        wait_for(lambda: "Pausing the watch-stream for kvplans" in logs[50].read_text(), 90, "the standby to pause")
+        # The window in which the paused replica could misbehave is counted in the acting replica's own timer
+        # re-plans (two completed after the standby paused), not in seconds.
+        seen = kube.get_kvplan(namespace, "fleet")["status"]["lastPlanTime"]
+        for _ in range(2):
+            wait_for(lambda: (t := kube.get_kvplan(namespace, "fleet")["status"]["lastPlanTime"]) != seen and t, 90,
+                     "a timer re-plan by priority 100")
+            seen = kube.get_kvplan(namespace, "fleet")["status"]["lastPlanTime"]
         high, low = logs[100].read_text(), logs[50].read_text()
         assert "KopfPeering" in high and "reconcile (create)" in high, high[-3000:]
         assert "reconcile (" not in low, low[-3000:]

@@ -103,3 +103,16 @@ def test_rbac_documents_keep_only_rbac() -> None:
     rendered = "\n---\n".join(yaml.safe_dump({"kind": k, "metadata": {"name": k.lower()}}) for k in
                                ("ServiceAccount", "Deployment", "ClusterRole", "Service", "RoleBinding"))
     assert [d["kind"] for d in demo.rbac_documents(rendered)] == ["ServiceAccount", "ClusterRole", "RoleBinding"]
+
+
+@pytest.mark.parametrize(("line", "found"), [
+    ("HTTP response headers: status 403", True),
+    ("kubernetes.client.exceptions.ApiException: (403)", True),
+    ("Reason: Forbidden", True),
+    ('deployments.apps "x" is forbidden: User cannot patch', True),
+    ("[2026-11-30 16:53:44,403] kopf.objects [INFO] Creation is processed: 1 succeeded; 0 failed.", False),
+    ("re-plan took 0.403 s, 4031 requests", False),
+])
+def test_forbidden_lines_ignore_403_inside_timestamps_and_numbers(line: str, found: bool) -> None:
+    # a kopf log line stamped at millisecond 403 once failed the demo's RBAC check
+    assert demo.forbidden_lines(f"before\n{line}\nafter") == ([line] if found else [])

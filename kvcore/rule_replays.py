@@ -48,7 +48,8 @@ class GroupReplays:
 
     def __init__(self, group: SimGroup, classes: Sequence[KnobClass], *, requests: int = REQUESTS,
                  replays: int = REPLAYS, seed: int = 0, arrivals_s: NDArray[np.float64] | None = None,
-                 base: EngineConfig | None = None) -> None:
+                 base: EngineConfig | None = None, stock_runs: dict[tuple[int, str], EngineResult] | None = None
+                 ) -> None:
         from kvcore.knobs import history_segment, replay
 
         if not classes:
@@ -69,7 +70,9 @@ class GroupReplays:
         self.rho = np.array([c.rho for c in classes])
         self.work = 0
         """Requests simulated on these replays so far (every rule, every candidate)."""
-        self._stock: dict[int, EngineResult] = {}
+        self._stock: dict[tuple[int, str], EngineResult] = stock_runs if stock_runs is not None else {}
+        """Stock vLLM's runs by (replay, stock settings): shared by the store between replay sets of the same history
+        whose bases differ only in what stock vLLM does not run (watermark, policy)."""
         self.memo: dict[str, object] = {}
         """Each rule's memoised measurements on these replays (by rule), so a group met again costs nothing."""
 
@@ -92,9 +95,11 @@ class GroupReplays:
 
     def stock(self, k: int) -> EngineResult:
         """Stock vLLM's run of replay ``k`` (memoised)."""
-        if k not in self._stock:
-            self._stock[k] = self.simulate(k, self.stock_config())
-        return self._stock[k]
+        config = self.stock_config()
+        key = (k, config.model_dump_json())
+        if key not in self._stock:
+            self._stock[key] = self.simulate(k, config)
+        return self._stock[key]
 
 
 def fingerprint(group: SimGroup, classes: Sequence[KnobClass], *parts: object) -> str:
@@ -114,20 +119,25 @@ def fingerprint(group: SimGroup, classes: Sequence[KnobClass], *parts: object) -
 
 class ReplayStore:
     """One :class:`GroupReplays` per distinct group situation (:func:`fingerprint`), for every rule of one re-plan;
-    ``work`` sums what was simulated on all of them."""
+    ``work`` sums what was simulated on all of them. Replay sets of the same history under different engine bases
+    (the knob rule's stock vLLM, the reservation rule's engines as they run) share stock vLLM's runs where stock's
+    settings coincide (the same workloads: the replays are seeded)."""
 
     def __init__(self) -> None:
         self._by_key: dict[str, GroupReplays] = {}
+        self._stock: dict[str, dict[tuple[int, str], EngineResult]] = {}
 
     def get(self, group: SimGroup, classes: Sequence[KnobClass], *, requests: int = REQUESTS,
             replays: int = REPLAYS, seed: int = 0, arrivals_s: NDArray[np.float64] | None = None,
             base: EngineConfig | None = None) -> GroupReplays:
         base = base if base is not None else EngineConfig()
-        key = fingerprint(group, classes, requests, replays, seed, base.model_dump_json(),
-                          np.empty(0) if arrivals_s is None else np.asarray(arrivals_s, dtype=np.float64))
+        history = fingerprint(group, classes, requests, replays, seed,
+                              np.empty(0) if arrivals_s is None else np.asarray(arrivals_s, dtype=np.float64))
+        key = history + base.model_dump_json()
         if key not in self._by_key:
             self._by_key[key] = GroupReplays(group, classes, requests=requests, replays=replays, seed=seed,
-                                             arrivals_s=arrivals_s, base=base)
+                                             arrivals_s=arrivals_s, base=base,
+                                             stock_runs=self._stock.setdefault(history, {}))
         return self._by_key[key]
 
     @property

@@ -9,7 +9,8 @@ one work budget per re-plan cycle. docs/operator.md, "Engine-model rules".
 **Reuse.** An answer is reused while the group's situation holds (:mod:`.knob_cache`: generation, engine version,
 planned layout and replicas, the knobs the engines run) and it is younger than the cache's ``max_age_s``. Both
 rules measure on the same replays of a group (:class:`kvcore.rule_replays.ReplayStore`, one per cycle), so the
-reservation rule reuses the knob rule's stock runs, and groups in the same situation share every measurement.
+reservation rule reuses the knob rule's stock runs (where the group's engines run vLLM's ``--max-num-seqs``), and
+groups in the same situation share every measurement.
 
 **Work budget.** The rules cost CPU in proportion to the requests they replay through the engine model (the
 *work*, counted by kvcore in simulated requests, never timed: what a cycle decides must not depend on the machine's

@@ -73,3 +73,18 @@ def test_stock_runs_are_memoised_and_bad_settings_name_the_field(traces_dir: Pat
             GroupReplays(group(30_000), cls, **kw)  # type: ignore[arg-type]
     with pytest.raises(InputError, match="rules.classes"):
         GroupReplays(group(30_000), [])
+
+
+def test_bases_that_stock_vllm_runs_alike_share_stock_runs(traces_dir: Path) -> None:
+    """The knob rule measures on vLLM's defaults, the reservation rule on the engines as they run: when they differ
+    only in the watermark or the policy (which stock vLLM does not run), stock's runs are simulated once."""
+    cls = classes(traces_dir, (10.0, 2.0))
+    store = ReplayStore()
+    plain = store.get(group(30_000), cls, requests=200)
+    marked = store.get(group(30_000), cls, requests=200, base=EngineConfig(watermark=0.02, policy="priority"))
+    capped = store.get(group(30_000), cls, requests=200, base=EngineConfig(max_num_seqs=64))
+    assert len({id(plain), id(marked), id(capped)}) == 3
+    runs = [plain.stock(k) for k in range(2)]
+    assert [marked.stock(k) for k in range(2)] == runs and marked.work == 0
+    assert capped.stock(0) is not runs[0] and capped.work == 200  # stock at 64 sequences is another run
+    assert store.work == 2 * 200 + 200

@@ -24,9 +24,17 @@ from .state_configmap import configmap_drift, write_configmap
 ROUTER_FORMAT = "kvplan.v1"
 
 
+def _nonzero(values: Mapping[str, float], spec: KVPlanSpec) -> dict[str, float]:
+    """Per group, rounded to 6 digits, only the non-zero ones (a group not listed gets 0): at 256 classes x 64
+    groups the dense maps alone would be about a megabyte, a ConfigMap's whole limit."""
+    out = {g.name: round(float(values.get(g.name, 0.0)), 6) for g in spec.groups}
+    return {k: v for k, v in out.items() if v}
+
+
 def build_router_document(*, owner: str, plan_id: str, spec: KVPlanSpec, desired: Desired,
                           interim: bool = False, published: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The router JSON. Weights of an admitted class sum to 1 over groups. ``interim``: the document written while
+    """The router JSON. Weights of an admitted class sum to 1 over groups; ``weights`` and ``prefixCacheFraction``
+    list only groups with a non-zero value. ``interim``: the document written while
     ``desired.draining`` groups change layout (see the module docstring); a class with no interim routing keeps
     its weights in ``published`` (the current document's ``classes``)."""
     classes: Mapping[str, ClassTarget] = desired.classes
@@ -60,9 +68,8 @@ def build_router_document(*, owner: str, plan_id: str, spec: KVPlanSpec, desired
             c.name: {
                 "admit": round(classes[c.name].admitted, 6),
                 "reserveTokens": int(classes[c.name].reserve_tokens),
-                "weights": {g.name: round(float(classes[c.name].routing.get(g.name, 0.0)), 6) for g in spec.groups},
-                "prefixCacheFraction": {g.name: round(float(classes[c.name].prefix_fraction.get(g.name, 0.0)), 6)
-                                        for g in spec.groups},
+                "weights": _nonzero(classes[c.name].routing, spec),
+                "prefixCacheFraction": _nonzero(classes[c.name].prefix_fraction, spec),
             }
             for c in spec.classes
         },

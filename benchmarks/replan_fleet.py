@@ -9,7 +9,8 @@ Kubernetes scrape adds, one sample per ``--scrape`` seconds. In the same run and
 with the first 16 of those classes (its own namespace, Deployments and series; same 64 groups) for the ratios.
 
 One cycle = ``reconcile()``, timed per phase (``Outcome.phases``): observe (Kubernetes reads, the plan's detail,
-the Prometheus queries), decide (the planner), build, apply (the intent status write and the patches: state and
+the Prometheus requests (timed at the client, the answers' JSON parse included) and the histories (the answers
+checked and binned into per-class histories), decide (the planner), build, apply (the intent status write and the patches: state and
 router ConfigMaps, 64 Deployments), record (the plan's detail ConfigMaps and the status patch). Prometheus queries
 are counted at the client. Cycles: ``cold`` (first reconcile: every object written), ``warm`` (the same data:
 nothing but the record), ``slid`` (the lookback slid back ``k`` x 10 min: other counts in every window, as on
@@ -53,7 +54,7 @@ def run(*, classes: int, groups: int, small: int, cycles: int, scrape_s: float) 
     from kvcore.planner import plan as kv_plan
     from kvplan_dev.cluster import LocalCluster
     from kvplan_dev.fleet import Fleet
-    from kvplan_dev.openmetrics import Window
+    from kvplan_dev.openmetrics import CountedHistogramSeries, Window
     from kvplan_dev.prom import LocalPrometheus
     from kvplan_dev.tools import PROMETHEUS, PROMTOOL, Tools, apiserver_path, etcd_path, helm_path, kubectl_path
     from kvplan_operator.kube import Kube
@@ -74,7 +75,7 @@ def run(*, classes: int, groups: int, small: int, cycles: int, scrape_s: float) 
         series = [s for fleet, n in fleets.values() for s in fleet.series(window, classes=n)]
         prom.backfill(series, window)
         out["backfill_s"] = time.perf_counter() - t0
-        out["series"] = len(series)
+        out["series"] = sum(len(s.buckets) + 3 if isinstance(s, CountedHistogramSeries) else 1 for s in series)
         out["apiserver"], out["prometheus"] = cluster.apiserver_version, prom.version
         api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
         kube = Kube(api)
@@ -96,8 +97,20 @@ def run(*, classes: int, groups: int, small: int, cycles: int, scrape_s: float) 
                 plans.append(kv_plan(instance, previous=previous))
                 return plans[-1]
 
+            class Timed(PromClient):
+                """The operator's client, timing its requests (the answer's JSON parse included)."""
+
+                seconds = 0.0
+
+                def _get(self, path: str, params: Any, what: str) -> Any:
+                    t = time.perf_counter()
+                    try:
+                        return super()._get(path, params, what)
+                    finally:
+                        self.seconds += time.perf_counter() - t
+
             def factory(conn: PromConnection) -> PromClient:
-                clients.append(PromClient.connect(conn))
+                clients.append(Timed.connect(conn))
                 return clients[-1]
 
             rows = []
@@ -106,6 +119,7 @@ def run(*, classes: int, groups: int, small: int, cycles: int, scrape_s: float) 
                 now = end + 30 - (600.0 * (k - cycles) if kind == "slid" else 0.0)
                 deps = Deps(kube=kube, prom_factory=factory, planner=planner, clock=lambda now=now: now)
                 before = sum(c.requests_sent for c in clients)
+                http_before = sum(getattr(c, "seconds", 0.0) for c in clients)
                 body = kube.get_kvplan(ns, "fleet")
                 t = time.perf_counter()
                 result = reconcile(body, deps)
@@ -115,7 +129,10 @@ def run(*, classes: int, groups: int, small: int, cycles: int, scrape_s: float) 
                 after = kube.get_kvplan(ns, "fleet")
                 st = after["status"]
                 total, bound = st["objective"]["total"], st["plan"].get("lowerBound")
-                rows.append({"cycle": kind, "total_s": wall, "phases": dict(result.phases), "warm_start": warm[-1],
+                phases = dict(result.phases)
+                phases["requests"] = sum(getattr(c, "seconds", 0.0) for c in clients) - http_before
+                phases["histories"] = phases.get("prometheus", 0.0) - phases["requests"]
+                rows.append({"cycle": kind, "total_s": wall, "phases": phases, "warm_start": warm[-1],
                              "gap": (total - bound) / total if bound is not None else None,
                              "queries": sum(c.requests_sent for c in clients) - before, "writes": len(result.changed),
                              "status_bytes": len(json.dumps(after["status"])), "object_bytes": len(json.dumps(after)),
@@ -147,11 +164,13 @@ def _gaps(rows: list[dict[str, Any]]) -> str:
 def summarise(res: dict[str, Any]) -> tuple[list[str], bool]:
     """Markdown tables and the verdict."""
     lines = [f"Re-plan cycle at fleet scale: {res['groups']} groups, Prometheus {res['prometheus']} backfilled with "
-             f"{res['series']} series (one sample per {res['scrape_s']:g} s, {res['backfill_s']:.0f} s to backfill), "
+             f"{res['series']:,} series over 6 h (one sample per {res['scrape_s']:g} s, {res['backfill_s']:.0f} s to "
+             "backfill), "
              f"apiserver {res['apiserver']}", "",
-             "| classes | cycle | n | median s | max s | observe | of which Prometheus | decide | of which planner | "
-             "build | apply | record | queries | objects written | status KiB | warm start | method, gap |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+             "| classes | cycle | n | median s | max s | observe | of which Prometheus requests | and histories | "
+             "decide | of which planner | build | apply | record | queries | objects written | status KiB | "
+             "warm start | method, gap |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     ok = True
     medians: dict[tuple[int, str], float] = {}
     queries: dict[int, set[int]] = {}
@@ -162,7 +181,7 @@ def summarise(res: dict[str, Any]) -> tuple[list[str], bool]:
                 continue
             tot = [r["total_s"] for r in rows]
             med = {p: statistics.median(r["phases"].get(p, 0.0) for r in rows) for p in (
-                "observe", "prometheus", "decide", "planner", "build", "apply", "record")}
+                "observe", "requests", "histories", "decide", "planner", "build", "apply", "record")}
             medians[(run["classes"], kind)] = statistics.median(tot)
             queries.setdefault(run["classes"], set()).update(r["queries"] for r in rows)
             lines.append(f"| {run['classes']} | {kind} | {len(rows)} | {statistics.median(tot):.2f} | {max(tot):.2f} | "

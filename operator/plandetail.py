@@ -53,6 +53,12 @@ def chunk_name(kvplan: str, index: int) -> str:
     return f"{kvplan}-plan" if index == 0 else f"{kvplan}-plan-{index}"
 
 
+def is_chunk(kvplan: str, name: str) -> bool:
+    """Whether ``name`` is (or could be) one of ``kvplan``'s chunk ConfigMaps."""
+    rest = name.removeprefix(f"{kvplan}-plan")
+    return rest != name and (rest == "" or (rest.startswith("-") and rest[1:].isdigit()))
+
+
 def sparse(values: Mapping[str, float]) -> dict[str, float]:
     """Only the non-zero entries (a group not listed is 0)."""
     return {k: v for k, v in values.items() if v}
@@ -91,10 +97,6 @@ class Detail:
     doc: Mapping[str, Any] | None
     chunks: Mapping[str, Mapping[str, Any] | None] = field(default_factory=dict)
     problem: str = ""
-
-    @property
-    def plan_id(self) -> str | None:
-        return str(self.doc.get("plan")) if self.doc is not None and self.doc.get("plan") is not None else None
 
     def previous_plan(self) -> Plan | None:
         """The stored kvcore plan (the last plan applied in full), or None."""

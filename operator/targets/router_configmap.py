@@ -19,6 +19,7 @@ from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import KVPlanSpec
 from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
+from ..plandetail import is_chunk
 from .state_configmap import configmap_drift, write_configmap
 
 ROUTER_FORMAT = "kvplan.v1"
@@ -110,9 +111,10 @@ class RouterConfigMapTarget:
         ref = inp.spec.router.config_map
         if ref is None:
             return TargetPlan()
-        if ref.name == inp.run.state_configmap:
-            raise TargetRefused(C.ROUTER_TARGET_INVALID, f"spec.router.configMap.name {ref.name!r} is this KVPlan's "
-                                                         "state ConfigMap; choose another name")
+        if ref.name == inp.run.state_configmap or is_chunk(inp.run.name, ref.name):
+            what = "state ConfigMap" if ref.name == inp.run.state_configmap else "plan detail ConfigMaps"
+            raise TargetRefused(C.ROUTER_TARGET_INVALID, f"spec.router.configMap.name {ref.name!r} is one of this "
+                                                         f"KVPlan's {what}; choose another name")
         current = inp.observed.get(self.name, {}).get(ref.name)
         conflict = owner_conflict("ConfigMap", ref.name, current, inp)
         if conflict:

@@ -143,3 +143,16 @@ def test_status_keeps_counts_and_the_largest_changes_only(kube):
     assert body["reservations"] == [f"c{i}: {100 + i} -> {100 + 3 * i}" for i in range(29, 29 - TOP_CHANGES, -1)]
     assert body["admission"] == ["c9: new -> admitted"]
     assert json.dumps(body)  # JSON-ready
+
+
+@pytest.mark.parametrize(("name", "clash"), [("fleet-plan", True), ("fleet-plan-3", True), ("fleet-planner", False),
+                                             ("fleet-plan-x", False), ("other-plan", False), ("fleet-kvplan", True)])
+def test_the_router_configmap_cannot_be_one_of_this_kvplans_own(kube, name, clash):
+    from kvplan_operator import conditions as C
+
+    spec = copy.deepcopy(SPEC)
+    spec["router"] = {"configMap": {"name": name}}
+    out = reconcile(kvplan(spec, kube), deps(kube))
+    assert (out.reason == C.ROUTER_TARGET_INVALID) == clash, out
+    if clash:
+        assert name in out.message and kube.deployments["vllm-big"] == dep("vllm-big")  # nothing applied

@@ -18,10 +18,11 @@ UV_COMPILE = $(VENV)/bin/uv pip compile --universal --python-version 3.11 --gene
 
 # Installs exactly the lock (--require-hashes: every file checked against its pinned sha256, nothing unpinned, no
 # newer version picked up), then kvplan and kvplan-dev editable without touching the network (--no-deps,
-# --no-build-isolation with the locked setuptools/wheel).
+# --no-build-isolation with the locked setuptools/wheel). --clear: a venv made before a packaging change is rebuilt from
+# nothing (upgrading in place lost kvplan-dev's script when the old kvplan distribution that had owned it was removed).
 $(STAMP): pyproject.toml setup.py kvplan_dev/pyproject.toml $(DEV_LOCK)
 	command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (kvplan needs Python 3.11-3.13)" >&2; exit 1; }
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv --clear $(VENV)
 	$(PY) -m pip install --quiet --require-hashes --no-deps -r $(DEV_LOCK)
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e . -e ./kvplan_dev
 	$(PY) -m pip check

@@ -1,150 +1,114 @@
 """Regenerate the "vLLM in the loop" section of ``docs/results.md`` and its plots: ``kvcore evaluate --engine vllm
---frontier`` on every vendored trace at loads 0.7 and 0.9, with the issue-13 targets checked on the numbers.
+--frontier`` on every vendored trace at loads 0.7 and 0.9, with the issue-13 targets checked on the numbers, on the
+traces the reservation rule was designed on and on the held-out ones; plus two experiments: classes that give an
+SLO priced by the engine model or by seed eq. 8, and per-class reservations against one global watermark.
 
 The section sits between the markers ``<!-- engine:begin -->`` and ``<!-- engine:end -->`` (appended when absent;
-``benchmarks/paper_tables.py`` keeps it when it rewrites the rest). Plots: ``docs/img/engine-<trace>.png``. Rows of
-every run also go to ``docs/img/engine-rows.csv``.
+``benchmarks/paper_tables.py`` keeps it when it rewrites the rest). Plots: ``docs/img/engine-<trace>.png``. Every
+measurement goes to ``docs/img/engine-results.json`` (rows also to ``docs/img/engine-rows.csv``); ``--render``
+rewrites the section from that file without replaying anything.
 
-    python benchmarks/engine_results.py [--traces-dir DIR] [--rho 10] [--out docs] [--only NAME ...]
+    python benchmarks/engine_results.py [--traces-dir DIR] [--rho 10] [--out docs] [--only NAME ...] [--render]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import math
+import json
 import platform
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-import numpy as np
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 
-from kvcore.evaluate.engine import EngineEvaluation, EngineFleet, EngineRow, evaluate_engine
-from kvcore.evaluate.engine_report import frontier_check, plot_frontier, table_markdown
-from kvcore.traces import load_trace
+from engine_tables import REGIMES, section  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+from kvcore.evaluate.engine import (  # noqa: E402
+    CLASSES,
+    FRONTIER_WATERMARKS,
+    EngineEvaluation,
+    EngineFleet,
+    EngineRow,
+    EngineSetup,
+    evaluate_engine,
+    measure_row,
+    run_variant,
+)
+from kvcore.evaluate.engine_report import plot_frontier  # noqa: E402
+from kvcore.reserve_rule import engine_rho  # noqa: E402
+from kvcore.sim.engine import EngineConfig  # noqa: E402
+from kvcore.slo import SloSpec, cost_ratio  # noqa: E402
+from kvcore.traces import load_trace  # noqa: E402
+
+REPO = HERE.parent
 BEGIN, END = "<!-- engine:begin -->", "<!-- engine:end -->"
+SLO_EXAMPLE = SloSpec(mu=3.0, sigma=0.5, lam=100.0)
+"""The SLO of examples/instance-70b.yaml: seed eq. 8 gives rho = 16.4."""
+MIXED_RHO = (1.0, 100.0)
+"""Per-class experiment: short prompts cheap to preempt (rho 1), long prompts protected (rho 100)."""
 
 
-def _get(ev: EngineEvaluation, load: float, method: str) -> EngineRow:
-    return next(r for r in ev.rows if r.load == load and r.method == method)
+def slo_rows(setup: EngineSetup, name: str, load: float, seed: int) -> list[EngineRow]:
+    """A class that gives an SLO, both classes alike: priced by the engine (rule with harm at its price, plan's
+    reservations at rho_e) or by seed eq. 8 (rho 16.4 for the rule and the plan)."""
+    wl = setup.workload(load, seed)
+    gate = EngineConfig(admission="gate")
+    rho_e = engine_rho(setup.replays(load, seed))
+    rho_8 = cost_ratio(SLO_EXAMPLE)
+    variants = [("slo-engine", setup.rule(load, None, seed).reserves),
+                ("slo-eq8", setup.rule(load, rho_8, seed).reserves),
+                ("slo-engine-dro", dict(zip(CLASSES, setup.reserves([rho_e[c] for c in CLASSES])))),
+                ("slo-eq8-dro", dict(zip(CLASSES, setup.reserves(rho_8))))]
+    rows = []
+    for method, ys in variants:
+        y = [float(ys[c]) for c in CLASSES]
+        policy, res = run_variant(setup, wl, y, rho_8, gate, seed)
+        rows.append(measure_row(setup, name, load, method, rho_8, wl, policy, res, True,
+                                f"gate y={y[0]:.0f},{y[1]:.0f}"))
+    return rows
 
 
-def _ratio(a: float | None, b: float | None) -> float:
-    if a is None or b is None or b == 0:
-        return math.nan
-    return a / b
+def mixed_rows(setup: EngineSetup, load: float, seed: int) -> list[dict[str, Any]]:
+    """Per-class reservations (short rho 1, long rho 100) against one global watermark, fcfs and long-first
+    priorities: per-class stalled share and recompute, overall P99 e2e and goodput."""
+    wl = setup.workload(load, seed)
+    base = EngineConfig()
+    rule = setup.rule(load, MIXED_RHO, seed)
+    entries: list[tuple[str, EngineConfig, list[float]]] = [
+        (f"plugin y={rule.reserves['short']},{rule.reserves['long']}", base.model_copy(update={"admission": "gate"}),
+         [float(rule.reserves[c]) for c in CLASSES])]
+    for w in FRONTIER_WATERMARKS:
+        entries.append((f"stock w={w:g}", base.model_copy(update={"watermark": w}), [0.0, 0.0]))
+        entries.append((f"stock w={w:g} priority long-first", base.model_copy(update={
+            "watermark": w, "policy": "priority", "class_priority": (1, 0)}), [0.0, 0.0]))
+    out = []
+    for label, engine, ys in entries:
+        policy, res = run_variant(setup, wl, ys, MIXED_RHO[1], engine, seed)
+        row = measure_row(setup, "", load, label, MIXED_RHO[1], wl, policy, res, engine.admission == "gate", label)
+        per = {CLASSES[c.index]: c for c in res.classes}
+        out.append({"setting": label, "e2e_p99_s": row.e2e_p99_s, "goodput_rps": row.goodput_rps,
+                    **{f"{c}_stalled": per[c].stalled_frac or 0.0 for c in CLASSES},
+                    **{f"{c}_recomputed": per[c].recomputed_tokens for c in CLASSES}})
+    return out
 
 
-def _gm(values: list[float]) -> float:
-    v = [x for x in values if not math.isnan(x)]
-    if not v:
-        return math.nan
-    if any(x <= 0 for x in v):
-        return 0.0
-    return float(np.exp(np.mean(np.log(v))))
-
-
-def targets(evs: list[EngineEvaluation], loads: tuple[float, ...]) -> str:
-    out = ["**kvplan-knobs against vllm-default** (target: P99 e2e and goodput never more than 2% worse; fewer stalled "
-           "requests wherever vllm-default has any):", "",
-           "| trace | load | P99 e2e ratio | goodput ratio | stalled default -> knobs | met |", "|---|---|---|---|---|---|"]
-    worst_p99, worst_good, all_met = 0.0, math.inf, True
-    for ev in evs:
-        for load in loads:
-            d, k = _get(ev, load, "vllm-default"), _get(ev, load, "kvplan-knobs")
-            rp, rg = _ratio(k.e2e_p99_s, d.e2e_p99_s), _ratio(k.goodput_rps, d.goodput_rps)
-            fewer = (d.stalled_frac or 0) == 0 or (k.stalled_frac or 0) < (d.stalled_frac or 0)
-            met = (rp <= 1.02 or math.isnan(rp)) and (rg >= 0.98 or math.isnan(rg)) and fewer
-            all_met &= met
-            worst_p99 = max(worst_p99, rp if not math.isnan(rp) else 0)
-            worst_good = min(worst_good, rg if not math.isnan(rg) else math.inf)
-            out.append(f"| {Path(ev.trace).stem} | {load:g} | {rp:.3f} | {rg:.3f} | {d.stalled_frac or 0:.4f} -> "
-                       f"{k.stalled_frac or 0:.4f} | {'yes' if met else '**no**'} |")
-    out += ["", f"Worst P99 e2e ratio {worst_p99:.3f}, worst goodput ratio {worst_good:.3f}: target "
-            f"{'met on every row' if all_met else '**not met on every row**'}.", ""]
-    hi = max(loads)
-    out += [f"**kvplan-plugin against vllm-default at load {hi:g}** (target: stalled share and recomputed tokens cut "
-            ">= 90%, geometric mean over traces, goodput within 10%):", "",
-            "| trace | stalled default -> plugin | recomputed default -> plugin | goodput ratio |", "|---|---|---|---|"]
-    stall_r, rec_r, good_r = [], [], []
-    for ev in evs:
-        d, p = _get(ev, hi, "vllm-default"), _get(ev, hi, "kvplan-plugin")
-        if (d.stalled_frac or 0) > 0:
-            stall_r.append((p.stalled_frac or 0) / (d.stalled_frac or 1))
-        if d.recomputed_tokens > 0:
-            rec_r.append(p.recomputed_tokens / d.recomputed_tokens)
-        good_r.append(_ratio(p.goodput_rps, d.goodput_rps))
-        out.append(f"| {Path(ev.trace).stem} | {d.stalled_frac or 0:.4f} -> {p.stalled_frac or 0:.4f} | "
-                   f"{d.recomputed_tokens:,} -> {p.recomputed_tokens:,} | {_ratio(p.goodput_rps, d.goodput_rps):.3f} |")
-    gs, gr, gg = _gm(stall_r), _gm(rec_r), _gm(good_r)
-    out += ["", f"Geometric means over the traces where vllm-default has any: stalled ratio {gs:.3f} (cut "
-            f"{1 - gs:.0%}, {len(stall_r)} traces), recomputed ratio {gr:.3f} (cut {1 - gr:.0%}, {len(rec_r)} traces); "
-            f"goodput ratio {gg:.3f} over all {len(good_r)} traces (worst {min(good_r):.3f}).", ""]
-    out += ["**Frontier** (target: every stall level a stock (watermark, max_num_seqs) point reaches, some plugin rho "
-            "reaches with no worse P99 e2e):", "", "| trace | load | stock points matched by the plugin |",
-            "|---|---|---|"]
-    for ev in evs:
-        for load in loads:
-            n, m = frontier_check(ev.rows, load)
-            out.append(f"| {Path(ev.trace).stem} | {load:g} | {m} of {n} |")
-    return "\n".join(out)
-
-
-def section(evs: list[EngineEvaluation], loads: tuple[float, ...], rho: float, elapsed: float,
-            fleet: EngineFleet) -> str:
-    parts = [BEGIN, "## 5. vLLM in the loop: stock vLLM, kvplan's knobs and kvplan's plugin (issue 13)", "",
-             f"Regenerated by `python benchmarks/engine_results.py` ({elapsed:.0f} s on {platform.machine()}, Python "
-             f"{platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}); do not edit by "
-             "hand. Each trace is replayed through kvcore's vLLM engine model (`kvcore.sim.engine`, held to vLLM 0.33 "
-             "itself by `make parity`) with `kvcore evaluate --trace F --engine vllm --frontier`: split protocol "
-             "(history = first half, replay = second half), two classes by prompt length, rho = "
-             f"{rho:g} for both, {fleet.replicas} replicas of {fleet.model} TP{fleet.tp} on {fleet.gpu_type} with "
-             f"{fleet.kv_capacity_tokens:,} KV tokens each, vLLM's defaults otherwise. Load = offered work over the "
-             "profile's capacity at the batch the KV memory holds on the trace (`kvcore/evaluate/engine.py`). Goodput "
-             f"counts requests with TTFT <= {fleet.ttft_slo_s:g} s and mean time per output token <= "
-             f"{fleet.tpot_slo_s:g} s; stalled = longest gap between two tokens > 1 s; cost = waste + rho x overflow "
-             "per request in token slots (waste: reserved slots never filled; overflow: recomputed tokens).", "",
-             "### Targets", "", targets(evs, loads), "", REGIMES, ""]
-    for ev in evs:
-        stem = Path(ev.trace).stem
-        parts += [f"### {ev.trace}", "",
-                  f"{ev.requests:,} requests replayed; load 1 = {ev.capacity_rps:.3g} requests/s; plugin reservations "
-                  + ", ".join(f"{k} {v:.0f}" for k, v in ev.reserves.items()) + " tokens.", ""]
-        parts += [f"- knobs at load {load}: {note}" for load, note in ev.knobs.items()]
-        parts += ["", table_markdown(ev), "", f"![engine frontier {stem}](img/engine-{stem}.png)", ""]
-    parts.append(END)
-    return "\n".join(parts)
-
-
-REGIMES = """### Where a reservation pays, and where it does not
-
-Written from the run of 2026-11-30 14:22 UTC (the tables below); re-read it against the tables after a rerun.
-
-- **No memory pressure** (Azure code: long prompts, short outputs; BurstGPT ChatGPT API: light traffic): nothing is
-  preempted at either load and the three variants are identical. A reservation buys nothing there; the knob rule
-  keeps stock values and the plugin's only effect is the slots it holds idle (its cost column).
-- **Memory binds** (the conversation traces and ShareGPT, whose outputs are long): at load 0.9 stock vLLM preempts
-  hundreds to about two thousand requests, recomputes 140k-510k tokens, and 0.1%-2% of requests wait more than
-  1 s between two tokens. A small watermark is the cheapest cure: the knob rule picks 0.01-0.02 of the blocks
-  (0.1 once), which removes 80-100% of the stalled requests and most of the recompute while P99 e2e and goodput
-  stay within 2% or improve (less recompute is less wasted GPU time). Target met on every trace and load.
-- **kvplan's plugin** (kvplan's gate with the plan's per-class reservations at rho = 10, i.e. DRO reserves around
-  the upper tail of each class's outputs) removes every preemption and every recomputed token on every trace, but
-  pays with concurrency: admission waits for the reserved footprint. Where that footprint is large against the KV
-  memory, goodput falls at load 0.9 (Azure conv 0.74x, ShareGPT 0.18x); on the BurstGPT conversation traces the
-  plugin's goodput is 1.05-1.16x stock's. The 10% goodput target is met on five traces of seven, not in the
-  geometric mean.
-- **Frontier**: per-class reservations are not a finer instrument than one watermark on these traces. At load 0.7
-  the plugin matches every stock (watermark, max_num_seqs) point on four traces; elsewhere 15-20 of 24: the
-  unmatched points are stock watermarks that reach zero stalls with a lower P99 e2e than any plugin rho (even
-  rho = 1, the median, reserves more than a 1-2% watermark holds back).
-- **So**: with vLLM 0.33's prefix caching and these traces, a reservation pays only where a stall is priced far
-  above its latency cost, and then a watermark does it more cheaply. The plugin is the instrument for per-class
-  guarantees (one class protected, others not), which these single-rho runs do not exercise. Not measured here:
-  prefix caching off, where every preemption recomputes the whole context."""
+def render(data: dict[str, Any], out: Path) -> Path:
+    evs = [EngineEvaluation.model_validate(e) for e in data["evaluations"]]
+    slo = {k: [EngineRow.model_validate(r) for r in v] for k, v in data["slo"].items()}
+    text = section(evs, tuple(data["loads"]), data["rho"], data["meta"], EngineFleet.model_validate(data["fleet"]),
+                   slo, data["mixed"], REGIMES)
+    results = out / "results.md"
+    old = results.read_text(encoding="utf-8") if results.exists() else ""
+    if BEGIN in old and END in old:
+        new = old[: old.index(BEGIN)] + text + old[old.index(END) + len(END):]
+    else:
+        new = old.rstrip("\n") + "\n\n" + text + "\n"
+    results.write_text(new, encoding="utf-8")
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,21 +117,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rho", type=float, default=10.0)
     parser.add_argument("--out", type=Path, default=REPO / "docs")
     parser.add_argument("--only", nargs="*", default=None, help="trace file names to run (default: all)")
+    parser.add_argument("--render", action="store_true", help="rewrite the section from the saved measurements")
     args = parser.parse_args(argv)
+    img = args.out / "img"
+    saved = img / "engine-results.json"
+    if args.render:
+        print(f"wrote {render(json.loads(saved.read_text(encoding='utf-8')), args.out)}", file=sys.stderr)
+        return 0
     started = time.perf_counter()
     loads = (0.7, 0.9)
     fleet = EngineFleet()
     files = sorted(args.traces_dir.glob("*.csv"))
     if args.only:
         files = [f for f in files if f.name in args.only]
-    evs = []
-    img = args.out / "img"
     img.mkdir(parents=True, exist_ok=True)
+    evs: list[EngineEvaluation] = []
+    slo: dict[str, list[dict[str, Any]]] = {}
+    mixed: dict[str, list[dict[str, Any]]] = {}
     for f in files:
         t0 = time.perf_counter()
-        ev = evaluate_engine(load_trace(f), loads=loads, rho=args.rho, fleet=fleet, frontier=True)
+        trace = load_trace(f)
+        setup = EngineSetup(trace, fleet)
+        ev = evaluate_engine(trace, loads=loads, rho=args.rho, fleet=fleet, frontier=True, setup=setup)
         plot_frontier(ev, img / f"engine-{f.stem}.png")
         evs.append(ev)
+        slo[f.stem] = [r.model_dump() for load in loads for r in slo_rows(setup, ev.trace, load, 0)]
+        mixed[f.stem] = mixed_rows(setup, max(loads), 0)
         print(f"{f.name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     with (img / "engine-rows.csv").open("w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, fieldnames=list(EngineRow.model_fields))
@@ -175,15 +150,13 @@ def main(argv: list[str] | None = None) -> int:
         for ev in evs:
             for r in ev.rows:
                 w.writerow({k: ("" if v is None else v) for k, v in r.model_dump().items()})
-    text = section(evs, loads, args.rho, time.perf_counter() - started, fleet)
-    results = args.out / "results.md"
-    old = results.read_text(encoding="utf-8") if results.exists() else ""
-    if BEGIN in old and END in old:
-        new = old[: old.index(BEGIN)] + text + old[old.index(END) + len(END):]
-    else:
-        new = old.rstrip("\n") + "\n\n" + text + "\n"
-    results.write_text(new, encoding="utf-8")
-    print(f"wrote {results} and {len(evs)} plots in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    meta = (f"{time.perf_counter() - started:.0f} s on {platform.machine()}, Python {platform.python_version()}, "
+            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    data = {"meta": meta, "loads": list(loads), "rho": args.rho, "fleet": fleet.model_dump(),
+            "evaluations": [ev.model_dump() for ev in evs], "slo": slo, "mixed": mixed}
+    saved.write_text(json.dumps(data), encoding="utf-8")
+    results = render(data, args.out)
+    print(f"wrote {results}, {saved} and {len(evs)} plots in {time.perf_counter() - started:.0f} s", file=sys.stderr)
     return 0
 
 

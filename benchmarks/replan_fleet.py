@@ -18,6 +18,10 @@ fresh data). Sizes after the cycles: the status and the whole KVPlan object (JSO
 the largest Deployment, ``kubectl get -o yaml`` / ``describe`` lines, and the status the operator wrote before
 issue 16 (per class maps and the dense kvcore plan in status), computed from the same plan.
 
+``--knobs Auto`` (default, as a KVPlan gets by default): every group's engine knobs from kvcore's knob rule, whose
+answers the operator reuses (a KnobCache, as handlers.py keeps one) while a group's situation holds; ``--knobs
+Formula``: kvplan 0.1's --max-num-seqs formula only (``spec.groups[].engine.knobs``).
+
 Targets: <= 10 s per cycle at 256 x 64; the same number of Prometheus queries at 16 and 256 classes; status well
 under 256 KiB; every ConfigMap under 1 MiB.
 """
@@ -48,15 +52,18 @@ def _old_status_bytes(status: dict[str, Any], doc: dict[str, Any], plan: Any) ->
     return len(json.dumps(old))
 
 
-def run(*, classes: int, groups: int, small: int, cycles: int, scrape_s: float) -> dict[str, Any]:
+def run(*, classes: int, groups: int, small: int, cycles: int, scrape_s: float, knobs: str = "Auto"
+        ) -> dict[str, Any]:
     from kubernetes import client, config
 
+    from kvcore.knobs import knobs_for_plan
     from kvcore.planner import plan as kv_plan
     from kvplan_dev.cluster import LocalCluster
     from kvplan_dev.fleet import Fleet
     from kvplan_dev.openmetrics import CountedHistogramSeries, Window
     from kvplan_dev.prom import LocalPrometheus
     from kvplan_dev.tools import PROMETHEUS, PROMTOOL, Tools, apiserver_path, etcd_path, helm_path, kubectl_path
+    from kvplan_operator.knob_cache import KnobCache
     from kvplan_operator.kube import Kube
     from kvplan_operator.plandetail import read_detail
     from kvplan_operator.prom import PromClient, PromConnection
@@ -65,7 +72,8 @@ def run(*, classes: int, groups: int, small: int, cycles: int, scrape_s: float) 
     fleets = {"fleet": (Fleet(classes, groups, namespace="fleet"), classes),
               f"fleet{small}": (Fleet(classes, groups, namespace=f"fleet{small}"), small)}
     tools = Tools(apiserver_path(), etcd_path(), kubectl_path(), helm_path(), PROMETHEUS, PROMTOOL)
-    out: dict[str, Any] = {"classes": classes, "groups": groups, "small": small, "scrape_s": scrape_s, "runs": {}}
+    out: dict[str, Any] = {"classes": classes, "groups": groups, "small": small, "scrape_s": scrape_s,
+                           "knobs": knobs, "runs": {}}
     with LocalCluster(tools) as cluster, LocalPrometheus(tools) as prom:
         cluster.kubectl("apply", "-f", str(REPO / "crds" / "kvplans.kvplan.io.yaml"))
         cluster.wait_established(["kvplans.kvplan.io"])
@@ -86,16 +94,25 @@ def run(*, classes: int, groups: int, small: int, cycles: int, scrape_s: float) 
             client.CustomObjectsApi(api).create_namespaced_custom_object(
                 "kvplan.io", "v1beta1", ns, "kvplans", {"apiVersion": "kvplan.io/v1beta1", "kind": "KVPlan",
                                                          "metadata": {"name": "fleet"},
-                                                         "spec": fleet.spec(prom.url, classes=n)})
+                                                         "spec": fleet.spec(prom.url, classes=n, knobs=knobs)})
         for ns, (fleet, n) in fleets.items():
             plans: list[Any] = []
             warm: list[bool] = []
             clients: list[PromClient] = []
 
+            knob_s: list[float] = [0.0]
+
             def planner(instance: Any, *, previous: Any = None) -> Any:
                 warm.append(previous is not None)
                 plans.append(kv_plan(instance, previous=previous))
                 return plans[-1]
+
+            def knob_rule(plan_: Any, instance: Any, **kw: Any) -> Any:
+                t = time.perf_counter()
+                try:
+                    return knobs_for_plan(plan_, instance, **kw)
+                finally:
+                    knob_s[0] += time.perf_counter() - t
 
             class Timed(PromClient):
                 """The operator's client, timing its requests (the answer's JSON parse included)."""
@@ -113,11 +130,14 @@ def run(*, classes: int, groups: int, small: int, cycles: int, scrape_s: float) 
                 clients.append(Timed.connect(conn))
                 return clients[-1]
 
+            cache = KnobCache()  # as the operator keeps one (handlers.py): the knob rule's answers are reused
             rows = []
             kinds = ["cold"] + ["warm"] * cycles + ["slid"] * cycles
             for k, kind in enumerate(kinds):
                 now = end + 30 - (600.0 * (k - cycles) if kind == "slid" else 0.0)
-                deps = Deps(kube=kube, prom_factory=factory, planner=planner, clock=lambda now=now: now)
+                knob_s[0] = 0.0
+                deps = Deps(kube=kube, prom_factory=factory, planner=planner, clock=lambda now=now: now,
+                            knobs=knob_rule, knob_cache=cache)
                 before = sum(c.requests_sent for c in clients)
                 http_before = sum(getattr(c, "seconds", 0.0) for c in clients)
                 body = kube.get_kvplan(ns, "fleet")
@@ -132,6 +152,7 @@ def run(*, classes: int, groups: int, small: int, cycles: int, scrape_s: float) 
                 phases = dict(result.phases)
                 phases["requests"] = sum(getattr(c, "seconds", 0.0) for c in clients) - http_before
                 phases["histories"] = phases.get("prometheus", 0.0) - phases["requests"]
+                phases["knobs"] = knob_s[0]
                 rows.append({"cycle": kind, "total_s": wall, "phases": phases, "warm_start": warm[-1],
                              "gap": (total - bound) / total if bound is not None else None,
                              "queries": sum(c.requests_sent for c in clients) - before, "writes": len(result.changed),
@@ -165,12 +186,12 @@ def summarise(res: dict[str, Any]) -> tuple[list[str], bool]:
     """Markdown tables and the verdict."""
     lines = [f"Re-plan cycle at fleet scale: {res['groups']} groups, Prometheus {res['prometheus']} backfilled with "
              f"{res['series']:,} series over 6 h (one sample per {res['scrape_s']:g} s, {res['backfill_s']:.0f} s to "
-             "backfill), "
+             f"backfill), engine knobs {res['knobs']} (knob cache as in the operator), "
              f"apiserver {res['apiserver']}", "",
              "| classes | cycle | n | median s | max s | observe | of which Prometheus requests | and histories | "
-             "decide | of which planner | build | apply | record | queries | objects written | status KiB | "
-             "warm start | method, gap |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+             "decide | of which planner | and knob rule | build | apply | record | queries | objects written | "
+             "status KiB | warm start | method, gap |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     ok = True
     medians: dict[tuple[int, str], float] = {}
     queries: dict[int, set[int]] = {}
@@ -181,7 +202,7 @@ def summarise(res: dict[str, Any]) -> tuple[list[str], bool]:
                 continue
             tot = [r["total_s"] for r in rows]
             med = {p: statistics.median(r["phases"].get(p, 0.0) for r in rows) for p in (
-                "observe", "requests", "histories", "decide", "planner", "build", "apply", "record")}
+                "observe", "requests", "histories", "decide", "planner", "knobs", "build", "apply", "record")}
             medians[(run["classes"], kind)] = statistics.median(tot)
             queries.setdefault(run["classes"], set()).update(r["queries"] for r in rows)
             lines.append(f"| {run['classes']} | {kind} | {len(rows)} | {statistics.median(tot):.2f} | {max(tot):.2f} | "

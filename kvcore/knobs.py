@@ -27,12 +27,18 @@ rule takes the least intrusive (:func:`intrusiveness`: 10 x watermark + halvings
 priorities), then the cheapest. If
 nothing beats stock vLLM, the knobs stay at stock values. Every candidate's measures are returned, so the operator
 can show why.
+
+**Knobs in force.** A caller that already runs some knobs passes them as ``current`` (watermark, max_num_seqs,
+policy). They are measured on the same replays as one more candidate, and kept when they are eligible and inside
+that knee: changing them would restart the engines for less than a tenth of the best reduction. (Without this, the
+``S_plan`` candidates move with every fresh history window and the choice would wobble from one re-plan to the
+next.)
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +59,8 @@ MIN_SEQS = 8
 """Smallest max_num_seqs tried: below it a replica idles its GPU between long requests."""
 WATERMARK_MIN_VERSION = (0, 33, 0)
 """``--watermark`` exists in vLLM from 0.33 on."""
+Knobs = tuple[float, int, str]
+"""(watermark, max_num_seqs, policy) of an engine, as ``current`` knobs are passed."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +181,21 @@ def replay(group: SimGroup, classes: Sequence[KnobClass], *, requests: int, rng:
     return workload, policy
 
 
+def history_segment(times: NDArray[np.float64] | None, requests: int, replays: int, k: int,
+                    ) -> NDArray[np.float64] | None:
+    """The arrival times replay ``k`` of ``replays`` takes from a history (sorted seconds): ``requests`` of them,
+    the most recent for k = 0 and evenly spaced earlier windows for the others, all inside the history (windows
+    overlap when it holds fewer than ``replays x requests``; each replay is the whole history when it holds fewer
+    than ``requests``). None without a usable history (Poisson arrivals)."""
+    if times is None or times.size < 2:
+        return None
+    n = int(times.size)
+    width = min(requests, n)
+    step = (n - width) // (replays - 1) if replays > 1 else 0
+    stop = n - k * min(step, width)
+    return times[stop - width:stop]
+
+
 def _measure(result: EngineResult, rho: NDArray[np.float64], n: int) -> tuple[float, float, int, float, float]:
     """(rho-priced recompute per request, stalled share, preemptions, P99 e2e, goodput)."""
     assert result.outcomes is not None
@@ -187,7 +210,7 @@ def intrusiveness(watermark: float, max_num_seqs: int, policy: str, stock_seqs: 
 
 
 def _candidates(group: SimGroup, classes: Sequence[KnobClass], base: EngineConfig, has_watermark: bool,
-                ) -> list[tuple[float, int, str, tuple[int, ...] | None]]:
+                current: Knobs | None = None) -> list[tuple[float, int, str, tuple[int, ...] | None]]:
     usable = (base.blocks_for(group.kv_capacity_tokens) - 1) * base.block_size
     rates = np.array([c.rate_rps for c in classes])
     footprint = float(sum(r * (c.inputs.mean() + c.reserve_tokens) for r, c in zip(rates, classes)) / rates.sum())
@@ -202,16 +225,23 @@ def _candidates(group: SimGroup, classes: Sequence[KnobClass], base: EngineConfi
         for rank, i in enumerate(order):
             ranks[i] = rank
         policies.append(("priority", tuple(ranks)))
-    return [(w, s, name, prio) for w in (WATERMARKS if has_watermark else (0.0,)) for s in seqs
-            for name, prio in policies]
+    out = [(w, s, name, prio) for w in (WATERMARKS if has_watermark else (0.0,)) for s in seqs
+           for name, prio in policies]
+    tried = dict(policies)
+    if current is not None and current[2] in tried and current[1] >= 1 and (current[0] == 0.0 or has_watermark):
+        key = (float(current[0]), int(current[1]), current[2], tried[current[2]])
+        if key not in out:
+            out.append(key)
+    return out
 
 
 def choose_knobs(group: SimGroup, classes: Sequence[KnobClass], *, base: EngineConfig | None = None,
                  engine_version: str = "0.33.0", requests: int = 2000, replays: int = 2, tolerance: float = 0.01,
-                 seed: int = 0, arrivals_s: ArrayLike | None = None) -> KnobChoice:
+                 seed: int = 0, arrivals_s: ArrayLike | None = None, current: Knobs | None = None) -> KnobChoice:
     """The knobs for one group (module docstring). ``replays`` independent replays of ``requests`` requests each
     (the most recent stretches of ``arrivals_s``, the history's arrival times in seconds, when known, so bursts are
-    kept; else Poisson); a candidate must be eligible on every one. Pure: seeded, no I/O."""
+    kept; else Poisson); a candidate must be eligible on every one. ``current``: the knobs in force, kept while they
+    are inside the knee (module docstring). Pure: seeded, no I/O."""
     base = base if base is not None else EngineConfig()
     if not classes:
         raise InputError("knobs.classes", "at least one class is needed")
@@ -221,14 +251,11 @@ def choose_knobs(group: SimGroup, classes: Sequence[KnobClass], *, base: EngineC
     times = None if arrivals_s is None else np.asarray(arrivals_s, dtype=np.float64).ravel()
     runs = []
     for k in range(replays):
-        segment = None
-        if times is not None and times.size >= 2:
-            stop = max(2, times.size - k * requests)
-            segment = times[max(0, stop - requests):stop]
+        segment = history_segment(times, requests, replays, k)
         workload, policy = replay(group, classes, requests=requests, rng=np.random.default_rng(seed + k),
                                   arrivals_s=segment)
         runs.append((workload, policy, np.array([c.rho for c in classes])[workload.class_index]))
-    cands = _candidates(group, classes, base, has_watermark)
+    cands = _candidates(group, classes, base, has_watermark, current)
     table = []
     for w, s, name, prio in cands:
         cfg = base.model_copy(update={"watermark": w, "max_num_seqs": s, "policy": name, "class_priority": prio,
@@ -253,9 +280,17 @@ def choose_knobs(group: SimGroup, classes: Sequence[KnobClass], *, base: EngineC
     gentle = [(key, m) for key, m in eligible if m[0] <= enough + 1e-12]
     (w, s, name, prio), best = min(gentle, key=lambda e: (intrusiveness(e[0][0], e[0][1], e[0][2],
                                                                         base.max_num_seqs), e[1][0]))
+    kept = next(((key, m) for key, m in gentle if current is not None and key[:3] == current), None)
     names = [c.name for c in classes]
     where = f"{replays} replay(s) of {requests} requests"
-    if (w, s, name) == (0.0, base.max_num_seqs, "fcfs"):
+    if kept is not None and kept[0][:3] != (w, s, name):
+        gentlest = (w, s, name)
+        (w, s, name, prio), best = kept
+        reason = (f"knobs in force kept (watermark {w:g}, max_num_seqs {s}, {name}): rho-priced recompute "
+                  f"{best[0]:.1f} token slots/request is within the knee of the best reduction ({stock_priced:.1f} "
+                  f"stock -> {floor:.1f}); the gentlest such candidate would be watermark {gentlest[0]:g}, "
+                  f"max_num_seqs {gentlest[1]}, {gentlest[2]}, on {where}")
+    elif (w, s, name) == (0.0, base.max_num_seqs, "fcfs"):
         reason = (f"stock vLLM kept: no candidate lowered rho-priced recompute ({stock_priced:.1f} token "
                   f"slots/request) within {tolerance:.0%} of its P99 e2e and goodput on {where}")
     else:
@@ -269,16 +304,15 @@ def choose_knobs(group: SimGroup, classes: Sequence[KnobClass], *, base: EngineC
                       reason=reason, candidates=tuple(measures))
 
 
-def knobs_for_plan(plan: Plan, instance: Instance, *, engine_version: str = "0.33.0", base: EngineConfig | None = None,
-                   requests: int = 2000, seed: int = 0) -> dict[str, KnobChoice]:
-    """The operator's entry: knobs per group of a plan, from the instance's histories (pooled windows), the classes'
-    planned rates on each group (lambda_i pi_ik), their reservations and cost ratios. Groups without traffic or
-    without a feasible layout get no entry."""
+def plan_groups(plan: Plan, instance: Instance) -> list[tuple[SimGroup, list[KnobClass]]]:
+    """Each planned group with traffic as the engine model sees it (replicas, KV capacity and step times of its
+    layout) and the classes routed to it (planned rate lambda_i pi_ik, history pooled over windows, reservation,
+    rho = c_p / c_w as the plan used it). Groups without traffic or without a feasible layout are left out."""
     from kvcore.profiles import resolve
 
     by_name = {c.name: c for c in instance.classes}
     specs = {g.name: g for g in instance.groups}
-    out: dict[str, KnobChoice] = {}
+    out: list[tuple[SimGroup, list[KnobClass]]] = []
     for gp in plan.groups:
         if gp.replicas <= 0 or gp.tp <= 0:
             continue
@@ -298,6 +332,17 @@ def knobs_for_plan(plan: Plan, instance: Instance, *, engine_version: str = "0.3
                                            np.full(samples.values.size, spec.input_tokens), samples.values,
                                            cp.reserve_tokens, c_p / c_w if c_w > 0 else 1e6, samples.weights))
         if classes:
-            out[gp.name] = choose_knobs(group, classes, base=base, engine_version=engine_version, requests=requests,
-                                        seed=seed)
+            out.append((group, classes))
     return out
+
+
+def knobs_for_plan(plan: Plan, instance: Instance, *, engine_version: str = "0.33.0", base: EngineConfig | None = None,
+                   requests: int = 2000, seed: int = 0, current: Mapping[str, Knobs] | None = None
+                   ) -> dict[str, KnobChoice]:
+    """The operator's entry: knobs per group of a plan (:func:`plan_groups`: the instance's histories, pooled
+    windows, the classes' planned rates on each group (lambda_i pi_ik), their reservations and cost ratios). Groups
+    without traffic or without a feasible layout get no entry. ``current``: group -> the knobs its engines run now
+    (kept while inside the knee, :func:`choose_knobs`)."""
+    return {group.name: choose_knobs(group, classes, base=base, engine_version=engine_version, requests=requests,
+                                     seed=seed, current=(current or {}).get(group.name))
+            for group, classes in plan_groups(plan, instance)}

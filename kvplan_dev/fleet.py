@@ -82,15 +82,17 @@ class Fleet:
         n = min(self.pods_per_class, self.groups)
         return [int(k) for k in rng.choice(self.groups, size=n, replace=False)]
 
-    def spec(self, prom_url: str, *, classes: int | None = None, **prometheus: Any) -> dict[str, Any]:
-        """The KVPlan spec (the first ``classes`` classes, default all)."""
+    def spec(self, prom_url: str, *, classes: int | None = None, knobs: str = "Auto", **prometheus: Any
+             ) -> dict[str, Any]:
+        """The KVPlan spec (the first ``classes`` classes, default all; every group's ``engine.knobs``)."""
         inst = self.instance
         groups = []
         for k, g in enumerate(inst.groups):
             groups.append({"name": self.group_name(k), "deployment": self.deployment_name(k), "container": "vllm",
                            "model": g.model, "nodePool": {"gpuType": g.gpu_type, "gpuCount": g.gpus,
                                                           "gpusPerNode": g.gpus_per_node},
-                           "layouts": [{"tp": lay.tp, "pp": lay.pp} for lay in g.layouts]})
+                           "layouts": [{"tp": lay.tp, "pp": lay.pp} for lay in g.layouts]}
+                          | ({"engine": {"knobs": knobs}} if knobs != "Auto" else {}))
         out = []
         for c in inst.classes[:classes]:
             out.append({"name": c.name, "inputTokens": int(round(c.input_tokens)),

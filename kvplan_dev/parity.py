@@ -8,7 +8,8 @@ Two groups of seeded random cases:
   block counts from just enough for the largest request to 4x that, watermark 0..0.3, ``max_num_seqs`` 1..16,
   ``max_num_batched_tokens`` from ``max_num_seqs`` to 2048, ``fcfs`` and ``priority`` (priorities 0..3), arrivals
   spread over steps (bursts and gaps), prefix caching on and off with shared class prefixes.
-- ``gate``: the same space with kvplan's reservation gate wrapped around ``allocate_slots`` (per-class y).
+- ``gate``: the same space through kvplan's shipped scheduler class ``kvplan_vllm.scheduler.ReservationScheduler``
+  (per-class y from a reservation file; vLLM with kvplan installed on top, :mod:`kvplan_dev.vllm_overlay`).
 
 Per request, ``admit_step`` (first step that scheduled it), ``preemptions`` and ``finish_step`` must be identical;
 ``first_token_step``, the longest gap, recomputed and prefix-cached tokens are compared too and reported. The
@@ -27,11 +28,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kvcore.sim.engine import EngineConfig, GroupEngine, Jobs, StepTiming, run_fast, run_reference
+from kvcore.sim.gate import capped_reserve
 from kvplan_dev.vllm_env import VLLM_VERSION, ensure_vllm_env
+from kvplan_dev.vllm_overlay import make_overlay
 
 REPO = Path(__file__).resolve().parent.parent
 DRIVER = REPO / "kvplan_dev" / "vllm_driver.py"
-GATE_MODULE = REPO / "kvcore" / "sim" / "gate.py"
 S = 1_000_000_000
 REQUIRED = ("admit_step", "preemptions", "finish_step")
 """Fields that must be identical (issue 13); the others in :data:`COMPARED` are compared and reported as well."""
@@ -59,6 +61,7 @@ def random_case(seed: int, *, gate: bool) -> dict[str, Any]:
     need = max(-(-(r["prompt"] + max(r["output"] - 1, reserve[r["cls"]] if gate else 0)) // bs) for r in reqs)
     seqs = rnd.randint(1, 16)
     return {"id": f"{'gate' if gate else 'stock'}-{seed}", "block_size": bs,
+            "max_model_len": max(r["prompt"] + r["output"] for r in reqs) + 8,
             "num_blocks": need + 1 + rnd.randint(0, 3 * need), "watermark": rnd.choice([0.0, 0.0, 0.01, 0.05, 0.1, 0.3]),
             "max_num_seqs": seqs, "max_num_batched_tokens": max(seqs, rnd.choice([seqs, 16, 48, 128, 512, 2048])),
             "policy": policy, "prefix_caching": rnd.random() < 0.5, "gate": gate, "reserve": reserve,
@@ -70,12 +73,14 @@ def case_jobs(case: dict[str, Any]) -> Jobs:
     engine = EngineConfig(block_size=case["block_size"], num_blocks=case["num_blocks"], watermark=case["watermark"],
                           max_num_seqs=case["max_num_seqs"], max_num_batched_tokens=case["max_num_batched_tokens"],
                           policy=case["policy"], prefix_caching=case["prefix_caching"],
-                          admission="gate" if case["gate"] else "vllm")
+                          admission="gate" if case["gate"] else "vllm", max_model_len=case["max_model_len"])
     reqs = case["requests"]
+    capacity = min(case["max_model_len"], (case["num_blocks"] - 1) * case["block_size"])
     return Jobs(arrival_ns=[r["arrival_step"] * S for r in reqs], prompt=[r["prompt"] for r in reqs],
                 output=[r["output"] for r in reqs], cls=[r["cls"] for r in reqs],
                 priority=[r["priority"] for r in reqs], prefix=[r["prefix"] for r in reqs],
-                reserve=[case["reserve"][r["cls"]] for r in reqs], group=[0] * len(reqs),
+                reserve=[capped_reserve(case["reserve"][r["cls"]], r["prompt"], capacity) for r in reqs],
+                group=[0] * len(reqs),
                 groups=(GroupEngine(1, case["num_blocks"], engine, StepTiming(1.0, 0.0, 0.0)),))
 
 
@@ -110,7 +115,7 @@ def run_driver(python: Path, cases: list[dict[str, Any]], progress: Callable[[st
            "VLLM_TARGET_DEVICE": "cpu", "TOKENIZERS_PARALLELISM": "false"}
     with tempfile.TemporaryDirectory(prefix="kvplan-parity-") as tmp:
         spec, answer = Path(tmp) / "cases.json", Path(tmp) / "answers.json"
-        spec.write_text(json.dumps({"gate_module": str(GATE_MODULE), "cases": cases}))
+        spec.write_text(json.dumps({"cases": cases}))
         with spec.open() as stdin, answer.open("w") as stdout:
             proc = subprocess.Popen([str(python), str(DRIVER)], stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
                                     text=True, cwd=tmp, env=env)
@@ -130,11 +135,13 @@ def run_parity(stock_cases: int = 200, gate_cases: int = 60, seed: int = 0,
                progress: Callable[[str], None] = print) -> dict[str, Any]:
     """The whole parity run; returns the report (module docstring)."""
     started = time.monotonic()
-    python = ensure_vllm_env(progress=progress)
+    base = ensure_vllm_env(progress=progress)
     cases = [random_case(seed + i, gate=False) for i in range(stock_cases)]
     cases += [random_case(seed + 100_000 + i, gate=True) for i in range(gate_cases)]
     progress(f"[parity] {len(cases)} cases through vLLM {VLLM_VERSION}'s scheduler on CPU ...")
-    answer = run_driver(python, cases, progress)
+    with tempfile.TemporaryDirectory(prefix="kvplan-parity-overlay-") as tmp:
+        python = make_overlay(Path(base), Path(tmp), REPO)  # vLLM + kvplan's plugin, the way a user installs it
+        answer = run_driver(python, cases, progress)
     by_id = {c["id"]: c for c in answer["cases"]}
     mismatches, groups = [], {"stock": [0, 0], "gate": [0, 0]}
     for case in cases:
@@ -148,7 +155,7 @@ def run_parity(stock_cases: int = 200, gate_cases: int = 60, seed: int = 0,
     identical = sum(g[1] for g in groups.values())
     return {"cases": len(cases), "identical": identical, "mismatches": mismatches, "vllm": answer["vllm"],
             "groups": {k: {"cases": v[0], "identical": v[1]} for k, v in groups.items()},
-            "gate_impl": "kvplan_dev.vllm_driver.install_gate (allocate_slots wrapper; kvplan_vllm not on main yet)",
+            "gate_impl": "kvplan_vllm.scheduler.ReservationScheduler",
             "steps": sum(c["steps"] for c in answer["cases"]), "seconds": round(time.monotonic() - started, 1)}
 
 

@@ -1,7 +1,9 @@
 """Drive vLLM 0.33's own V1 ``Scheduler`` on CPU, step by step, on cases given as JSON; print what it did as JSON.
 
-This file runs **inside the vLLM environment** (``kvplan_dev.vllm_env``), not in kvplan's venv: it imports only
-vLLM, torch (through vLLM) and the standard library, never kvplan. kvplan's parity tier starts it as a subprocess
+This file runs **inside the vLLM environment** (``kvplan_dev.vllm_env``), not in kvplan's venv: for stock cases it
+imports only vLLM, torch (through vLLM) and the standard library; gate cases import kvplan's shipped plugin
+(``kvplan_vllm``, installed on top of vLLM by :mod:`kvplan_dev.vllm_overlay`), never the engine model. kvplan's
+parity tier starts it as a subprocess
 (``python vllm_driver.py < cases.json > results.json``) and compares its answers with the vLLM engine model in
 ``kvcore.sim.engine``.
 
@@ -17,16 +19,17 @@ Token ids: request ``j`` of class ``c`` with shared prefix length ``prefix`` has
 ``UNIQUE_BASE + j`` at every step, so with prefix caching on only the class prefix is shared and a preempted request
 can find its own blocks again; two requests never collide otherwise.
 
-The reservation gate (``case["reserve"]`` per class, with ``"gate": true``): a ``Scheduler`` subclass whose
-``kv_cache_manager.allocate_slots`` refuses a WAITING or PREEMPTED request unless the free blocks cover every running
-request's outstanding claim plus the request's own, as DATAPLANE.md describes the plugin hook. The rule itself is
-not restated here: the file ``kvcore/sim/gate.py`` (pure standard library) is loaded by path (``input["gate_module"]``),
-so vLLM and the engine model apply the same code. The request's class travels in
-``SamplingParams.extra_args["kvplan_class"]``, as kvplan's plugin reads it.
+The reservation gate (``"gate": true``): kvplan's shipped scheduler class
+``kvplan_vllm.scheduler.ReservationScheduler`` (the synchronous one; ``--scheduler-cls`` in a real deployment)
+instead of vLLM's ``Scheduler``, reading a reservation file written for the case (classes ``c0``, ``c1``, ... with
+``case["reserve"]``, through ``KVPLAN_RESERVATIONS_FILE``), each request's class in
+``SamplingParams.extra_args["kvplan_class"]`` as kvplan's plugin reads it. Gate cases therefore need an interpreter
+where kvplan is installed on top of vLLM (:mod:`kvplan_dev.vllm_overlay`); stock cases import vLLM only.
 
-Input (stdin): ``{"gate_module": path, "cases": [case, ...]}``; a case is ``{"id", "block_size", "num_blocks",
+Input (stdin): ``{"cases": [case, ...]}``; a case is ``{"id", "block_size", "num_blocks", "max_model_len",
 "watermark", "max_num_seqs", "max_num_batched_tokens", "policy", "prefix_caching", "gate", "reserve": [y per class],
-"requests": [{"arrival_step", "prompt", "output", "cls", "priority", "prefix"}]}`` (requests sorted by arrival).
+"requests": [{"arrival_step", "prompt", "output", "cls", "priority", "prefix"}]}`` (requests sorted by arrival;
+``max_model_len`` defaults to the longest request + 8).
 Output (stdout, one JSON object): ``{"vllm": version, "cases": [{"id", "steps", "error", "requests": [{"admit_step",
 "first_token_step", "finish_step", "preemptions", "recomputed", "cached", "max_gap_steps"}]}]}``. ``admit_step`` is
 the first step that scheduled the request, ``finish_step`` the step whose output finished it; a token sampled by
@@ -67,7 +70,7 @@ def _model_dir(max_len: int) -> str:
     return path
 
 
-def build_scheduler(case: dict[str, Any], model_dir: str, max_len: int, gate: Any) -> Any:
+def build_scheduler(case: dict[str, Any], model_dir: str, max_len: int) -> Any:
     import torch
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.sched.scheduler import Scheduler
@@ -96,64 +99,52 @@ def build_scheduler(case: dict[str, Any], model_dir: str, max_len: int, gate: An
         kv_cache_groups=[KVCacheGroupSpec(["layer.0"], FullAttentionSpec(
             block_size=block_size, num_kv_heads=1, head_size=16, dtype=torch.float32))],
     )
-    scheduler = Scheduler(vllm_config=vllm_config, kv_cache_config=kv_config,
-                          structured_output_manager=StructuredOutputManager(vllm_config),
-                          block_size=block_size, log_stats=False)
+    scheduler_cls: Any = Scheduler
     if case.get("gate"):
-        install_gate(scheduler, [int(y) for y in case["reserve"]], block_size, gate)
+        from kvplan_vllm.scheduler import ReservationScheduler
+
+        scheduler_cls = ReservationScheduler
+        os.environ["KVPLAN_RESERVATIONS_FILE"] = reservation_file(case, _reservations_dir())
+    scheduler = scheduler_cls(vllm_config=vllm_config, kv_cache_config=kv_config,
+                              structured_output_manager=StructuredOutputManager(vllm_config),
+                              block_size=block_size, log_stats=False)
+    if case.get("gate") and not scheduler.kvplan_source.current.reserve_tokens:
+        raise SystemExit(f"case {case['id']}: the plugin did not load its reservation file "
+                         f"({scheduler.kvplan_source.state.problem})")
     return scheduler
 
 
-def load_gate(path: str) -> Any:
-    """``kvcore/sim/gate.py`` loaded by file path (it imports only the standard library)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("kvplan_sim_gate", path)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load the gate module {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_RES_DIR: list[str] = []
 
 
-def install_gate(scheduler: Any, reserve: list[int], block_size: int, gate: Any) -> None:
-    """Wrap ``kv_cache_manager.allocate_slots`` so WAITING/PREEMPTED requests pass kvplan's gate first."""
-    from vllm.v1.request import RequestStatus
-
-    manager = scheduler.kv_cache_manager
-    original = manager.allocate_slots
-
-    def held(request: Any) -> int:
-        return len(manager.get_blocks(request.request_id).blocks[0])
-
-    def y_of(request: Any) -> int:
-        return reserve[int(request.sampling_params.extra_args["kvplan_class"])]
-
-    def allocate_slots(request: Any, num_new_tokens: int, *args: Any, **kwargs: Any) -> Any:
-        if request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
-            claims = [gate.running_claim(q.num_prompt_tokens, q.num_output_tokens, y_of(q), held(q), block_size)
-                      for q in scheduler.running]
-            cached = int(kwargs.get("num_new_computed_tokens", 0))
-            own = gate.waiting_claim(request.num_prompt_tokens, request.num_output_tokens, y_of(request), cached,
-                                     block_size)
-            if not gate.admits(manager.block_pool.get_num_free_blocks(), claims, own):
-                return None
-        return original(request, num_new_tokens, *args, **kwargs)
-
-    manager.allocate_slots = allocate_slots
+def _reservations_dir() -> str:
+    """One temporary folder for the run's reservation files (the plugin re-reads its file while the case runs)."""
+    if not _RES_DIR:
+        _RES_DIR.append(tempfile.mkdtemp(prefix="kvplan-reservations-"))
+    return _RES_DIR[0]
 
 
-def run_case(case: dict[str, Any], gate: Any) -> dict[str, Any]:
+def reservation_file(case: dict[str, Any], folder: str) -> str:
+    """The case's reservations as kvplan's reservation file (``kvplan.reservations.v1``), in ``folder``."""
+    path = os.path.join(folder, f"reservations-{case['id']}.json")
+    doc = {"format": "kvplan.reservations.v1", "kvplan": "parity/driver", "plan": str(case["id"]), "defaultClass": "c0",
+           "classes": {f"c{k}": {"reserveTokens": int(y)} for k, y in enumerate(case["reserve"])}}
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh)
+    return path
+
+
+def run_case(case: dict[str, Any]) -> dict[str, Any]:
     """Replay one case step by step; per-request outcomes in input order."""
     from vllm import SamplingParams
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import Request
 
     reqs = case["requests"]
-    max_len = max(int(r["prompt"]) + int(r["output"]) for r in reqs) + 8
+    max_len = int(case.get("max_model_len") or max(int(r["prompt"]) + int(r["output"]) for r in reqs) + 8)
     model_dir = _model_dir(max_len)
     try:
-        scheduler = build_scheduler(case, model_dir, max_len, gate)
+        scheduler = build_scheduler(case, model_dir, max_len)
     finally:
         shutil.rmtree(model_dir, ignore_errors=True)
     hasher = None
@@ -184,7 +175,7 @@ def run_case(case: dict[str, Any], gate: Any) -> dict[str, Any]:
             prompt_len, own = int(spec["prompt"]), min(int(spec["prefix"]), int(spec["prompt"]))
             tokens = [PREFIX_BASE + int(spec["cls"])] * own + [UNIQUE_BASE + j] * (prompt_len - own)
             params = SamplingParams(max_tokens=int(spec["output"]), min_tokens=int(spec["output"]), ignore_eos=True,
-                                    extra_args={"kvplan_class": int(spec["cls"])})
+                                    extra_args={"kvplan_class": f"c{int(spec['cls'])}"})
             request = Request(request_id=f"r{j:06d}", prompt_token_ids=tokens, sampling_params=params,
                               pooling_params=None, arrival_time=float(j), priority=int(spec["priority"]),
                               block_hasher=hasher)
@@ -235,14 +226,15 @@ def main() -> int:
     spec = json.load(sys.stdin)
     import vllm
 
-    gate = load_gate(spec["gate_module"])
     results = []
     cases = spec["cases"]
     for i, case in enumerate(cases):
-        results.append(run_case(case, gate))
+        results.append(run_case(case))
         if (i + 1) % 20 == 0 or i + 1 == len(cases):
             print(f"[vllm-driver] {i + 1}/{len(cases)} cases, {time.monotonic() - started:.0f} s", file=sys.stderr,
                   flush=True)
+    for folder in _RES_DIR:
+        shutil.rmtree(folder, ignore_errors=True)
     json.dump({"vllm": vllm.__version__, "cases": results}, sys.stdout)
     sys.stdout.write("\n")
     return 0

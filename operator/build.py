@@ -1,17 +1,20 @@
 """Phase 3, build (pure): the decision -> one :class:`~kvplan_operator.desired.Desired` state, then each target's
 writes for it.
 
-- per group: layout and replicas from the plan (an idle group keeps its layout with 0 replicas) and
+- per group: layout and replicas from the plan (an idle group keeps its layout with 0 replicas) and the engine
+  knobs decided in phase 2 (:mod:`kvplan_operator.engine_knobs`); with ``engine.knobs: Formula``,
   ``--max-num-seqs = floor(M(z) / mean reserved tokens per request routed there)``, which only rides along with a
   rollout that happens anyway (a layout change, a spec change or first adoption), never triggers one;
+- the reservation file for kvplan's vLLM plugin (:func:`reservation_document`), written into the state ConfigMap
+  whether or not a group mounts it, and the class priorities;
 - per class: reservation, admission, routing and prefix fractions, with routing hysteresis
   (``router.minWeightChange``: the published weights stay unless one moves that much or admission changes);
 - the write order's inputs: the groups whose Deployment changes TP/PP or scales to 0 (``draining``) and the
   routing to publish while they do (each class's planned weights over the other groups, renormalised; else its
   published ones over them; a class with nowhere else to go gets no interim routing: its routing stays as it is
   until the final step);
-- the disruption budget: a re-layout of a Deployment kvplan already manages is recorded (time, target layouts) in
-  the state ConfigMap, which is written before any Deployment.
+- the disruption budget: a re-layout of a Deployment kvplan already manages, or a knob change that restarts one,
+  is recorded (time, target layouts or knobs) in the state ConfigMap, which is written before any Deployment.
 
 ``DryRun`` builds the desired state (status reports it) but no writes. A target that cannot express the desired
 state (missing Deployment, another KVPlan's Deployment, a shell string it cannot edit, an InferencePool that is
@@ -22,10 +25,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvcore.planmodel import Plan
+from kvcore.reservation_file import PromptLengthRule, Reservations, render_reservations
 
 from . import conditions as C
 from .decide import Decided
@@ -133,12 +137,19 @@ def desired_state(run: RunContext, obs: Observation, dec: Decided) -> Desired:
     gt, ct = plan_targets(spec, dec.plan, rates, seen)
     published = obs.published()
     ct = hold_small_moves(ct, published, spec.router.min_weight_change)
-    for g in spec.groups:  # --max-num-seqs rides along with a rollout, never triggers one on its own
+    for g in spec.groups:  # Formula: --max-num-seqs rides along with a rollout, never triggers one on its own
         t, s = gt[g.name], obs.groups[g.name]
         applied_gen = ((s.body or {}).get("metadata", {}).get("annotations") or {}).get("kvplan.io/generation")
         same_spec = applied_gen is not None and applied_gen == str(run.generation)
-        if s.layout == t.layout and s.adopted and same_spec and s.max_num_seqs is not None:
+        if g.engine.knobs == "Formula" and s.layout == t.layout and s.adopted and same_spec \
+                and s.max_num_seqs is not None:
             gt[g.name] = GroupTarget(t.name, t.tp, t.pp, t.replicas, s.max_num_seqs)
+        k = dec.knobs.groups.get(g.name)
+        if k is not None and g.engine.knobs == "Auto":
+            gt[g.name] = replace(gt[g.name], max_num_seqs=k.target.max_num_seqs, watermark=k.target.watermark,
+                                 scheduling_policy=k.target.scheduling_policy)
+        if k is not None:
+            gt[g.name] = replace(gt[g.name], scheduler_cls=k.target.scheduler_cls)
     draining = frozenset(
         g.name for g in spec.groups if obs.groups[g.name].body is not None and (
             obs.groups[g.name].layout != gt[g.name].layout
@@ -154,12 +165,32 @@ def desired_state(run: RunContext, obs: Observation, dec: Decided) -> Desired:
                                                   layouts_key({k: t.layout for k, t in gt.items()})))
         if dec.spec_changed:
             relayout_gen = run.generation
-    return Desired(plan_id=plan_id(gt, ct), groups=gt, classes=ct, rates=rates,
+    elif dec.knobs.record is not None and spec.mode == "Apply":  # a knob change restarts pods: counted the same
+        changes = (*dec.changes, LayoutChange(round(run.now, 3), dec.knobs.record))
+        if dec.spec_changed:
+            relayout_gen = run.generation
+    pid = plan_id(gt, ct)
+    return Desired(plan_id=pid, groups=gt, classes=ct, rates=rates,
                    manage_replicas={g.name: obs.groups[g.name].autoscaler is None for g in spec.groups},
                    draining=draining,
                    interim_classes=interim_routing(spec, ct, draining, published) if draining else None,
                    current=current, layout_changes=tuple(changes), relayout_generation=relayout_gen,
-                   relayout=relayout)
+                   relayout=relayout, class_priority=dict(dec.knobs.class_priority),
+                   reservation_file=reservation_document(run, spec, pid, dec))
+
+
+def reservation_document(run: RunContext, spec: KVPlanSpec, pid: str, dec: Decided) -> str:
+    """The ``kvplan.reservations.v1`` document (:mod:`kvcore.reservation_file`): the reservations of
+    :func:`kvplan_operator.decide.gate_reservations`, the fleet default class (``fleetDefault``, else the first
+    class), the class priorities and the classes' prompt-length rules, smallest ``maxPromptTokens`` first."""
+    default = next((c.name for c in spec.classes if c.fleet_default), spec.classes[0].name)
+    rules = sorted((c.max_prompt_tokens, i, c.name) for i, c in enumerate(spec.classes)
+                   if c.max_prompt_tokens is not None)
+    return render_reservations(Reservations(
+        reserve_tokens={c.name: int(dec.gate_reserve.get(c.name, 0)) for c in spec.classes}, default_class=default,
+        priority_classes={p: c for c, p in dec.knobs.class_priority.items()},
+        prompt_length_rules=tuple(PromptLengthRule(limit, name) for limit, _, name in rules),
+        plan=pid, kvplan=run.owner))
 
 
 def notes_for(obs: Observation, dec: Decided, desired: Desired) -> list[str]:

@@ -6,6 +6,8 @@ Condition types (``status.conditions[].type``):
 - ``Planned``: the last attempt produced a plan from fresh data.
 - ``Applied``: the cluster matches the plan (``False`` in DryRun, with reason ``DryRun``).
 - ``Degraded``: the operator is serving the last good plan because something is wrong (Prometheus, samples).
+- ``EngineKnobs``: every engine knob the plan chose (``--max-num-seqs``, ``--watermark``, ``--scheduling-policy``,
+  kvplan's ``--scheduler-cls``) is in force; ``False`` says which group's knob was refused or held back, and why.
 
 Every condition carries ``type``, ``status``, ``reason``, ``message`` (truncated to :data:`MAX_MESSAGE`),
 ``lastTransitionTime`` (changes only when ``status`` changes) and ``observedGeneration``.
@@ -21,7 +23,8 @@ READY = "Ready"
 PLANNED = "Planned"
 APPLIED = "Applied"
 DEGRADED = "Degraded"
-TYPES = (READY, PLANNED, APPLIED, DEGRADED)
+ENGINE_KNOBS = "EngineKnobs"
+TYPES = (READY, PLANNED, APPLIED, DEGRADED, ENGINE_KNOBS)
 
 # --- Reasons (CamelCase, stable: alerts and tests match on them) -------------------------------------------------
 #: The plan was computed and every owned object matches it.
@@ -106,7 +109,7 @@ STATUS_WRITE_FAILED = "StatusWriteFailed"
 #: An unexpected error inside the operator (a bug); its type is in the message, the last good plan is kept.
 INTERNAL_ERROR = "InternalError"
 
-REASONS = (
+REASONS: tuple[str, ...] = (
     RECONCILED, PLAN_SUCCEEDED, APPLY_SUCCEEDED, DRY_RUN, HEALTHY, INVALID_SPEC, LAYOUT_EXCEEDS_NODE,
     PROMETHEUS_UNAVAILABLE, TOO_FEW_SAMPLES, DEPLOYMENT_MISSING, CONTAINER_NOT_FOUND, INFEASIBLE, PLANNER_ERROR,
     APPLY_FAILED, PENDING, READ_FAILED, OWNED_BY_OTHER, UNSUPPORTED_CONTAINER_LAYOUT, ROUTER_TARGET_INVALID,
@@ -121,6 +124,20 @@ DEGRADED_REASONS = (
     PROMETHEUS_QUERY_ERROR, PROMETHEUS_BAD_RESPONSE, INVALID_HISTOGRAM, NO_RATE_DATA, INVALID_RATE,
     AUTH_SECRET_MISSING, PROMETHEUS_AUTH_REFUSED, PROMETHEUS_TLS_ERROR, METRIC_ABSENT, TOO_MANY_SERIES,
 )
+
+# --- Reasons of EngineKnobs (the plan applies; these say what of the engine knobs did not) ----------------------
+#: Every knob the plan chose is in force (or, with ``engine.knobs: Formula``, kvplan sets only --max-num-seqs).
+KNOBS_IN_FORCE = "KnobsInForce"
+#: A group's engine cannot take a knob: ``--watermark`` on vLLM older than 0.33, the plugin on anything but 0.33.x,
+#: or a container that runs its own ``--scheduler-cls``. The message names the group, the version and the knob;
+#: the knob is not written at all (nothing of it half-applied), the rest of the plan applies.
+KNOB_UNSUPPORTED = "KnobUnsupported"
+#: A knob change would restart a group's pods and the disruption budget is spent: the group keeps every knob it
+#: runs; the message and ``status.plan.groups.<g>.engine.held`` give each knob's planned and current value.
+KNOBS_HELD = "KnobsHeld"
+#: kvcore's knob rule failed (its error in the message); the groups keep the knobs they run.
+KNOB_RULE_FAILED = "KnobRuleFailed"
+REASONS = REASONS + (KNOBS_IN_FORCE, KNOB_UNSUPPORTED, KNOBS_HELD, KNOB_RULE_FAILED)
 
 #: Longest message kept, characters. Long enough for a handful of field errors, short enough for `kubectl get -o wide`.
 MAX_MESSAGE = 1024

@@ -12,21 +12,25 @@
    counted (same target layouts, within the hour; e.g. after the operator died between two Deployment patches)
    does not count again. A spec change bypasses the budget once per generation: not once the Deployments carry
    that generation, nor once its re-layout was attempted (the state ConfigMap remembers which generation did).
+4. The engine knobs of each group (:mod:`kvplan_operator.engine_knobs`): kvcore's knob rule on the chosen plan,
+   and the same budget for a knob change that restarts pods; and the reservations kvplan's plugin gates admission
+   with (:func:`gate_reservations`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
 from kvcore.errors import InputError
-from kvcore.instance import input_error
+from kvcore.instance import Instance, input_error
 from kvcore.planmodel import Plan
 
 from . import conditions as C
 from .desired import LayoutChange, layouts_key
+from .engine_knobs import KnobDecision, RuleCall, decide_knobs
 from .observe import Observation
 from .policy import OK_STATUSES, Decision, decide as choose, layout_moves, layouts_of, recent_changes, target_layouts
 from .run import Deps, Failure, RunContext
@@ -47,6 +51,10 @@ class Decided:
     changes: tuple[LayoutChange, ...]
     resumed: bool
     solve_seconds: float
+    #: each group's engine knobs and the class priorities (:mod:`kvplan_operator.engine_knobs`).
+    knobs: KnobDecision = KnobDecision()
+    #: class -> reserved output tokens of the reservation file (:func:`gate_reservations`).
+    gate_reserve: Mapping[str, int] = field(default_factory=dict)
 
 
 def _refusal(exc: Exception, spec: KVPlanSpec) -> Failure:
@@ -112,7 +120,38 @@ def decide(run: RunContext, obs: Observation, deps: Deps) -> Decided | Failure:
     if unheld:
         decision = Decision(decision.plan, True, decision.reason + "; layout of " + ", ".join(unheld)
                             + " is not in the spec's allowed layouts (re-laid out)")
-    return Decided(decision.plan, decision, current, pinned, spec_changed, changes, resumed, solve_s)
+    instance = build_instance(obs.spec, obs.classes, capacity=obs.capacity)
+    knobs = engine_knobs(run, deps, obs, decision.plan, instance, current=current, spec_changed=spec_changed,
+                         changes=changes)
+    return Decided(decision.plan, decision, current, pinned, spec_changed, changes, resumed, solve_s, knobs,
+                   gate_reservations(decision.plan, instance))
+
+
+def engine_knobs(run: RunContext, deps: Deps, obs: Observation, plan: Plan, instance: Instance, *,
+                 current: Mapping[str, tuple[int, int]], spec_changed: bool,
+                 changes: tuple[LayoutChange, ...]) -> KnobDecision:
+    """Step 4: the groups' engine knobs for ``plan``, under the budget left after its re-layouts."""
+    from kvcore.knobs import knobs_for_plan
+
+    seen = {k: s.layout for k, s in obs.groups.items() if s.layout is not None}
+    layouts = target_layouts(plan, seen)
+    call = RuleCall(deps.knobs or knobs_for_plan, deps.knob_cache, run.owner, run.generation, run.now)
+    return decide_knobs(obs.spec, plan, instance, call,
+                        bodies={k: s.body for k, s in obs.groups.items()},
+                        adopted=[k for k, s in obs.groups.items() if s.adopted],
+                        relaid=[k for k, v in current.items() if layouts.get(k) != v], layouts=layouts,
+                        spec_changed=spec_changed, recorded=[c.layouts for c in changes],
+                        max_per_hour=obs.spec.replan.max_layout_changes_per_hour)
+
+
+def gate_reservations(plan: Plan, instance: Instance) -> dict[str, int]:
+    """The reservations kvplan's plugin gates admission with (the reservation file), class -> output tokens.
+
+    **The seam** for kvcore's rule that decides where a reservation pays (issue 13, the engine lane): today every
+    class gets the plan's own y. When that rule lands, call it here with ``plan`` and ``instance``; a class where a
+    reservation does not pay gets 0 (the gate then reserves nothing for it and admits as stock vLLM does)."""
+    del instance  # the rule's input, once it exists
+    return {c.name: int(round(c.reserve_tokens)) for c in plan.classes}
 
 
 def recent_changes_of(changes: tuple[LayoutChange, ...], now: float) -> list[LayoutChange]:

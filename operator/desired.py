@@ -31,13 +31,21 @@ ANN_RELAYOUT_GENERATION = "kvplan.io/relayout-generation"
 
 @dataclass(frozen=True)
 class GroupTarget:
-    """What one group should look like: layout, replicas, and the vLLM batch limit."""
+    """What one group should look like: layout, replicas, and the engine knobs. A knob that is None is left as the
+    container has it; a value equal to what the container already runs (vLLM's default when the flag is absent) is
+    not written either."""
 
     name: str
     tp: int
     pp: int
     replicas: int
     max_num_seqs: int | None = None
+    #: ``--watermark`` (fraction of KV blocks kept free at admission; vLLM >= 0.33).
+    watermark: float | None = None
+    #: ``--scheduling-policy`` (``fcfs`` or ``priority``).
+    scheduling_policy: str | None = None
+    #: ``--scheduler-cls`` of kvplan's plugin; None: the plugin is off (kvplan removes what it added, if anything).
+    scheduler_cls: str | None = None
 
     @property
     def gpus_per_replica(self) -> int:
@@ -74,11 +82,17 @@ def layouts_key(layouts: Mapping[str, tuple[int, int]]) -> str:
 
 def plan_id(groups: Mapping[str, GroupTarget], classes: Mapping[str, ClassTarget]) -> str:
     """Content hash of the decisions (12 hex): unchanged decisions give an unchanged id, so nothing is rewritten."""
-    doc = {"g": {k: [v.tp, v.pp, v.replicas, v.max_num_seqs] for k, v in sorted(groups.items())},
+    doc = {"g": {k: [v.tp, v.pp, v.replicas, v.max_num_seqs] + _knobs(v) for k, v in sorted(groups.items())},
            "c": {k: [v.reserve_tokens, round(v.admitted, 6), sorted((g, round(w, 6)) for g, w in v.routing.items()),
                      sorted((g, round(w, 6)) for g, w in v.prefix_fraction.items())]
                  for k, v in sorted(classes.items())}}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _knobs(g: GroupTarget) -> list[Any]:
+    """The engine knobs' part of a group's plan id (empty when none is set, so ids of kvplan 0.1 plans are kept)."""
+    knobs = [g.watermark, g.scheduling_policy, g.scheduler_cls]
+    return [] if all(k is None for k in knobs) else knobs
 
 
 class Stage(enum.IntEnum):
@@ -116,6 +130,11 @@ class Desired:
     relayout_generation: int | None = None
     #: True when this apply re-lays-out a Deployment kvplan already manages (counted in the budget).
     relayout: bool = False
+    #: class -> vLLM request priority (lower is served first) for groups under ``--scheduling-policy priority``;
+    #: empty when no group uses it.
+    class_priority: Mapping[str, int] = field(default_factory=dict)
+    #: the ``kvplan.reservations.v1`` document for kvplan's vLLM plugin (the state ConfigMap's ``reservations.json``).
+    reservation_file: str | None = None
 
     @property
     def reservations(self) -> dict[str, int]:

@@ -17,6 +17,7 @@ from typing import Any
 import kopf
 
 from . import conditions as C
+from .knob_cache import KnobCache
 from .kube import GROUP, PLURAL, VERSION, Kube, KubeError
 from .metrics import Metrics
 from .prom import UrlPolicy, default_prom_factory
@@ -63,7 +64,7 @@ def default_runtime(config: Config = CONFIG) -> Runtime:
         metrics.serve(config.metrics_port)
     deps = Deps(kube=Kube.from_environment(),
                 prom_factory=default_prom_factory,
-                planner=plan, metrics=metrics, backoff_base_s=config.backoff_base_s,
+                planner=plan, metrics=metrics, backoff_base_s=config.backoff_base_s, knob_cache=KnobCache(),
                 prom_policy=UrlPolicy.from_environment())
     return Runtime(deps)
 

@@ -30,6 +30,7 @@ from . import conditions as C
 from .apply import Applied
 from .build import Built
 from .decide import Decided
+from .engine_knobs import engine_status, knob_condition
 from .kube import KubeError
 from .observe import Observation
 from .run import OWNED_STATUS, Deps, Failure, RunContext
@@ -155,6 +156,7 @@ class Recorder:
                                     notes=built.notes, capacity=obs.capacity, detail=chunk_name(self.run.name, 0))
         self.st["plan"]["id"] = desired.plan_id
         self.st["plan"]["detail"] = self.detail_ref
+        self.engine(dec)
         self.st["objective"] = objective_body(plan)
         self.st["diff"] = diff_body(plan)
         self.st.pop("lastGoodPlan", None)  # an older operator's copy: the detail ConfigMaps hold it now
@@ -191,8 +193,14 @@ class Recorder:
         is the outcome (``StatusWriteFailed``, status left as it was: it says which plan was being applied)."""
         plan, desired = dec.plan, built.desired
         stored = plan.model_copy(update={"solve_seconds": 0.0})  # the time is in status; the document stays put
-        doc = {"format": FORMAT, "kvplan": self.run.owner, "plan": desired.plan_id,
-               "classes": class_entries(plan, observed=obs.classes, applied=desired.classes),
+        classes = class_entries(plan, observed=obs.classes, applied=desired.classes)
+        for c, p in desired.class_priority.items():  # the engine knobs per class (vLLM --scheduling-policy)
+            if c in classes:
+                classes[c]["priority"] = p
+        for c, y in dec.gate_reserve.items():  # what the reservation file gates admission with
+            if c in classes:
+                classes[c]["gateReserveTokens"] = y
+        doc = {"format": FORMAT, "kvplan": self.run.owner, "plan": desired.plan_id, "classes": classes,
                "notes": list(built.notes), "diff": diff_full(plan), "lastGoodPlan": plan_json(stored)}
         writes = detail_writes(kvplan=self.run.name, namespace=self.run.namespace, owner=self.run.owner,
                                owner_ref=self.run.owner_reference, plan_id=desired.plan_id, doc=doc,
@@ -208,6 +216,15 @@ class Recorder:
                 return Outcome(False, C.STATUS_WRITE_FAILED, f"plan {desired.plan_id} applied; its detail not "
                                f"stored: {exc}", self.backoff(), [], False, self.run.elapsed())
         return None
+
+    def engine(self, dec: Decided) -> None:
+        """The engine knobs: ``status.plan.groups.<g>.engine`` and the EngineKnobs condition (per class,
+        ``priority`` and ``gateReserveTokens`` go to the plan's detail: :meth:`detail`)."""
+        for g, k in dec.knobs.groups.items():
+            if g in self.st["plan"]["groups"]:
+                self.st["plan"]["groups"][g]["engine"] = engine_status(k)
+        if dec.knobs.groups:
+            self.cond(C.ENGINE_KNOBS, *knob_condition(dec.knobs))
 
     def finish(self) -> tuple[bool, KubeError | None]:
         """Set conditions, write the status patch if anything changed, post events for transitions."""

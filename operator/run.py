@@ -12,6 +12,7 @@ from typing import Any
 
 from kvcore.planmodel import Plan
 
+from .knob_cache import KnobCache
 from .kube import KubeApi
 from .prom import PromApi, PromConnection, UrlPolicy
 
@@ -39,6 +40,12 @@ class Deps:
     prom_policy: UrlPolicy = field(default_factory=UrlPolicy)
     #: Host resolver for the URL policy (injected so tests can point a name at a link-local address).
     resolve: Callable[[str], Any] | None = None
+    #: The engine-knob rule, ``knobs_for_plan(plan, instance, *, engine_version, current)``; None: kvcore's
+    #: (:func:`kvcore.knobs.knobs_for_plan`).
+    knobs: Callable[..., Mapping[str, Any]] | None = None
+    #: Where the knob rule's answers are reused between re-plans (:mod:`kvplan_operator.knob_cache`); None: the rule
+    #: runs every reconcile (tests). The operator's runtime keeps one.
+    knob_cache: KnobCache | None = None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ from pydantic.alias_generators import to_camel
 
 from kvcore.catalogue import HistorySource as SourceName  # the history sources' names (one catalogue)
 
+from .spec_engine import Engine, Plugin, class_rule_errors
+
 #: Default node selector per GPU type (the NVIDIA GPU feature-discovery product label).
 DEFAULT_NODE_SELECTORS: dict[str, dict[str, str]] = {
     "A100-80GB": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
@@ -100,7 +102,6 @@ class Layout(_Model):
 
 _DEFAULT_LAYOUTS = (Layout(tp=1), Layout(tp=2), Layout(tp=4), Layout(tp=8))
 
-
 class Group(_Model):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
     deployment: str = Field(pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", max_length=253)
@@ -113,6 +114,8 @@ class Group(_Model):
     model: str = Field(min_length=1, max_length=63)
     node_pool: NodePool
     layouts: tuple[Layout, ...] = Field(_DEFAULT_LAYOUTS, min_length=1)
+    engine: Engine = Engine()
+    plugin: Plugin = Plugin()
 
     @property
     def service_name(self) -> str:
@@ -196,6 +199,11 @@ class RequestClass(_Model):
     costs: Costs | None = None
     slo: Slo | None = None
     robustness: Robustness | None = None
+    max_prompt_tokens: int | None = Field(None, ge=0, le=MAX_TOKENS, description="Prompt-length rule for kvplan's "
+                                          "plugins: a request naming no class, with at most this many prompt tokens, "
+                                          "is this class (rules tried from the smallest up).")
+    fleet_default: bool = Field(False, description="The class of requests that name none (or an unknown one) and "
+                                "match no prompt-length rule; default: the first class.")
 
     @property
     def env_name(self) -> str:
@@ -365,6 +373,7 @@ def _semantic_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:
         if c.prefix_tokens > c.input_tokens:
             errs.append((f"{p}.prefixTokens", f"{c.prefix_tokens} exceeds inputTokens {c.input_tokens}"))
     errs += _source_errors(spec)
+    errs += class_rule_errors(spec.classes)
     for field, text, (low, high) in (("spec.prometheus.lookback", spec.prometheus.lookback, LOOKBACK_BOUNDS),
                                      ("spec.replan.interval", spec.replan.interval, INTERVAL_BOUNDS)):
         try:

@@ -9,7 +9,11 @@ Disagreements looked for:
 3. status claiming a plan applied (condition Applied=True) whose layouts are not the Deployments', whose id is not
    the router document's or the plan detail's, or whose class weights (published in the plan's detail
    ConfigMaps) are not the document's or the HTTPRoute's (unless status notes say the HTTPRoute was not found when
-   the plan was applied).
+   the plan was applied);
+4. (given the state ConfigMap) a half-applied plugin (kvplan's ``--scheduler-cls`` without the reservation file
+   mounted, or the reverse); status claiming applied engine knobs a Deployment does not run; status claiming a plan
+   applied whose reservation file (``reservations.json``) names another plan or other reservations than the plan's
+   detail.
 
 :func:`detail_document` joins the plan's detail ConfigMaps here, from their documented layout, not with the
 operator's reader.
@@ -95,14 +99,77 @@ def largest_remainder(shares: Mapping[str, float], total: int = 1000) -> dict[st
     return out
 
 
+def _argv(dep: Mapping[str, Any], name: str = "vllm") -> list[str]:
+    c = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == name)
+    return " ".join(list(c.get("command") or []) + list(c.get("args") or [])).replace("=", " ").split()
+
+
+def _flag(argv: list[str], flag: str, default: str | None) -> str | None:
+    found = default
+    for i, t in enumerate(argv):
+        if t == flag and i + 1 < len(argv):
+            found = argv[i + 1].strip("'\"")
+    return found
+
+
+def knob_disagreements(*, deployments: Mapping[str, Mapping[str, Any] | None], groups: Mapping[str, str],
+                       status: Mapping[str, Any], state: Mapping[str, Any] | None,
+                       detail: Mapping[str, Any] | None = None) -> list[str]:
+    """Item 4 of the module docstring (vLLM's defaults for absent flags: 256 sequences, watermark 0, fcfs)."""
+    out: list[str] = []
+    for g, name in groups.items():
+        dep = deployments.get(name)
+        if dep is None:
+            continue
+        sched = _flag(_argv(dep), "--scheduler-cls", None)
+        c = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm")
+        mounted = any(m.get("mountPath") == "/etc/kvplan" for m in c.get("volumeMounts") or []) and any(
+            v.get("name") == "kvplan-reservations" for v in dep["spec"]["template"]["spec"].get("volumes") or [])
+        if (sched or "").startswith("kvplan_vllm.") != mounted:
+            out.append(f"Deployment {name}: plugin half-applied (--scheduler-cls {sched}, reservation file "
+                       f"{'mounted' if mounted else 'not mounted'})")
+    applied = next((c for c in status.get("conditions") or [] if c.get("type") == "Applied"), None)
+    plan = status.get("plan") or {}
+    if applied is None or applied.get("status") != "True" or not plan:
+        return out
+    for g, entry in (plan.get("groups") or {}).items():
+        dep, eng = deployments.get(groups.get(g, "")), entry.get("engine") or {}
+        if dep is None or not eng:
+            continue
+        argv = _argv(dep)
+        runs = {"maxNumSeqs": int(_flag(argv, "--max-num-seqs", "256") or 0),
+                "watermark": float(_flag(argv, "--watermark", "0") or 0),
+                "schedulingPolicy": _flag(argv, "--scheduling-policy", "fcfs"),
+                "schedulerCls": _flag(argv, "--scheduler-cls", None)}
+        if not str(runs["schedulerCls"]).startswith("kvplan_vllm."):
+            runs["schedulerCls"] = None  # a user's own scheduler is not kvplan's claim
+        for key, value in runs.items():
+            if (eng.get(key) is not None or key == "schedulerCls") and eng.get(key) != value:
+                out.append(f"status claims group {g} runs {key}={eng.get(key)}, Deployment runs {value}")
+    doc = ((state or {}).get("data") or {}).get("reservations.json")
+    if state is not None and doc is not None:
+        res = json.loads(doc)
+        if res.get("plan") != plan.get("id"):
+            out.append(f"status claims plan {plan.get('id')} applied, the reservation file has {res.get('plan')}")
+        for c, entry in ((detail or {}).get("classes") or {}).items():
+            want = entry.get("gateReserveTokens", entry.get("reserveTokens"))
+            if (res.get("classes") or {}).get(c, {}).get("reserveTokens") != want:
+                out.append(f"status gates {c} with {want} tokens, the reservation file with "
+                           f"{(res.get('classes') or {}).get(c)}")
+    return out
+
+
 def disagreements(*, deployments: Mapping[str, Mapping[str, Any] | None], groups: Mapping[str, str],
                   router: Mapping[str, Any] | None, route: Mapping[str, Any] | None,
                   status: Mapping[str, Any], class_header: str = "x-kvplan-class",
-                  services: Mapping[str, str] | None = None, detail: Mapping[str, Any] | None = None) -> list[str]:
+                  services: Mapping[str, str] | None = None, state: Mapping[str, Any] | None = None,
+                  detail: Mapping[str, Any] | None = None) -> list[str]:
     """Every disagreement (see the module docstring). ``groups``: group -> Deployment name; ``router``: the parsed
-    router document or None; ``route``: the HTTPRoute or None; ``services``: group -> Service name; ``detail``: the
-    plan's detail document (:func:`detail_document`) or None."""
-    out: list[str] = []
+    router document or None; ``route``: the HTTPRoute or None; ``services``: group -> Service name; ``state``:
+    the KVPlan's state ConfigMap (checks 4 run only when it is given); ``detail``: the plan's detail document
+    (:func:`detail_document`) or None."""
+    out: list[str] = knob_disagreements(deployments=deployments, groups=groups, status=status, state=state,
+                                        detail=detail) if state is not None else []
     layouts: dict[str, tuple[int, int]] = {}
     for g, name in groups.items():
         dep = deployments.get(name)

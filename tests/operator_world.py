@@ -54,7 +54,7 @@ def deployment(name: str) -> dict:
         "spec": {
             "replicas": 1, "selector": {"matchLabels": {"app": name}},
             "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [
-                {"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+                {"name": "vllm", "image": "vllm/vllm-openai:v0.33.0",  # the tag gives engine.vllmVersion
                  "args": ["--model", "meta-llama/Llama-3.1-70B-Instruct", "--tensor-parallel-size", "1",
                           "--gpu-memory-utilization", "0.9"],
                  "env": [{"name": "HF_HOME", "value": "/models"}]},

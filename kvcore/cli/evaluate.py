@@ -8,7 +8,8 @@
 
 With ``--engine vllm`` the output is one table (or ``{"rows": [...]}`` with ``--json``) with the keys ``trace, load,
 method, preemptions, recomputed_tokens, ttft_p50_s, ttft_p99_s, e2e_p50_s, e2e_p99_s, stall_p99_s, stalled_frac,
-goodput_rps, cost`` for the methods ``vllm-default``, ``kvplan-knobs`` and ``kvplan-plugin`` at each load
+goodput_rps, cost`` for the methods ``vllm-default``, ``kvplan-knobs``, ``kvplan-plugin`` (the reservations that pay)
+and ``kvplan-plugin-dro`` (the plan's raw reservations) at each load
 (:mod:`kvcore.evaluate.engine` states the protocol, fleet and measures); ``--frontier`` adds the plugin's rho sweep
 and stock vLLM's watermark x max_num_seqs grid (and, with ``--out``, the frontier plot).
 
@@ -90,6 +91,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--load", default="0.7,0.9", help="--engine vllm: loads, fractions of the profile's capacity")
     p.add_argument("--frontier", action="store_true",
                    help="--engine vllm: also sweep rho (plugin) and watermark x max_num_seqs (stock vLLM)")
+    p.add_argument("--replay-requests", type=int_arg(low=20, high=100_000), default=3000,
+                   help="--engine vllm: requests per history replay of the knob and reservation rules (default 3000)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=_run)
@@ -111,20 +114,24 @@ def _run_engine(args: argparse.Namespace) -> int:
     def wrap(items: Sequence[float]) -> Iterable[float]:
         return progress(items, "loads", stream=sys.stderr, enabled=show)
 
-    ev = evaluate_engine(trace, loads=loads, rho=rhos[0], seed=args.seed, frontier=args.frontier, wrap=wrap)
+    ev = evaluate_engine(trace, loads=loads, rho=rhos[0], seed=args.seed, frontier=args.frontier, wrap=wrap,
+                         replay_requests=args.replay_requests)
     written = write_report(ev, args.out) if args.out is not None else []
     rows = ev.rows if args.frontier else main_rows(ev)
     if args.json:
         obj: dict[str, object] = {"rows": [row_dict(r) for r in rows], "capacity_rps": ev.capacity_rps,
-                                  "reserves": ev.reserves, "knobs": ev.knobs}
+                                  "reserves": ev.reserves, "knobs": ev.knobs, "plugin": ev.plugin,
+                                  "engine_rho": ev.engine_rho}
         if written:
             obj["files"] = [str(p) for p in written]
         print_json(obj, sys.stdout)
         return 0
     print(f"{ev.trace}: {ev.requests} requests replayed on {ev.replicas} replicas; load 1 = {ev.capacity_rps:.3g} "
-          f"req/s; plugin reservations {', '.join(f'{k} {v:.0f}' for k, v in ev.reserves.items())} tokens")
+          f"req/s; plan (DRO) reservations {', '.join(f'{k} {v:.0f}' for k, v in ev.reserves.items())} tokens")
     for load, note in ev.knobs.items():
         print(f"knobs at load {load}: {note}")
+    for load, note in ev.plugin.items():
+        print(f"plugin reservations at load {load}: {note}")
     print(format_table(list(ROW_KEYS[1:]), [[row_dict(r)[k] for k in ROW_KEYS[1:]] for r in rows]))
     for p in written:
         print(f"wrote {p}")

@@ -20,8 +20,10 @@ timestamps are rescaled to it (keeping its burstiness), or Poisson when it has n
 - ``vllm-default``: vLLM 0.33's defaults;
 - ``kvplan-knobs``: :func:`kvcore.knobs.choose_knobs` on the history at this load (``--watermark``,
   ``--max-num-seqs``, priorities when rhos differ);
-- ``kvplan-plugin``: kvplan's gate with each class's reservation from the plan's rule (DRO, default radius) on its
-  history at rho.
+- ``kvplan-plugin``: kvplan's gate with the reservations that pay (:func:`kvcore.reserve_rule.choose_reserves` on
+  the history at this load and rho: per class nothing, the plan's DRO reservation, or something in between);
+- ``kvplan-plugin-dro``: kvplan's gate with each class's plan reservation as it is (DRO, default radius, on its
+  history at rho), kept so the comparison with the rule stays honest.
 
 **Measures** per row: preemptions, recomputed tokens, TTFT and e2e P50/P99 (s), ``stall_p99_s`` (P99 over requests
 of the longest gap between two tokens), ``stalled_frac`` (share with a gap > 1 s), ``goodput_rps`` (requests with
@@ -29,7 +31,9 @@ TTFT <= ``ttft_slo_s`` and mean time per output token <= ``tpot_slo_s``, per sec
 (waste + rho x overflow per finished request, token slots: waste = reserved slots never filled, (y - xi)^+ under the
 gate, 0 otherwise; overflow = tokens recomputed after preemption).
 
-The frontier sweeps rho for the plugin and (watermark, max_num_seqs) for stock vLLM (:func:`frontier`).
+The frontier sweeps rho for the plugin (the rule's and the raw DRO reservations, and ``rho=engine``: the rule with
+the engine's preemption price, :mod:`kvcore.preemption`) and (watermark, max_num_seqs) for stock vLLM
+(:func:`frontier_rows`).
 """
 
 from __future__ import annotations
@@ -44,14 +48,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from kvcore.errors import InputError
 from kvcore.evaluate.policies import get_policy
 from kvcore.knobs import KnobChoice, KnobClass, choose_knobs
+from kvcore.preemption import context_tokens, operating_batch, token_interval_s
 from kvcore.profiles import roofline
+from kvcore.reserve_rule import ReplaySet, ReserveChoice, choose_reserves, engine_rho
 from kvcore.samples import History, Samples
 from kvcore.sim import SimGroup, SimPolicy, Workload
 from kvcore.sim.engine import EngineConfig, EngineResult, simulate_engine
 from kvcore.traces import Trace
 
 DEFAULT_LOADS = (0.7, 0.9)
-METHODS = ("vllm-default", "kvplan-knobs", "kvplan-plugin")
+METHODS = ("vllm-default", "kvplan-knobs", "kvplan-plugin", "kvplan-plugin-dro")
 FRONTIER_RHOS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 FRONTIER_WATERMARKS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2)
 FRONTIER_SEQS = (256, 128, 64, 32)
@@ -109,15 +115,19 @@ class EngineEvaluation(BaseModel):
     requests: int
     replicas: int
     capacity_rps: float = Field(description="Requests/s the fleet serves at load 1 on this trace (module docstring).")
-    reserves: dict[str, float] = Field(description="Plugin reservation per class at the report's rho (tokens).")
+    reserves: dict[str, float] = Field(description="The plan's (DRO) reservation per class at the report's rho "
+                                       "(tokens): kvplan-plugin-dro's.")
     knobs: dict[str, str] = Field(default_factory=dict, description="Per load: the knobs chosen and why.")
+    plugin: dict[str, str] = Field(default_factory=dict, description="Per load: the reservations that pay and why.")
+    engine_rho: dict[str, dict[str, float]] = Field(default_factory=dict, description=(
+        "Per load, per class: rho_e = C h, the engine's price of a token past the reservation (kvcore.preemption)."))
     rows: list[EngineRow]
 
 
-class _Setup:
+class EngineSetup:
     """The split, classes, histories and replay of one trace (shared by every variant)."""
 
-    def __init__(self, trace: Trace, fleet: EngineFleet) -> None:
+    def __init__(self, trace: Trace, fleet: EngineFleet, replay_requests: int = 3000) -> None:
         n = len(trace)
         if n < 20:
             raise InputError(trace.source or "trace", f"needs at least 20 requests for the engine comparison, has {n}")
@@ -129,24 +139,53 @@ class _Setup:
         self.inp, self.out = inp, out
         self.group = fleet.group()
         self.fleet = fleet
-        usable = (self.group.kv_capacity_tokens // 16 - 1) * 16
         test = slice(self.half, n)
-        ctx = float(np.mean(inp[test] + out[test] / 2))
-        b_op = min(256.0, max(1.0, usable / max(ctx, 1.0)))
-        t_op = self.group.step_time_base_s + self.group.step_time_per_seq_s * b_op
+        ctx = context_tokens(inp[test], out[test])
+        b_op = operating_batch(self.group, EngineConfig(), ctx)
+        t_op = token_interval_s(self.group, EngineConfig(), ctx)
         work = out[test] / (b_op / t_op) + inp[test] / fleet.prefill_tokens_per_s
         self.capacity_rps = fleet.replicas / float(work.mean())
         self.arrival_all = None if trace.arrival_s is None else np.asarray(trace.arrival_s, dtype=np.float64)
         self.arrival = None if self.arrival_all is None else self.arrival_all[test]
         self.lmax = float(out.max())
+        self.replay_requests = replay_requests
+        self._replays: dict[float, ReplaySet] = {}
+
+    def replays(self, load: float, seed: int) -> ReplaySet:
+        """The reservation rule's replays of the history at ``load`` (one set for every rho)."""
+        if load not in self._replays:
+            history_t = None if self.arrival_all is None else self.arrival_all[: self.half]
+            self._replays[load] = ReplaySet(self.group, self.knob_classes(load, self.reserves(1.0), 1.0),
+                                            requests=self.replay_requests, seed=seed, arrivals_s=history_t,
+                                            ttft_slo_s=self.fleet.ttft_slo_s, tpot_slo_s=self.fleet.tpot_slo_s)
+        return self._replays[load]
+
+    def rule(self, load: float, rho: float | Sequence[float] | None, seed: int) -> ReserveChoice:
+        """The reservations that pay at ``load``, the classes at ``rho`` (one for both, or one each); None: priced by
+        the engine (the plan's reservations at the engine's rho_e, harm at its price in token slots)."""
+        rs = self.replays(load, seed)
+        if rho is None:
+            rho_e = engine_rho(rs)
+            ys = [self.reserves_at(c, rho_e[CLASSES[c]]) for c in (0, 1)]
+            classes = self.knob_classes(load, ys, 1.0)
+            return choose_reserves(self.group, classes, replays=rs, engine_priced=CLASSES)
+        return choose_reserves(self.group, self.knob_classes(load, self.reserves(rho), rho), replays=rs)
 
     def history(self, c: int) -> History:
         train = self.out[: self.half][self.cls[: self.half] == c]
         parts = np.array_split(train, max(1, min(4, train.size)))
         return History(tuple(Samples.from_arrays(p, field=f"history[{CLASSES[c]}][{i}]") for i, p in enumerate(parts)))
 
-    def reserves(self, rho: float) -> list[float]:
-        return [get_policy("default").fn(self.history(c), rho, self.lmax, 1.0).reserve_tokens for c in (0, 1)]
+    def reserves(self, rho: float | Sequence[float]) -> list[float]:
+        """The plan's reservation of each class at ``rho`` (one for both, or one each)."""
+        rhos = _per_class(rho)
+        return [self.reserves_at(c, rhos[c]) for c in (0, 1)]
+
+    def reserves_at(self, c: int, rho: float) -> float:
+        """The plan's reservation of class ``c`` at ``rho`` (rho 0: nothing)."""
+        if rho <= 0:
+            return 0.0
+        return get_policy("default").fn(self.history(c), rho, self.lmax, 1.0).reserve_tokens
 
     def workload(self, load: float, seed: int) -> Workload:
         rate = load * self.capacity_rps
@@ -161,19 +200,29 @@ class _Setup:
         return Workload.from_arrays(arrival, self.cls[self.half:], self.inp[self.half:], self.out[self.half:],
                                     n_classes=2)
 
-    def knob_classes(self, load: float, reserves: Sequence[float], rho: float) -> list[KnobClass]:
+    def knob_classes(self, load: float, reserves: Sequence[float], rho: float | Sequence[float]) -> list[KnobClass]:
         rate = load * self.capacity_rps
         train_cls = self.cls[: self.half]
+        rhos = _per_class(rho)
         out = []
         for c in (0, 1):
             m = train_cls == c
             out.append(KnobClass.build(CLASSES[c], rate * float(m.mean()), self.inp[: self.half][m],
-                                       self.out[: self.half][m], reserves[c], rho))
+                                       self.out[: self.half][m], reserves[c], rhos[c]))
         return out
 
 
-def _row(setup: _Setup, name: str, load: float, method: str, rho: float, workload: Workload, policy: SimPolicy,
-         res: EngineResult, gated: bool, knobs: str) -> EngineRow:
+def _per_class(rho: float | Sequence[float]) -> tuple[float, float]:
+    if isinstance(rho, (int, float)):
+        return float(rho), float(rho)
+    if len(rho) != len(CLASSES):
+        raise InputError("rho", f"needs one value or one per class ({len(CLASSES)}), got {len(rho)}")
+    return float(rho[0]), float(rho[1])
+
+
+def measure_row(setup: EngineSetup, name: str, load: float, method: str, rho: float, workload: Workload,
+                policy: SimPolicy, res: EngineResult, gated: bool, knobs: str) -> EngineRow:
+    """One row of measures (module docstring) of ``res``, a replay of ``workload`` under ``policy``."""
     o = res.outcomes
     assert o is not None
     n = max(res.finished, 1)
@@ -192,8 +241,9 @@ def _row(setup: _Setup, name: str, load: float, method: str, rho: float, workloa
                      if res.duration_s > 0 else 0.0, cost=cost, rho=rho, knobs=knobs)
 
 
-def _run(setup: _Setup, workload: Workload, reserves: Sequence[float], rho: float, engine: EngineConfig,
-         seed: int) -> tuple[SimPolicy, EngineResult]:
+def run_variant(setup: EngineSetup, workload: Workload, reserves: Sequence[float], rho: float,
+                engine: EngineConfig, seed: int) -> tuple[SimPolicy, EngineResult]:
+    """Replay ``workload`` on the setup's group with these reservations (tokens per class) and engine settings."""
     policy = SimPolicy.from_arrays(list(reserves), np.ones((2, 1)), cp=rho, cw=1.0)
     res = simulate_engine(workload, [setup.group], policy, rng=np.random.default_rng(seed), engine=engine,
                           keep_requests=True)
@@ -211,56 +261,83 @@ def _describe(engine: EngineConfig) -> str:
 
 def evaluate_engine(trace: Trace, *, loads: Sequence[float] = DEFAULT_LOADS, rho: float = 10.0,
                     fleet: EngineFleet | None = None, seed: int = 0, frontier: bool = False,
-                    wrap: Callable[[Sequence[float]], Iterable[float]] | None = None) -> EngineEvaluation:
-    """The three variants (and with ``frontier`` the sweeps) at every load; rows in (load, method) order."""
+                    wrap: Callable[[Sequence[float]], Iterable[float]] | None = None,
+                    replay_requests: int = 3000, setup: EngineSetup | None = None) -> EngineEvaluation:
+    """The variants of :data:`METHODS` (and with ``frontier`` the sweeps) at every load; rows in (load, method)
+    order. ``replay_requests``: requests per history replay of the knob and reservation rules (2 replays each).
+    ``setup``: an :class:`EngineSetup` of this trace and fleet to reuse (its replays are memoised)."""
     fleet = fleet if fleet is not None else EngineFleet()
     if not (math.isfinite(rho) and rho > 0):
         raise InputError("--rho", f"must be finite and > 0, got {rho}")
     for load in loads:
         if not (math.isfinite(load) and 0 < load < 2):
             raise InputError("--load", f"must be in (0, 2), got {load}")
-    setup = _Setup(trace, fleet)
+    if replay_requests < 20:
+        raise InputError("--replay-requests", f"must be at least 20, got {replay_requests}")
+    setup = setup if setup is not None else EngineSetup(trace, fleet, replay_requests)
     name = trace.source or "trace"
     reserves = setup.reserves(rho)
     base = EngineConfig()
+    gate = base.model_copy(update={"admission": "gate"})
     rows: list[EngineRow] = []
     knob_notes: dict[str, str] = {}
+    plugin_notes: dict[str, str] = {}
+    rho_e: dict[str, dict[str, float]] = {}
     for load in (wrap(loads) if wrap is not None else loads):
         workload = setup.workload(load, seed)
         history_t = None if setup.arrival_all is None else setup.arrival_all[: setup.half]
         choice: KnobChoice = choose_knobs(setup.group, setup.knob_classes(load, reserves, rho), base=base,
-                                          requests=3000, seed=seed, arrivals_s=history_t)
+                                          requests=setup.replay_requests, seed=seed, arrivals_s=history_t)
         knob_notes[f"{load:g}"] = f"{_describe(choice.engine_config(base, CLASSES))}: {choice.reason}"
+        rule = setup.rule(load, rho, seed)
+        paying = [float(rule.reserves[c]) for c in CLASSES]
+        plugin_notes[f"{load:g}"] = f"{_reserves_text(rule)}: {rule.reason}"
+        rho_e[f"{load:g}"] = engine_rho(setup.replays(load, seed))
         variants = [("vllm-default", base, reserves), ("kvplan-knobs", choice.engine_config(base, CLASSES), reserves),
-                    ("kvplan-plugin", base.model_copy(update={"admission": "gate"}), reserves)]
+                    ("kvplan-plugin", gate, paying), ("kvplan-plugin-dro", gate, reserves)]
         for method, engine, ys in variants:
-            policy, res = _run(setup, workload, ys, rho, engine, seed)
-            rows.append(_row(setup, name, load, method, rho, workload, policy, res, engine.admission == "gate",
-                             _describe(engine)))
+            policy, res = run_variant(setup, workload, ys, rho, engine, seed)
+            text = _describe(engine) + (f" y={ys[0]:.0f},{ys[1]:.0f}" if engine.admission == "gate" else "")
+            rows.append(measure_row(setup, name, load, method, rho, workload, policy, res, engine.admission == "gate",
+                                    text))
         if frontier:
             rows += frontier_rows(setup, name, load, workload, rho, seed)
     return EngineEvaluation(trace=name, requests=len(trace) - setup.half, replicas=fleet.replicas,
                             capacity_rps=setup.capacity_rps, reserves=dict(zip(CLASSES, reserves)),
-                            knobs=knob_notes, rows=rows)
+                            knobs=knob_notes, plugin=plugin_notes, engine_rho=rho_e, rows=rows)
 
 
-def frontier_rows(setup: _Setup, name: str, load: float, workload: Workload, rho: float, seed: int,
+def _reserves_text(rule: ReserveChoice) -> str:
+    return ", ".join(f"{c} {rule.reserves[c]} ({rule.sources[c]})" for c in CLASSES)
+
+
+def frontier_rows(setup: EngineSetup, name: str, load: float, workload: Workload, rho: float, seed: int,
                   ) -> list[EngineRow]:
-    """The plugin at every rho of :data:`FRONTIER_RHOS` (cost priced at each) and stock vLLM at every watermark x
-    max_num_seqs (cost priced at the report's rho)."""
+    """At every rho of :data:`FRONTIER_RHOS` (cost priced at each): the plugin with the reservations that pay
+    (``plugin-rho=``) and with the plan's raw reservations (``plugin-dro-rho=``); the rule priced by the engine
+    (``plugin-rho=engine``, cost priced at the report's rho); stock vLLM at every watermark x max_num_seqs (cost
+    priced at the report's rho)."""
     rows = []
     base = EngineConfig()
+    gate = base.model_copy(update={"admission": "gate"})
+    for r in (*FRONTIER_RHOS, None):
+        rule = setup.rule(load, r, seed)
+        ys = [float(rule.reserves[c]) for c in CLASSES]
+        price = rho if r is None else r
+        policy, res = run_variant(setup, workload, ys, price, gate, seed)
+        tag = "engine" if r is None else f"{r:g}"
+        rows.append(measure_row(setup, name, load, f"plugin-rho={tag}", price, workload, policy, res, True,
+                         f"gate y={_reserves_text(rule)}"))
     for r in FRONTIER_RHOS:
         ys = setup.reserves(r)
-        engine = base.model_copy(update={"admission": "gate"})
-        policy, res = _run(setup, workload, ys, r, engine, seed)
-        rows.append(_row(setup, name, load, f"plugin-rho={r:g}", r, workload, policy, res, True,
+        policy, res = run_variant(setup, workload, ys, r, gate, seed)
+        rows.append(measure_row(setup, name, load, f"plugin-dro-rho={r:g}", r, workload, policy, res, True,
                          f"gate y={ys[0]:.0f},{ys[1]:.0f}"))
     for w in FRONTIER_WATERMARKS:
         for s in FRONTIER_SEQS:
             engine = base.model_copy(update={"watermark": w, "max_num_seqs": s})
-            policy, res = _run(setup, workload, [0.0, 0.0], rho, engine, seed)
-            rows.append(_row(setup, name, load, f"stock-w={w:g},s={s}", rho, workload, policy, res, False,
+            policy, res = run_variant(setup, workload, [0.0, 0.0], rho, engine, seed)
+            rows.append(measure_row(setup, name, load, f"stock-w={w:g},s={s}", rho, workload, policy, res, False,
                              _describe(engine)))
     return rows
 

@@ -42,11 +42,12 @@ def table_markdown(ev: EngineEvaluation) -> str:
     return "\n".join(out)
 
 
-def frontier_check(rows: Sequence[EngineRow], load: float) -> tuple[int, int]:
+def frontier_check(rows: Sequence[EngineRow], load: float, prefix: str = "plugin-rho=") -> tuple[int, int]:
     """(stock points, stock points the plugin matches): a stock (watermark, max_num_seqs) point is matched when some
-    plugin rho reaches a stalled share no higher with a P99 e2e no worse."""
+    plugin point (methods starting with ``prefix``: the reservations that pay at every rho by default,
+    ``plugin-dro-rho=`` for the raw DRO reservations) reaches a stalled share no higher with a P99 e2e no worse."""
     stock = [r for r in rows if r.load == load and r.method.startswith("stock-")]
-    plugin = [r for r in rows if r.load == load and r.method.startswith("plugin-")]
+    plugin = [r for r in rows if r.load == load and r.method.startswith(prefix)]
     matched = 0
     for s in stock:
         if any((p.stalled_frac or 0) <= (s.stalled_frac or 0) and (p.e2e_p99_s or math.inf) <= (s.e2e_p99_s or 0)
@@ -64,9 +65,13 @@ def write_csv(ev: EngineEvaluation, path: Path) -> Path:
     return path
 
 
+SWEEPS = (("plugin-rho=", "tab:orange", "kvplan plugin, reservations that pay: rho 1..100"),
+          ("plugin-dro-rho=", "tab:gray", "kvplan plugin, raw DRO reservations: rho 1..100"))
+
+
 def plot_frontier(ev: EngineEvaluation, path: Path) -> Path:
     """Stalled share against P99 e2e and against goodput, one row of panels per load: stock vLLM's (watermark,
-    max_num_seqs) grid, the plugin's rho sweep, and the three variants."""
+    max_num_seqs) grid, the plugin's rho sweeps (reservations that pay, raw DRO) and the variants."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -74,21 +79,27 @@ def plot_frontier(ev: EngineEvaluation, path: Path) -> Path:
 
     loads = sorted({r.load for r in ev.rows})
     fig, axes = plt.subplots(len(loads), 2, figsize=(11, 4 * len(loads)), squeeze=False)
-    styles = {"vllm-default": ("k", "s"), "kvplan-knobs": ("tab:green", "D"), "kvplan-plugin": ("tab:red", "*")}
+    styles = {"vllm-default": ("k", "s"), "kvplan-knobs": ("tab:green", "D"), "kvplan-plugin": ("tab:red", "*"),
+              "kvplan-plugin-dro": ("tab:purple", "P")}
     for i, load in enumerate(loads):
         rows = [r for r in ev.rows if r.load == load]
         stock = [r for r in rows if r.method.startswith("stock-")]
-        plugin = sorted((r for r in rows if r.method.startswith("plugin-")), key=lambda r: r.rho)
+        sweeps = [(sorted((r for r in rows if r.method.startswith(p) and not r.method.endswith("engine")),
+                          key=lambda r: r.rho), color, label) for p, color, label in SWEEPS]
         for j, (field, label) in enumerate((("e2e_p99_s", "P99 end-to-end latency (s)"),
                                             ("goodput_rps", "goodput (requests/s within SLO)"))):
             ax = axes[i][j]
             if stock:
                 ax.scatter([getattr(r, field) for r in stock], [r.stalled_frac or 0 for r in stock], s=18,
                            color="tab:blue", alpha=0.6, label="stock vLLM: watermark x max_num_seqs")
-            if plugin:
-                ax.plot([getattr(r, field) for r in plugin], [r.stalled_frac or 0 for r in plugin], "-o",
-                        color="tab:orange", ms=4, label="kvplan plugin: rho 1..100")
+            for sweep, color, name in sweeps:
+                if sweep:
+                    ax.plot([getattr(r, field) for r in sweep], [r.stalled_frac or 0 for r in sweep], "-o",
+                            color=color, ms=4, label=name)
             for r in rows:
+                if r.method == "plugin-rho=engine":
+                    ax.scatter([getattr(r, field)], [r.stalled_frac or 0], color="tab:orange", marker="^", s=60,
+                               zorder=5, label="reservations that pay, engine-priced")
                 if r.method in styles:
                     color, marker = styles[r.method]
                     ax.scatter([getattr(r, field)], [r.stalled_frac or 0], color=color, marker=marker, s=70,

@@ -16,10 +16,15 @@ Definitions, all in tokens unless said (``B`` = block size, tokens per block; ``
 - A **waiting** (new or preempted) request's own claim is ``max(0, blocks(F) - cached_blocks)``, blocks, where
   ``cached_blocks = C // B`` (only whole cached blocks are reused).
 
+A reservation is capped at what the request can ever hold: ``min(y, capacity - P)`` (never below 0), capacity
+being ``min(max_model_len, usable blocks x B)`` tokens, so a reservation larger than the whole cache does not block
+a request forever (:func:`capped_reserve`).
+
 **Rule.** Admit the head of the waiting queue only if
 ``free_blocks >= sum(running outstanding claims) + own claim``; otherwise stop admitting in this step (head-of-line
-blocking, like vLLM's watermark and a prompt that does not fit). vLLM's own checks (``max_num_seqs``, the token
-budget, the watermark, the allocation itself) still apply on top.
+blocking, like vLLM's watermark and a prompt that does not fit). ``free_blocks`` is vLLM's free count less the
+prefix-cache hit blocks no request holds (vLLM counts them as free; admitting the request takes them). vLLM's own
+checks (``max_num_seqs``, the token budget, the watermark, the allocation itself) still apply on top.
 """
 
 from __future__ import annotations
@@ -30,6 +35,11 @@ from collections.abc import Iterable
 def blocks(tokens: int, block_size: int) -> int:
     """``ceil(tokens / block_size)`` for ``tokens >= 0``."""
     return -(-max(0, int(tokens)) // int(block_size))
+
+
+def capped_reserve(reserve: int, prompt: int, capacity_tokens: int) -> int:
+    """``y`` capped at what a request of ``prompt`` tokens can ever hold, ``capacity_tokens - prompt`` (>= 0)."""
+    return max(0, min(int(reserve), int(capacity_tokens) - int(prompt)))
 
 
 def footprint(prompt: int, generated: int, reserve: int) -> int:

@@ -5,6 +5,9 @@ Owned fields (everything else the user set is kept; listed in the annotation ``k
 - the vLLM container's ``--tensor-parallel-size``/``--pipeline-parallel-size``/``--max-num-seqs``, wherever the
   container passes them (``args``, ``command`` or a ``sh -c`` string; see :mod:`.vllm_flags`); a layout the
   container cannot express is refused (``UnsupportedContainerLayout``), never appended where it is ignored;
+- the engine knobs ``--watermark``, ``--scheduling-policy`` and kvplan's ``--scheduler-cls`` (a knob equal to
+  what the container runs already, vLLM's default when the flag is absent, is not written), and with the plugin
+  the reservation-file volume, mount and env (:mod:`.plugin_mount`); turning the plugin off removes them;
 - container ``resources.limits/requests["nvidia.com/gpu"]`` = TP x PP;
 - container env ``KVPLAN_RESERVE_<CLASS>`` read from the KVPlan's state ConfigMap (``configMapKeyRef``), so a
   reservation change never rolls pods; env of classes no longer in the spec is deleted;
@@ -31,7 +34,9 @@ from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import Group, KVPlanSpec, RequestClass
 from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
-from .vllm_flags import PP_FLAG, SEQS_FLAG, TP_FLAG, Unexpressible, literal, read_flags, write_flags
+from .plugin_mount import is_plugin_scheduler, mount_conflict, plugin_drift, plugin_patch
+from .vllm_flags import (POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG, SEQS_FLAG, TP_FLAG, WATERMARK_FLAG, Unexpressible,
+                         literal, read_flags, remove_flags, running, write_flags)
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -95,21 +100,32 @@ def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, targe
     if container is None:
         raise LookupError(f"Deployment {group.deployment!r} has no container " + (
             f"named {group.container!r}" if group.container else "(set groups[].container: it has several)"))
-    command, args = write_flags(container, {TP_FLAG: str(target.tp), PP_FLAG: str(target.pp),
-                                            SEQS_FLAG: None if target.max_num_seqs is None
-                                            else str(target.max_num_seqs)})
+    plugin = target.scheduler_cls is not None
+    flags = read_flags(container)
+    edited: Mapping[str, Any] = container
+    if not plugin and is_plugin_scheduler(literal(flags[SCHEDULER_FLAG] or "")):
+        command0, args0 = remove_flags(container, [SCHEDULER_FLAG])
+        edited = {"command": command0, "args": args0}
+    command, args = write_flags(edited, {TP_FLAG: str(target.tp), PP_FLAG: str(target.pp)} | knob_values(
+        flags, target))
     gpus = str(target.gpus_per_replica)
+    volumes, mounts, plugin_env = plugin_patch(deployment, container, on=plugin, state_configmap=state_configmap)
     env: list[dict[str, Any]] = [
         {"name": c.env_name, "valueFrom": {"configMapKeyRef": {"name": state_configmap, "key": c.env_name}}}
         for c in classes]
-    env += [{"name": name, "$patch": "delete"} for name in stale_env]
+    env += [{"name": name, "$patch": "delete"} for name in stale_env] + plugin_env
     name = container["name"]
     pod_current = deployment.get("spec", {}).get("template", {}).get("spec", {})
     owned = [f"containers[{name}].args", f"containers[{name}].resources.*[{GPU_RESOURCE}]",
              f"containers[{name}].env[KVPLAN_RESERVE_*]", "nodeSelector", "tolerations"]
+    if plugin:
+        owned += [f"containers[{name}].env[KVPLAN_RESERVATIONS_FILE]", f"containers[{name}].volumeMounts[kvplan]",
+                  "volumes[kvplan-reservations]"]
     cpatch: dict[str, Any] = {"name": name, "args": args,
                               "resources": {"limits": {GPU_RESOURCE: gpus}, "requests": {GPU_RESOURCE: gpus}},
                               "env": env}
+    if mounts:
+        cpatch["volumeMounts"] = mounts
     if command != list(container.get("command") or []):
         cpatch["command"] = command
     if container.get("command"):
@@ -119,6 +135,8 @@ def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, targe
         "tolerations": _merge_tolerations(pod_current.get("tolerations") or [], [
             t.model_dump(by_alias=True, exclude_none=True) for t in group.node_pool.tolerations]),
         "containers": [cpatch]}}}
+    if volumes:
+        spec["template"]["spec"]["volumes"] = volumes
     if manage_replicas:
         spec["replicas"] = target.replicas
         owned.append("replicas")
@@ -131,6 +149,16 @@ def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, targe
     if ANN_RESERVATIONS in (deployment.get("metadata", {}).get("annotations") or {}):
         annotations[ANN_RESERVATIONS] = None  # an older operator's copy of the reservations
     return {"metadata": {"annotations": annotations}, "spec": spec}
+
+
+def knob_values(flags: Mapping[str, str | None], target: GroupTarget) -> dict[str, str | None]:
+    """The engine knobs to write: each planned value the container does not run already (None: left alone)."""
+    out: dict[str, str | None] = {}
+    for flag, value in ((SEQS_FLAG, target.max_num_seqs), (WATERMARK_FLAG, target.watermark),
+                        (POLICY_FLAG, target.scheduling_policy), (SCHEDULER_FLAG, target.scheduler_cls)):
+        text = None if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+        out[flag] = None if text is None or running(flags, flag) == text else text
+    return out
 
 
 def _container(body: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -170,9 +198,18 @@ def deployment_drift(current: Mapping[str, Any], patch: Mapping[str, Any]) -> li
             if e.get("$patch") == "delete":
                 if e["name"] in env:
                     out.append(f"containers[{c['name']}].env[{e['name']}]")
-            elif env.get(e["name"], {}).get("valueFrom") != e["valueFrom"] or "value" in env.get(e["name"], {}):
+            elif "valueFrom" in e and (env.get(e["name"], {}).get("valueFrom") != e["valueFrom"]
+                                       or "value" in env.get(e["name"], {})):
                 out.append(f"containers[{c['name']}].env[{e['name']}]")
     return out
+
+
+def plugin_changes(current: Mapping[str, Any], patch: Mapping[str, Any], container: Mapping[str, Any], *,
+                   state_configmap: str) -> list[str]:
+    """The plugin pieces (volume, mount, env) of ``current`` that differ from ``patch``'s."""
+    on = any(v.get("name") == "kvplan-reservations" and "$patch" not in v
+             for v in patch["spec"]["template"]["spec"].get("volumes") or [])
+    return plugin_drift(current, container, on=on, state_configmap=state_configmap)
 
 
 class DeploymentTarget:
@@ -209,6 +246,11 @@ class DeploymentTarget:
             stale = sorted(e.get("name") for e in container.get("env") or []
                            if str(e.get("name", "")).startswith("KVPLAN_RESERVE_") and e.get("name") not in want_env)
             target = inp.desired.groups[g.name]
+            clash = mount_conflict(body, container) if target.scheduler_cls is not None else None
+            if clash:
+                refusals.setdefault(C.UNSUPPORTED_CONTAINER_LAYOUT, []).append(
+                    f"Deployment {g.deployment}: {clash}; kvplan's plugin needs it for the reservation file")
+                continue
             try:
                 patch = build_deployment_patch(
                     body, group=g, target=target, classes=inp.spec.classes, owner=inp.run.owner,
@@ -217,7 +259,8 @@ class DeploymentTarget:
             except Unexpressible as exc:
                 refusals.setdefault(C.UNSUPPORTED_CONTAINER_LAYOUT, []).append(f"Deployment {g.deployment}: {exc}")
                 continue
-            drift = deployment_drift(body, patch)
+            drift = deployment_drift(body, patch) + plugin_changes(body, patch, container,
+                                                                    state_configmap=inp.run.state_configmap)
             if drift:
                 adopted = read_layout(body, g.container)[1]
                 moves = flags_layout(body, g.container) != target.layout

@@ -13,7 +13,8 @@ A rule whose match has the header ``router.httpRoute.classHeader`` equal to a cl
 every other rule gets the fleet mix (admitted arrival rate routed to each group). Weights are integers out of
 :data:`WEIGHT_SCALE` (largest-remainder rounding; a group's share is split evenly when a rule names it twice).
 Like the router ConfigMap, the route is written twice when Deployments change layout: first with the weights moved
-off the groups about to change, last with the planned weights.
+off the groups about to change, last with the planned weights. Class rules also carry the class's vLLM priority as
+the ``X-Vllm-Priority`` request header while some group runs the priority policy (:mod:`.httproute_priority`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import HttpRouteRef, KVPlanSpec
 from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
+from .httproute_priority import PRIORITY_HEADER, with_priority_headers
 
 #: HTTPRoute weights are integers; shares are written out of this total (largest remainder, sums exactly).
 WEIGHT_SCALE = 1000
@@ -103,10 +105,14 @@ def reweighted_rules(route: Mapping[str, Any], *, ref: HttpRouteRef, spec: KVPla
 
 def build_httproute_patch(route: Mapping[str, Any], *, ref: HttpRouteRef, spec: KVPlanSpec,
                           classes: Mapping[str, ClassTarget], rates: Mapping[str, float],
-                          owner: str = "", interim: bool = False) -> dict[str, Any] | None:
-    """Merge patch replacing ``spec.rules`` with owned weights set; None when nothing would change."""
+                          owner: str = "", interim: bool = False,
+                          priorities: Mapping[str, int] | None = None) -> dict[str, Any] | None:
+    """Merge patch replacing ``spec.rules`` with owned weights (and class priority headers) set; None when nothing
+    would change."""
     rules = reweighted_rules(route, ref=ref, spec=spec, classes=classes, rates=rates, interim=interim)
-    annotations = {ANN_OWNED: "spec.rules[*].backendRefs[*].weight"} | ({ANN_OWNER: owner} if owner else {})
+    rules = with_priority_headers(rules, lambda r: _header_class(r, ref.class_header), priorities or {})
+    annotations = {ANN_OWNED: "spec.rules[*].backendRefs[*].weight,spec.rules[*].filters[RequestHeaderModifier]"
+                              f".set[{PRIORITY_HEADER}]"} | ({ANN_OWNER: owner} if owner else {})
     current_owner = (route.get("metadata", {}).get("annotations") or {}).get(ANN_OWNER)
     if rules == list(route.get("spec", {}).get("rules") or []) and (not owner or current_owner == owner):
         return None
@@ -138,7 +144,7 @@ class HttpRouteTarget:
         writes: list[Write] = []
         if d.draining and d.interim_classes is not None:
             patch = build_httproute_patch(route, ref=ref, spec=inp.spec, classes=d.interim_classes, rates=d.rates,
-                                          owner=inp.run.owner, interim=True)
+                                          owner=inp.run.owner, interim=True, priorities=d.class_priority)
             if patch is not None:
                 writes.append(Write(Stage.ROUTE_AWAY, self.name, "HTTPRoute", ref.name, "patch", patch,
                                     ("routing away from " + ", ".join(sorted(d.draining)),)))
@@ -146,7 +152,7 @@ class HttpRouteTarget:
                     **(route.get("metadata", {}).get("annotations") or {}), **patch["metadata"]["annotations"]}},
                     "spec": {**route.get("spec", {}), "rules": patch["spec"]["rules"]}}
         patch = build_httproute_patch(route, ref=ref, spec=inp.spec, classes=d.classes, rates=d.rates,
-                                      owner=inp.run.owner)
+                                      owner=inp.run.owner, priorities=d.class_priority)
         if patch is not None:
             writes.append(Write(Stage.ROUTE, self.name, "HTTPRoute", ref.name, "patch", patch))
         return TargetPlan(tuple(writes))

@@ -71,7 +71,7 @@ def build_router_document(*, owner: str, plan_id: str, spec: KVPlanSpec, desired
                 "reserveTokens": int(classes[c.name].reserve_tokens),
                 "weights": _nonzero(classes[c.name].routing, spec),
                 "prefixCacheFraction": _nonzero(classes[c.name].prefix_fraction, spec),
-            }
+            } | ({"priority": desired.class_priority[c.name]} if c.name in desired.class_priority else {})
             for c in spec.classes
         },
     }

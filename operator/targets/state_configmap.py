@@ -6,6 +6,9 @@
 - annotation ``kvplan.io/layout-changes``: the re-layouts attempted in the last hour, written *before* the
   Deployments are patched, so the disruption budget counts an attempt even when the patch fails or the operator
   dies right after it; ``kvplan.io/relayout-generation``: the generation whose spec change re-laid out already;
+- ``data["reservations.json"]``: the ``kvplan.reservations.v1`` document (:mod:`kvcore.reservation_file`) that
+  kvplan's vLLM plugin reads from the Deployments that mount it (:mod:`.plugin_mount`); the kubelet updates the
+  mounted file in place, so a reservation change reaches the engines without a restart;
 - an ownerReference to the KVPlan (garbage-collected with it).
 
 Created when missing (a 409 on create, another writer won the race, re-reads and patches), else merge-patched
@@ -24,6 +27,7 @@ from ..kube import KubeApi, KubeError
 from ..run import RunContext
 from ..spec import KVPlanSpec
 from . import BuildInput, TargetPlan
+from .plugin_mount import FILE_KEY
 
 RESERVE_PREFIX = "KVPLAN_RESERVE_"
 
@@ -57,7 +61,8 @@ def build_state_configmap(*, name: str, namespace: str, owner_ref: Mapping[str, 
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": namespace, "ownerReferences": [dict(owner_ref)],
                      "labels": {"app.kubernetes.io/managed-by": "kvplan-operator"}, "annotations": annotations},
-        "data": {c.env_name: str(int(desired.reservations[c.name])) for c in spec.classes},
+        "data": {c.env_name: str(int(desired.reservations[c.name])) for c in spec.classes}
+        | ({FILE_KEY: desired.reservation_file} if desired.reservation_file is not None else {}),
     }
 
 

@@ -27,7 +27,16 @@ from typing import Any, Literal
 TP_FLAG = "--tensor-parallel-size"
 PP_FLAG = "--pipeline-parallel-size"
 SEQS_FLAG = "--max-num-seqs"
-FLAGS = (TP_FLAG, PP_FLAG, SEQS_FLAG)
+#: The engine knobs (issue 13): ``--watermark`` (vLLM >= 0.33), ``--scheduling-policy``, ``--scheduler-cls``.
+WATERMARK_FLAG = "--watermark"
+POLICY_FLAG = "--scheduling-policy"
+SCHEDULER_FLAG = "--scheduler-cls"
+#: Read only: the executor backend decides whether vLLM can schedule asynchronously.
+EXECUTOR_FLAG = "--distributed-executor-backend"
+FLAGS = (TP_FLAG, PP_FLAG, SEQS_FLAG, WATERMARK_FLAG, POLICY_FLAG, SCHEDULER_FLAG, EXECUTOR_FLAG)
+#: What vLLM 0.33 runs when a knob's flag is absent: the A100 defaults (``EngineArgs.get_batch_defaults``: 256
+#: sequences below 70 GiB or on an A100; H100/H200 get 1024), no watermark, first come first served.
+VLLM_DEFAULTS = {SEQS_FLAG: "256", WATERMARK_FLAG: "0", POLICY_FLAG: "fcfs"}
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "busybox"})
 _SEP = r"(?:=|(?:[ \t]|\\\r?\n)+)"
 _VALUE = r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s;&|)`]+)"
@@ -47,6 +56,24 @@ def literal(raw: str) -> str | None:
     """The value of a shell word if it is a plain literal (``4``, ``"4"``, ``'4'``), else None."""
     text = raw[1:-1] if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'" else raw
     return text if re.fullmatch(r"[A-Za-z0-9_.:/+-]+", text) and "$" not in text else None
+
+
+def running(flags: Mapping[str, str | None], flag: str) -> str | None:
+    """The value vLLM runs for ``flag`` given :func:`read_flags`'s ``flags``, normalised (``0.050`` -> ``0.05``):
+    the literal, vLLM's default when absent (:data:`VLLM_DEFAULTS`; None for a flag without one), or the raw text
+    when it comes from a shell variable (so it never equals a planned value)."""
+    raw = flags.get(flag)
+    if raw is None:
+        return VLLM_DEFAULTS.get(flag)
+    text = literal(raw)
+    if text is None:
+        return raw
+    try:
+        if flag == SEQS_FLAG:
+            return str(int(text))
+        return f"{float(text):g}" if flag == WATERMARK_FLAG else text
+    except ValueError:
+        return text
 
 
 def read_flag(args: Sequence[str], flag: str) -> str | None:
@@ -200,3 +227,54 @@ def write_flags(container: Mapping[str, Any], values: Mapping[str, str | None]) 
     else:
         args = [script] + positional
     return command, args
+
+
+def has_switch(container: Mapping[str, Any], switch: str) -> bool:
+    """Whether a flag without a value (``--no-async-scheduling``) is in the argv vLLM receives (a ``sh -c`` script
+    counts, and so do the positional words it passes on)."""
+    command, args = list(container.get("command") or []), list(container.get("args") or [])
+    lay = layout_of(command, args)
+    if lay.kind != "shell":
+        return switch in command + args
+    assert lay.script is not None
+    script, positional = _script(command, args, lay.script)
+    pattern = re.compile(r"(?<![\w-])" + re.escape(switch) + r"(?![\w=-])")
+    return bool(pattern.search(script)) or (bool(_PASS_ON.search(script)) and switch in positional[1:])
+
+
+def _drop(args: Sequence[str], flag: str) -> tuple[list[str], bool]:
+    """``args`` without any ``flag value`` / ``flag=value``; (new args, whether it was there)."""
+    out, _ = replace_flag(args, flag, "")
+    if out == list(args):
+        return out, False
+    i = out.index(flag)
+    return out[:i] + out[i + 2:], True
+
+
+def remove_flags(container: Mapping[str, Any], flags: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(command, args) of ``container`` without ``flags`` wherever vLLM would read them. Raises
+    :class:`Unexpressible` when one is set from a shell variable inside a ``sh -c`` script."""
+    command, args = list(container.get("command") or []), list(container.get("args") or [])
+    lay = layout_of(command, args)
+    if lay.kind != "shell":
+        for flag in flags:
+            command, _ = _drop(command, flag)
+            args, _ = _drop(args, flag)
+        return command, args
+    assert lay.script is not None
+    script, positional = _script(command, args, lay.script)
+    for flag in flags:
+        pattern = re.compile(r"(?:[ \t]|\\\r?\n)*" + _flag_re(flag).pattern)
+        for m in pattern.finditer(script):
+            if literal(m.group(1)) is None:
+                raise Unexpressible(f"{flag} is set to {m.group(1)!r} in the container's shell script; kvplan "
+                                    "removes only literal values")
+        script = pattern.sub("", script)
+        if positional[1:]:
+            rest, _ = _drop(positional[1:], flag)
+            positional = positional[:1] + rest
+    if lay.script[0] == "command":
+        i = lay.script[1]
+        n_after = len(command) - i - 1
+        return command[:i] + [script] + positional[:n_after], positional[n_after:]
+    return command, [script] + positional

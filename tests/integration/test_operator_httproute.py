@@ -210,7 +210,8 @@ def test_httproute_weights_on_real_apiserver(crds, kube_api, kube, namespace, pr
     # everything kvplan does not own is exactly as created: other backendRefs (canary Service, same name in another
     # namespace, InferencePool named like a group), matches, filters, timeouts, parentRefs, hostnames, metadata
     assert without_owned_weights(route, namespace) == user_view, json.dumps(route["spec"]["rules"], indent=1)
-    assert route["metadata"]["annotations"]["kvplan.io/owned-fields"] == "spec.rules[*].backendRefs[*].weight"
+    assert route["metadata"]["annotations"]["kvplan.io/owned-fields"] == (
+        "spec.rules[*].backendRefs[*].weight,spec.rules[*].filters[RequestHeaderModifier].set[X-Vllm-Priority]")
 
     # a second reconcile on the same data writes nothing
     rv = route["metadata"]["resourceVersion"]

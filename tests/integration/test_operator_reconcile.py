@@ -92,7 +92,7 @@ def test_apply_plan_to_two_pools(crd, cluster, kube_api, kube, namespace, promet
     assert "REFUSED" in wide[0].split() and wide[1].split()[wide[0].split().index("REFUSED")] == "0", wide
     events = kube.core.list_namespaced_event(namespace).items
     reasons = sorted(e.reason for e in events if e.involved_object.kind == "KVPlan")
-    assert reasons == ["ApplySucceeded", "Healthy", "PlanSucceeded", "Reconciled"], reasons
+    assert reasons == ["ApplySucceeded", "Healthy", "KnobsInForce", "PlanSucceeded", "Reconciled"], reasons
     before = versions(kube, namespace)
     again = run(kube, namespace)
     assert again.ok and again.changed == [] and versions(kube, namespace) == before

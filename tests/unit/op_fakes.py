@@ -34,21 +34,27 @@ class _Missing(Exception):
     """An injected 404 on a read: the wrapper returns None (or {} for the autoscaler list)."""
 
 
+#: Lists the strategic merge merges by key (Kubernetes' patchMergeKey of each), as the apiserver does.
+MERGE_KEYS = {"containers": "name", "env": "name", "volumes": "name", "volumeMounts": "mountPath"}
+
+
 def smp(target: dict, patch: dict) -> None:
-    """Strategic merge (containers/env by name, ``$patch: delete``) and JSON merge (None deletes) in one."""
+    """Strategic merge (containers/env/volumes by name, volumeMounts by mountPath, ``$patch: delete``) and JSON
+    merge (None deletes) in one."""
     for k, v in patch.items():
-        if k in ("containers", "env") and isinstance(v, list):
-            cur = {e["name"]: e for e in target.get(k, [])}
-            order = [e["name"] for e in target.get(k, [])]
+        if k in MERGE_KEYS and isinstance(v, list):
+            key = MERGE_KEYS[k]
+            cur = {e[key]: e for e in target.get(k, [])}
+            order = [e[key] for e in target.get(k, [])]
             for e in v:
                 if e.get("$patch") == "delete":
-                    cur.pop(e["name"], None)
+                    cur.pop(e[key], None)
                     continue
-                if e["name"] in cur:
-                    smp(cur[e["name"]], e)
+                if e[key] in cur:
+                    smp(cur[e[key]], e)
                 else:
-                    cur[e["name"]] = copy.deepcopy(e)
-                    order.append(e["name"])
+                    cur[e[key]] = copy.deepcopy(e)
+                    order.append(e[key])
             target[k] = [cur[n] for n in order if n in cur]
         elif isinstance(v, dict) and isinstance(target.get(k), dict):
             smp(target[k], v)
@@ -259,3 +265,36 @@ def serve(script: Script) -> tuple[http.server.ThreadingHTTPServer, str]:
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+class ScriptedKnobs:
+    """A knob rule with ``kvcore.knobs.knobs_for_plan``'s signature that answers scripted knobs instantly (the real
+    rule replays thousands of requests per group and is tested in test_knobs.py; the operator's tests test what the
+    operator does with its answer). ``knobs``: group -> (max_num_seqs, watermark, policy); a group not listed gets
+    stock vLLM (256, 0, fcfs). Only groups of the plan with replicas get an answer, as from the real rule; a
+    watermark is dropped for engines older than 0.33, as the real rule does. ``fail``: raise this instead. Every
+    call is recorded (engine version, groups, the ``current`` knobs passed)."""
+
+    def __init__(self, knobs: dict[str, tuple[int, float, str]] | None = None, *,
+                 priorities: dict[str, int] | None = None, fail: Exception | None = None) -> None:
+        self.knobs = dict(knobs or {})
+        self.priorities = priorities
+        self.fail = fail
+        self.calls: list[tuple[str, list[str], dict]] = []
+
+    def __call__(self, plan: Any, instance: Any, *, engine_version: str = "0.33.0", current: Any = None) -> dict:
+        from kvcore.knobs import KnobChoice
+
+        groups = [g.name for g in plan.groups if g.replicas > 0 and g.tp > 0]
+        self.calls.append((engine_version, groups, dict(current or {})))
+        if self.fail is not None:
+            raise self.fail
+        old = tuple(int(p) for p in engine_version.split(".")) < (0, 33, 0)
+        out = {}
+        for g in groups:
+            seqs, wm, policy = self.knobs.get(g, (256, 0.0, "fcfs"))
+            prio = dict(self.priorities or {c.name: i for i, c in enumerate(plan.classes)}) if policy == "priority" \
+                else {}
+            out[g] = KnobChoice(group=g, max_num_seqs=seqs, watermark=None if old else wm, scheduling_policy=policy,
+                                class_priority=prio, reason=f"scripted for {g}")
+        return out

@@ -1,7 +1,8 @@
-"""`kvcore evaluate --engine vllm` (kvcore.evaluate.engine): the three variants at two loads on a real (small)
+"""`kvcore evaluate --engine vllm` (kvcore.evaluate.engine): the four variants at two loads on a real (small)
 vendored trace, with the issue's row keys; the knobs row really runs the knobs the rule chose; the plugin row runs
-the gate with the plan rule's reservations (no preemption can survive a reservation of L_max); the frontier adds the
-plugin's rho sweep and stock vLLM's grid; bad flags exit 2 naming the flag."""
+the gate with the reservations that pay (kvcore.reserve_rule) and the plugin-dro row with the plan's raw
+reservations (no preemption can survive a reservation of L_max); the frontier adds the plugin's rho sweeps and stock
+vLLM's grid; bad flags exit 2 naming the flag."""
 
 from __future__ import annotations
 
@@ -11,46 +12,57 @@ from pathlib import Path
 import pytest
 
 from kvcore.cli import main
-from kvcore.evaluate.engine import FRONTIER_RHOS, FRONTIER_SEQS, FRONTIER_WATERMARKS, evaluate_engine
+from kvcore.evaluate.engine import FRONTIER_RHOS, FRONTIER_SEQS, FRONTIER_WATERMARKS, METHODS, evaluate_engine
 from kvcore.evaluate.engine_report import ROW_KEYS, frontier_check
 from kvcore.traces import load_trace
 
 
 def test_rows_and_variants(traces_dir: Path) -> None:
     ev = evaluate_engine(load_trace(traces_dir / "burstgpt_first7d_gpt4_conv.csv"), loads=(0.9,), rho=10.0)
-    assert [r.method for r in ev.rows] == ["vllm-default", "kvplan-knobs", "kvplan-plugin"]
-    default, knobs, plugin = ev.rows
+    assert [r.method for r in ev.rows] == ["vllm-default", "kvplan-knobs", "kvplan-plugin", "kvplan-plugin-dro"]
+    default, knobs, plugin, dro = ev.rows
     assert default.knobs == "watermark=0 max_num_seqs=256 policy=fcfs"
-    assert knobs.knobs in ev.knobs["0.9"] and plugin.knobs.endswith("gate")
+    assert knobs.knobs in ev.knobs["0.9"] and "gate" in plugin.knobs and "gate" in dro.knobs
     assert default.preemptions > 0  # memory binds on this trace at load 0.9: the comparison is not vacuous
-    assert plugin.preemptions < default.preemptions
+    assert plugin.preemptions < default.preemptions and dro.preemptions < default.preemptions
     assert set(ev.reserves) == {"short", "long"} and all(v > 0 for v in ev.reserves.values())
+    assert dro.knobs.endswith(f"y={ev.reserves['short']:.0f},{ev.reserves['long']:.0f}")
+    assert "token slots/request" in ev.plugin["0.9"]
+    assert set(ev.engine_rho["0.9"]) == {"short", "long"} and all(v > 0 for v in ev.engine_rho["0.9"].values())
 
 
 def test_lmax_reservation_never_preempts(traces_dir: Path) -> None:
     ev = evaluate_engine(load_trace(traces_dir / "burstgpt_first7d_gpt4_conv.csv"), loads=(0.9,), rho=1e6)
-    plugin = ev.rows[2]
-    assert plugin.preemptions == 0 and plugin.recomputed_tokens == 0 and plugin.stalled_frac == 0.0
+    dro = ev.rows[3]
+    assert dro.method == "kvplan-plugin-dro"
+    assert dro.preemptions == 0 and dro.recomputed_tokens == 0 and dro.stalled_frac == 0.0
 
 
 def test_cli_json_and_frontier(traces_dir: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     trace = traces_dir / "burstgpt_first7d_chatgpt_api.csv"
     assert main(["evaluate", "--trace", str(trace), "--engine", "vllm", "--json", "--no-progress", "--frontier",
-                 "--out", str(tmp_path)]) == 0
+                 "--replay-requests", "400", "--out", str(tmp_path)]) == 0
     obj = json.loads(capsys.readouterr().out)
     rows = obj["rows"]
     assert all(tuple(r) == ROW_KEYS for r in rows)
-    per_load = 3 + len(FRONTIER_RHOS) + len(FRONTIER_WATERMARKS) * len(FRONTIER_SEQS)
+    per_load = len(METHODS) + 2 * len(FRONTIER_RHOS) + 1 + len(FRONTIER_WATERMARKS) * len(FRONTIER_SEQS)
     assert len(rows) == 2 * per_load and {r["load"] for r in rows} == {0.7, 0.9}
     assert {p.rsplit(".", 1)[-1] for p in obj["files"]} == {"csv", "md", "png"}
-    ev = evaluate_engine(load_trace(trace), loads=(0.7,), frontier=True)
+    ev = evaluate_engine(load_trace(trace), loads=(0.7,), frontier=True, replay_requests=400)
     n, matched = frontier_check(ev.rows, 0.7)
     assert n == len(FRONTIER_WATERMARKS) * len(FRONTIER_SEQS) and 0 <= matched <= n
+    assert {r.method for r in ev.rows} >= {"plugin-rho=engine", "plugin-rho=10", "plugin-dro-rho=10"}
 
 
-@pytest.mark.parametrize(("args", "flag"), [(["--rho", "2,3"], "--rho"), (["--load", "3"], "--load"),
-                                            (["--load", "x"], "--load")], ids=["two-rhos", "load-3", "load-x"])
+@pytest.mark.parametrize(("args", "flag"), [
+    (["--rho", "2,3"], "--rho"), (["--load", "3"], "--load"), (["--load", "x"], "--load"),
+    (["--replay-requests", "5"], "--replay-requests"),
+], ids=["two-rhos", "load-3", "load-x", "replay-requests-5"])
 def test_bad_flags(traces_dir: Path, capsys: pytest.CaptureFixture[str], args: list[str], flag: str) -> None:
     trace = traces_dir / "burstgpt_first7d_chatgpt_api.csv"
-    assert main(["evaluate", "--trace", str(trace), "--engine", "vllm", "--no-progress", *args]) == 2
+    try:
+        status = main(["evaluate", "--trace", str(trace), "--engine", "vllm", "--no-progress", *args])
+    except SystemExit as stop:  # argparse refuses a malformed flag itself, with the same one-line message
+        status = stop.code
+    assert status == 2
     assert flag in capsys.readouterr().err

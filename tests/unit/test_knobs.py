@@ -90,3 +90,32 @@ def test_knobs_for_plan() -> None:
     assert set(choices) == served and served
     for name, choice in choices.items():
         assert choice.group == name and choice.candidates and 8 <= choice.max_num_seqs <= 256
+
+
+def test_knobs_in_force_are_kept_inside_the_knee(traces_dir: Path) -> None:
+    """Hysteresis: knobs in force that are eligible and within 10 % of the best reduction are kept (no restart for
+    a replay's noise); knobs outside the knee (stock vLLM under pressure, or knobs that cost latency) are replaced
+    by the rule's own choice."""
+    cls, g = classes(traces_dir, (10.0, 2.0)), group(40_000)
+    free = choose_knobs(g, cls, requests=800, seed=1)
+    chosen = (free.watermark, free.max_num_seqs, free.scheduling_policy)
+    stock = next(m for m in free.candidates if (m.watermark, m.max_num_seqs, m.policy) == (0.0, 256, "fcfs"))
+    best = min(m.priced_recompute for m in free.candidates if m.eligible)
+    enough = best + 0.1 * (stock.priced_recompute - best)
+    inside = [m for m in free.candidates if m.eligible and m.priced_recompute <= enough
+              and (m.watermark, m.max_num_seqs, m.policy) != chosen]
+    assert inside and stock.priced_recompute > enough, free.candidates  # the case this test needs
+    keep = (inside[-1].watermark, inside[-1].max_num_seqs, inside[-1].policy)
+    kept = choose_knobs(g, cls, requests=800, seed=1, current=keep)
+    assert (kept.watermark, kept.max_num_seqs, kept.scheduling_policy) == keep
+    assert kept.reason.startswith("knobs in force kept") and kept.candidates == free.candidates
+    replaced = choose_knobs(g, cls, requests=800, seed=1, current=(0.0, 256, "fcfs"))
+    assert (replaced.watermark, replaced.max_num_seqs, replaced.scheduling_policy) == chosen
+    outside = next(m for m in free.candidates if not m.eligible)
+    moved = choose_knobs(g, cls, requests=800, seed=1, current=(outside.watermark, outside.max_num_seqs,
+                                                                outside.policy))
+    assert (moved.watermark, moved.max_num_seqs, moved.scheduling_policy) == chosen
+    odd = (chosen[0] or 0.0, 77, chosen[2])  # not among the rule's own max_num_seqs candidates: measured as one more
+    extra = choose_knobs(g, cls, requests=800, seed=1, current=odd)
+    assert len(extra.candidates) == len(free.candidates) + 1
+    assert [(m.watermark, m.max_num_seqs, m.policy) for m in extra.candidates][-1] == odd

@@ -20,7 +20,7 @@ from kvplan_operator.reconcile import Deps, reconcile
 from kvplan_operator.sources.capacity import capacity_query, engine_capacity, engine_tokens
 from kvplan_operator.spec import parse_spec
 from kvplan_operator.translate import build_instance, capacity_overrides, capacity_view
-from op_fakes import FakeKube, dep, kvplan  # type: ignore[import-not-found]
+from op_fakes import FakeKube, ScriptedKnobs, dep, kvplan  # type: ignore[import-not-found]
 from test_op_history import T, RecordedProm  # type: ignore[import-not-found]
 from test_op_reconcile import busy_matrix  # type: ignore[import-not-found]
 
@@ -189,7 +189,7 @@ def test_reconcile_status_shows_both_numbers_usage_and_preemptions():
                      "vllm-b": dep("vllm-b", ["--tensor-parallel-size", "8"])})
     prom = RecordedProm(matrix=busy_matrix(), engines=ENGINES)
     deps = Deps(kube=kube, prom_factory=lambda conn: prom, planner=real_plan, clock=lambda: float(T[2]),
-                resolve=lambda host: ["10.0.0.9"])
+                resolve=lambda host: ["10.0.0.9"], knobs=ScriptedKnobs())
     out = reconcile(kvplan(copy.deepcopy(SPEC), kube), deps)
     assert out.ok, out
     groups = kube.status["plan"]["groups"]

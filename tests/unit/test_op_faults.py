@@ -6,6 +6,8 @@ ConfigMap, two Deployments, status, events) is run once cleanly to list its Kube
   client timeout) -- at the level of the operator's own wrapper (``KubeApi``), the raw kubernetes client guarded
   "must not be called";
 - **kill -9 matrix**: the operator dies right after each single write of the clean run (nothing after it runs);
+- in four reconciles: first adoption; a re-layout; InferencePools and a stale foreign owner; and engine knobs with
+  kvplan's plugin (a reservation-file change and a knob change that restarts a managed Deployment: issue 13);
 - **Prometheus matrix**: the real HTTP client against a scripted Prometheus on 127.0.0.1 that refuses the
   connection, never answers, answers 4xx/5xx, a PromQL error body, malformed JSON, an empty result, NaN / +Inf /
   1e308 counts, reversed buckets, or an empty/NaN arrival-rate query.
@@ -13,7 +15,8 @@ ConfigMap, two Deployments, status, events) is run once cleanly to list its Kube
 For every scenario: no exception leaves ``reconcile``; a failure carries a named reason (the expected one for the
 call and error class) in the outcome and in status; the last good plan stays in status; no two objects disagree
 (``operator_checks.disagreements``: annotations vs flags, router document vs Deployments, status vs everything);
-the disruption budget (1 re-layout per hour here) is never exceeded, across the faulty run and the recovery runs
+the disruption budget (1 restart per hour here: re-layouts and knob changes, counted as pod-template changes of
+Deployments kvplan already managed) is never exceeded, across the faulty run and the recovery runs
 that follow; and once the fault is gone the operator converges (the plan is applied, a further run writes
 nothing but status). Each matrix prints its counts (``pytest -s``)."""
 
@@ -32,8 +35,8 @@ from kvplan_operator import conditions as C
 from kvplan_operator.kube import KubeError
 from kvplan_operator.prom import PromClient
 from kvplan_operator.reconcile import Deps, reconcile
-from op_fakes import (ERRORS, READS, FakeKube, Fault, Killed, Script, dep, kvplan,  # type: ignore[import-not-found]
-                      serve)
+from op_fakes import (ERRORS, READS, FakeKube, Fault, Killed, ScriptedKnobs, Script, dep,  # type: ignore[import-not-found]
+                      kvplan, serve)
 from operator_checks import detail_document, disagreements, router_document  # type: ignore[import-not-found]
 from test_op_history import MATRIX, RecordedProm, tagged  # type: ignore[import-not-found]
 from test_op_targets import SPEC  # type: ignore[import-not-found]
@@ -46,12 +49,12 @@ BUDGET = 1
 RECORD = ("status", "patch ConfigMap/fleet-plan")
 
 
-def fixed_plan(tp_big: int, total: float, chat_big: float) -> Plan:
+def fixed_plan(tp_big: int, total: float, chat_big: float, reserve_chat: int = 500) -> Plan:
     groups = [GroupPlan(name="big", tp=tp_big, pp=1, replicas=16 // tp_big, gpus_per_replica=tp_big,
                         kv_capacity_tokens=400_000.0, throughput_tokens_s=2000.0, utilisation=0.3),
               GroupPlan(name="small", tp=1, pp=1, replicas=8, gpus_per_replica=1, kv_capacity_tokens=400_000.0,
                         throughput_tokens_s=4000.0, utilisation=0.3)]
-    classes = [ClassPlan(name="chat", reserve_tokens=500, admitted=True,
+    classes = [ClassPlan(name="chat", reserve_tokens=reserve_chat, admitted=True,
                          routing={"big": chat_big, "small": round(1 - chat_big, 6)}),
                ClassPlan(name="code-gen", reserve_tokens=100, admitted=True, routing={"big": 0.2, "small": 0.8})]
     return Plan(status=PlanStatus.FEASIBLE, reason="scripted", groups=groups, classes=classes,
@@ -68,6 +71,8 @@ class Planner:
     def __call__(self, instance: Any, *, previous: Plan | None = None) -> Plan:
         if self.stage == 0:
             return fixed_plan(4, 100.0, 0.5)
+        if self.stage == 2:  # no re-layout: new routing and reservations (the engine-knob scenario)
+            return fixed_plan(4, 100.0, 0.7, reserve_chat=650)
         pinned = len(instance.groups[0].layouts) == 1
         return fixed_plan(4, 100.0, 0.6) if pinned else fixed_plan(8, 50.0, 0.8)
 
@@ -127,11 +132,25 @@ def pools(world: World) -> None:
     world.kube.deployments["vllm-small"]["metadata"]["annotations"]["kvplan.io/owner"] = "ns/deleted-plan"
 
 
+class StageKnobs(ScriptedKnobs):
+    """The knob rule of the engine scenario: stock vLLM at stage 0; from stage 2 on, small's knobs change (a
+    restart of a Deployment kvplan manages, with no re-layout to ride along: it counts in the budget)."""
+
+    def __init__(self, planner: Planner) -> None:
+        super().__init__()
+        self.planner = planner
+
+    def __call__(self, plan: Any, instance: Any, **kw: Any) -> dict:
+        self.knobs = {"small": (32, 0.05, "priority")} if self.planner.stage >= 2 else {}
+        return super().__call__(plan, instance, **kw)
+
+
 class World:
-    """A fake cluster, the scripted planner and a counter of re-layouts of Deployments kvplan already managed."""
+    """A fake cluster, the scripted planner and counters of re-layouts and of restarts (pod-template changes) of
+    Deployments kvplan already managed."""
 
     def __init__(self, prom_url: str = "http://10.0.0.9:9090", *, real_client: bool = False,
-                 with_pools: bool = False) -> None:
+                 with_pools: bool = False, engine: bool = False) -> None:
         self.kube = FakeKube(deployments={n: dep(n) for n in GROUPS.values()}, httproutes={"llm": route()},
                              secrets={("prom-token", "token"): "t0k3n"})
         self.planner = Planner()
@@ -140,7 +159,10 @@ class World:
         self.spec = spec(prom_url)
         if with_pools:
             pools(self)
-        self.relayouts = 0
+        self.relayouts = self.restarts = 0
+        self.knobs = StageKnobs(self.planner) if engine else ScriptedKnobs()
+        if engine:  # kvplan's plugin on big: --scheduler-cls, the reservation file mounted
+            self.spec["groups"][0]["plugin"] = {"enabled": True}
         self.kube.on_write = self._count
 
     def _count(self, kube: FakeKube, label: str) -> None:
@@ -153,19 +175,25 @@ class World:
         after = container_flags(kube.deployments[name])
         if before is not None and before[1] and after != before[0]:
             self.relayouts += 1
+        template = json.dumps(kube.deployments[name]["spec"]["template"], sort_keys=True)
+        if before is not None and before[1] and template != self._templates.get(name):
+            self.restarts += 1
         self._layouts[name] = (after, annotated_layout(kube.deployments[name]) is not None)
+        self._templates[name] = template
 
     def _snapshot_layouts(self) -> None:
         from operator_checks import annotated_layout, container_flags  # type: ignore[import-not-found]
 
         self._layouts = {n: (container_flags(d), annotated_layout(d) is not None)
                          for n, d in self.kube.deployments.items()}
+        self._templates = {n: json.dumps(d["spec"]["template"], sort_keys=True)
+                           for n, d in self.kube.deployments.items()}
 
     def deps(self, now: float) -> Deps:
         prom = self.prom
         factory = PromClient.connect if self.real_client else (lambda conn: prom)
         return Deps(kube=self.kube, prom_factory=factory, planner=self.planner, clock=lambda: now,
-                    resolve=lambda host: ["10.0.0.9"])
+                    resolve=lambda host: ["10.0.0.9"], knobs=self.knobs)
 
     def reconcile(self, now: float) -> Any:
         self._snapshot_layouts()
@@ -187,6 +215,7 @@ class World:
         return disagreements(deployments=self.kube.deployments, groups=GROUPS,
                              router=router_document(self.kube.configmaps.get("router")),
                              route=self.kube.httproutes.get("llm"), status=self.kube.status, services=SERVICES,
+                             state=self.kube.configmaps.get("fleet-kvplan"),
                              detail=detail_document(self.kube.configmaps.get))
 
 
@@ -268,14 +297,24 @@ def adopt(world: World) -> dict:
     return world.state()
 
 
-#: name -> (prepare the world and return its good state, time of the faulty run, big's TP once converged, pools)
-SCENARIOS = {"adopt": (adopt, T0, 4, False), "relayout": (baseline, T0 + 60, 8, False),
-             "pools-and-stale-owner": (adopt, T0, 4, True)}
+def knob_change(world: World) -> dict:
+    """Stage 0 applied cleanly with kvplan's plugin on big; then routing and reservations move (the reservation
+    file changes, no restart) and small's engine knobs change (a restart, counted in the budget)."""
+    baseline(world)
+    world.planner.stage = 2
+    return world.state()
+
+
+#: name -> (prepare the world and return its good state, time of the faulty run, big's TP once converged, World's
+#: keyword arguments)
+SCENARIOS = {"adopt": (adopt, T0, 4, {}), "relayout": (baseline, T0 + 60, 8, {}),
+             "pools-and-stale-owner": (adopt, T0, 4, {"with_pools": True}),
+             "knobs-and-plugin": (knob_change, T0 + 60, 4, {"engine": True})}
 
 
 def reference_calls(scenario: str) -> list[tuple[str, str]]:
-    prepare, t, tp, with_pools = SCENARIOS[scenario]
-    world = World(with_pools=with_pools)
+    prepare, t, tp, kw = SCENARIOS[scenario]
+    world = World(**kw)
     prepare(world)
     world.kube.calls.clear()
     out = world.reconcile(t)
@@ -301,15 +340,39 @@ def test_write_order_routes_away_first_and_counts_the_relayout_before_it():
     assert "applying" not in world.kube.status and world.disagreements() == []
 
 
+def test_knob_change_is_recorded_before_the_deployment_and_spends_the_budget():
+    """The clean engine-knob run: the state ConfigMap (new reservation file, the knob restart recorded) before small's
+    Deployment; big (plugin on) is patched only in its annotations, so its pods keep running; a further knob change
+    within the hour is held."""
+    world = World(engine=True)
+    knob_change(world)
+    big_template = copy.deepcopy(world.kube.deployments["vllm-big"]["spec"]["template"])
+    out = world.reconcile(T0 + 60)
+    assert out.ok, out
+    writes = [w for w in world.kube.writes if w != "status"]
+    assert writes.index("patch ConfigMap/fleet-kvplan") < writes.index("patch Deployment/vllm-small"), writes
+    state = world.kube.configmaps["fleet-kvplan"]
+    changes = json.loads(state["metadata"]["annotations"]["kvplan.io/layout-changes"])
+    assert [c["layouts"] for c in changes] == ["knobs:small=32/0.05/priority/None"]
+    assert json.loads(state["data"]["reservations.json"])["classes"]["chat"] == {"reserveTokens": 650}
+    assert world.kube.deployments["vllm-big"]["spec"]["template"] == big_template
+    assert (world.restarts, world.relayouts) == (1, 0) and world.disagreements() == []
+    world.knobs = ScriptedKnobs({"small": (16, 0.1, "priority")})
+    assert world.reconcile(T0 + 120).ok and world.restarts == 1  # held: the budget (1 per hour) is spent
+    cond = next(c for c in world.kube.status["conditions"] if c["type"] == C.ENGINE_KNOBS)
+    assert cond["reason"] == C.KNOBS_HELD and world.disagreements() == []
+
+
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_kubernetes_fault_matrix(scenario):
-    prepare, t, tp, with_pools = SCENARIOS[scenario]
+    prepare, t, tp, kw = SCENARIOS[scenario]
     calls = reference_calls(scenario)
     methods = {m for m, _ in calls}
     assert methods >= {"get_deployment", "autoscaled_deployments", "get_configmap", "get_httproute",
                        "read_secret_key", "patch_deployment", "patch_httproute", "patch_kvplan_status"}, calls
     assert methods >= {"adopt": {"create_configmap", "post_event"}, "relayout": {"patch_configmap"},
-                       "pools-and-stale-owner": {"get_inferencepool", "get_kvplan"}}[scenario], calls
+                       "pools-and-stale-owner": {"get_inferencepool", "get_kvplan"},
+                       "knobs-and-plugin": {"patch_configmap"}}[scenario], calls
     failures: list[str] = []
     counts: Counter = Counter()
     seen: Counter = Counter()
@@ -317,7 +380,7 @@ def test_kubernetes_fault_matrix(scenario):
         seen[(method, name)] += 1
         for error in ERRORS:
             label = f"{scenario}: {method}({name})#{seen[(method, name)]} {error}"
-            world = World(with_pools=with_pools)
+            world = World(**kw)
             good = prepare(world)
             world.kube.faults = [Fault(method, error, nth=seen[(method, name)], name=name)]
             counts["scenarios"] += 1
@@ -331,9 +394,9 @@ def test_kubernetes_fault_matrix(scenario):
             check(world, out, good, expect=expected_reason(method, error, name), label=label, failures=failures)
             counts["disagreements"] += bool(world.disagreements())
             recover(world, t, failures, label, want_tp=tp)
-            if world.relayouts > BUDGET:
+            if world.restarts > BUDGET:
                 counts["budget"] += 1
-                failures.append(f"{label}: {world.relayouts} re-layouts against a budget of {BUDGET}")
+                failures.append(f"{label}: {world.restarts} restarts against a budget of {BUDGET}")
     report(f"kubernetes faults, {scenario}: {len(calls)} calls x {len(ERRORS)} error classes", counts, failures)
     assert counts["scenarios"] == len(ERRORS) * len(calls)
     assert failures == [], "\n".join(failures[:40])
@@ -342,8 +405,8 @@ def test_kubernetes_fault_matrix(scenario):
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_kill_after_every_write_converges(scenario):
-    prepare, t, tp, with_pools = SCENARIOS[scenario]
-    world = World(with_pools=with_pools)
+    prepare, t, tp, kw = SCENARIOS[scenario]
+    world = World(**kw)
     prepare(world)
     world.reconcile(t)
     clean_writes = len(world.kube.writes)
@@ -351,7 +414,7 @@ def test_kill_after_every_write_converges(scenario):
     counts: Counter = Counter()
     for w in range(1, clean_writes + 1):
         label = f"{scenario}: kill after write {w}"
-        world = World(with_pools=with_pools)
+        world = World(**kw)
         good = prepare(world)
         world.kube.writes_done = 0
         world.kube.kill_after_write = w
@@ -374,9 +437,9 @@ def test_kill_after_every_write_converges(scenario):
         if found:
             failures.append(f"{label}: disagreeing objects right after the kill: {found}")
         recover(world, t, failures, label, want_tp=tp)
-        if world.relayouts > BUDGET:
+        if world.restarts > BUDGET:
             counts["budget"] += 1
-            failures.append(f"{label}: {world.relayouts} re-layouts against a budget of {BUDGET}")
+            failures.append(f"{label}: {world.restarts} restarts against a budget of {BUDGET}")
     report(f"kill -9 after each write, {scenario}", counts, failures)
     assert clean_writes >= 6 and counts["scenarios"] == clean_writes
     assert failures == [], "\n".join(failures)
@@ -491,9 +554,9 @@ def test_prometheus_fault_matrix(prometheus_script):
         script.answers, script.hang = dict(good_answers), set()
         world.spec = spec(url)
         recover(world, T0 + 60, failures, name)
-        if world.relayouts > BUDGET:
+        if world.restarts > BUDGET:
             counts["budget"] += 1
-            failures.append(f"{name}: {world.relayouts} re-layouts against a budget of {BUDGET}")
+            failures.append(f"{name}: {world.restarts} restarts against a budget of {BUDGET}")
     report("prometheus faults", counts, failures)
     assert counts["scenarios"] == len(PROM_FAULTS)
     assert failures == [], "\n".join(failures)

@@ -23,7 +23,7 @@ import pytest
 
 from kvplan_operator import conditions as C
 from kvplan_operator.reconcile import Deps, reconcile
-from op_fakes import FakeKube, Fault, container, dep, kvplan  # type: ignore[import-not-found]
+from op_fakes import FakeKube, Fault, ScriptedKnobs, container, dep, kvplan  # type: ignore[import-not-found]
 from operator_checks import container_flags, detail_document  # type: ignore[import-not-found]
 from test_op_faults import T0, busy, fixed_plan, route  # type: ignore[import-not-found]
 from test_op_history import RecordedProm  # type: ignore[import-not-found]
@@ -54,7 +54,7 @@ def world(**spec_changes: Any) -> tuple[FakeKube, dict]:
 def deps(kube: FakeKube, planner: Any, now: float) -> Deps:
     prom = RecordedProm(matrix=busy())
     return Deps(kube=kube, prom_factory=lambda *a: prom, planner=planner, clock=lambda: now,
-                resolve=lambda host: ["10.0.0.9"])
+                resolve=lambda host: ["10.0.0.9"], knobs=ScriptedKnobs())
 
 
 def cond(kube: FakeKube, type_: str) -> dict:

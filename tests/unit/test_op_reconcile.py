@@ -19,7 +19,7 @@ from kvplan_operator.policy import decide
 from kvplan_operator.prom import PrometheusUnavailable
 from kvplan_operator.reconcile import Deps, reconcile
 from kvplan_operator.targets.deployment import read_layout
-from op_fakes import FakeKube, dep, kvplan  # type: ignore[import-not-found]
+from op_fakes import FakeKube, ScriptedKnobs, dep, kvplan  # type: ignore[import-not-found]
 from operator_checks import detail_document  # type: ignore[import-not-found]
 from test_op_history import MATRIX, RecordedProm  # type: ignore[import-not-found]
 from test_op_targets import SPEC  # type: ignore[import-not-found]
@@ -37,7 +37,7 @@ def busy_matrix(scale: float = 20.0) -> list:
 def deps(kube: FakeKube, prom=None, planner=real_plan) -> Deps:
     prom = prom or RecordedProm(matrix=busy_matrix())
     return Deps(kube=kube, prom_factory=lambda conn: prom, planner=planner, clock=lambda: NOW,
-                resolve=lambda host: ["10.0.0.9"])
+                resolve=lambda host: ["10.0.0.9"], knobs=ScriptedKnobs())
 
 
 def cond(kube: FakeKube, type_: str) -> dict:
@@ -293,7 +293,7 @@ def test_handlers_translate_outcomes_to_kopf(kube):
     body = kvplan(spec, kube)
     kube.get_kvplan = lambda ns, name: kvplan(spec, kube)  # fresh read, with the stored status
     rt = Runtime(Deps(kube=kube, prom_factory=lambda *a: prom, planner=real_plan, clock=lambda: clock["now"],
-                      resolve=lambda host: ["10.0.0.9"]))
+                      resolve=lambda host: ["10.0.0.9"], knobs=ScriptedKnobs()))
     memo = types.SimpleNamespace(runtime=rt)
     log = logging.getLogger("test")
     with pytest.raises(kopf.TemporaryError) as info:
@@ -331,7 +331,8 @@ def test_handler_read_failure_is_a_retry_not_a_traceback(kube):
         raise KubeError(f"get KVPlan/{name}", "Unavailable", detail="ConnectionRefusedError")
 
     kube.get_kvplan = down
-    rt = Runtime(Deps(kube=kube, prom_factory=lambda *a: RecordedProm(), planner=real_plan, clock=lambda: NOW))
+    rt = Runtime(Deps(kube=kube, prom_factory=lambda *a: RecordedProm(), planner=real_plan, clock=lambda: NOW,
+                      knobs=ScriptedKnobs()))
     with pytest.raises(kopf.TemporaryError) as info:
         on_change(body=kvplan(copy.deepcopy(SPEC), kube), memo=types.SimpleNamespace(runtime=rt),
                   logger=logging.getLogger("test"), reason="create")

@@ -10,8 +10,8 @@ import shlex
 
 import pytest
 
-from kvplan_operator.targets.vllm_flags import (PP_FLAG, SEQS_FLAG, TP_FLAG, Unexpressible, layout_of, read_flags,
-                                                write_flags)
+from kvplan_operator.targets.vllm_flags import (FLAGS, PP_FLAG, SEQS_FLAG, TP_FLAG, Unexpressible, layout_of,
+                                                read_flags, write_flags)
 
 WANT = {TP_FLAG: "4", PP_FLAG: "2", SEQS_FLAG: None}
 
@@ -114,4 +114,5 @@ def test_shell_file_flags_already_in_args_are_replaced():
 
 def test_read_flags_reports_variables_as_written():
     flags = read_flags({"command": ["sh", "-c", "vllm serve m --tensor-parallel-size $TP --max-num-seqs '64'"]})
-    assert flags == {TP_FLAG: "$TP", PP_FLAG: None, SEQS_FLAG: "64"}
+    assert {f: flags[f] for f in (TP_FLAG, PP_FLAG, SEQS_FLAG)} == {TP_FLAG: "$TP", PP_FLAG: None, SEQS_FLAG: "64"}
+    assert set(flags) == set(FLAGS) and all(flags[f] is None for f in FLAGS if f not in (TP_FLAG, SEQS_FLAG))

@@ -1,6 +1,7 @@
 """kvcore's vLLM engine model against vLLM 0.33 itself (marker ``vllm``): 200 seeded cases through vLLM's own V1
-``Scheduler`` as shipped and 60 through it with kvplan's reservation gate wrapped around ``allocate_slots``, driven
-step by step on CPU in the cached vllm==0.33.0 venv (kvplan_dev.vllm_driver), against both engine models
+``Scheduler`` as shipped and 60 through kvplan's shipped ``kvplan_vllm.scheduler.ReservationScheduler``, driven
+step by step on CPU in the cached vllm==0.33.0 venv with kvplan installed on top (fixture ``plugin_python``,
+kvplan_dev.vllm_driver), against both engine models
 (reference and fast). Per request the admission step, preemption count and finish step must be identical (the
 first-token step, longest gap, recomputed and prefix-cached tokens are held to the same). Separate tests check that
 the cases really exercise what they claim: preemptions under both policies, chunked prefill, prefix-cache hits,
@@ -24,9 +25,9 @@ CASES = {c["id"]: c for c in STOCK + GATE}
 
 
 @pytest.fixture(scope="session")
-def vllm_answers(vllm_python: Path) -> dict[str, Any]:
+def vllm_answers(plugin_python: Path) -> dict[str, Any]:
     """vLLM's answers for every case (one driver process for all: vLLM's import alone takes ~15 s)."""
-    answer = run_driver(vllm_python, list(CASES.values()), progress=print)
+    answer = run_driver(plugin_python, list(CASES.values()), progress=print)
     return {"vllm": answer["vllm"], "cases": {c["id"]: c for c in answer["cases"]}}
 
 

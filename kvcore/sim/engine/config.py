@@ -47,6 +47,10 @@ class EngineConfig(BaseModel):
     admission: Literal["vllm", "gate"] = "vllm"
     """``vllm``: stock admission. ``gate``: kvplan's reservation gate (:mod:`kvcore.sim.gate`) in front of it, with
     the policy's per-class reservations, as kvplan's scheduler plugin enforces inside vLLM."""
+    max_model_len: int | None = Field(default=None, ge=1)
+    """``--max-model-len``: the most tokens a request may hold. The gate caps a reservation at what a request can
+    ever hold, ``min(max_model_len, (num_blocks - 1) * block_size) - prompt``, as kvplan's scheduler plugin does.
+    None: the KV cache alone."""
     class_priority: tuple[int, ...] | None = None
     """Per-class request priority sent with ``--scheduling-policy priority`` (index = class). None: all 0."""
 

@@ -239,11 +239,11 @@ class FastStep(FastReplica):
             h = len(copies) + len(segs)
             hit_tokens = h * B
             n = min(ntok - hit_tokens, budget)
-            if self.gate:
-                own = waiting_claim(rq.prompt[j], rq.output[j], rq.reserve[j], hit_tokens, B)
-                if pool.num_free < self.gate_claims(s) + own:
-                    break
             evict = sum(1 for c in copies if c.ref == 0) + len(segs)
+            if self.gate:  # hit blocks no request holds are free for vLLM, not for the gate (they are taken)
+                own = waiting_claim(rq.prompt[j], rq.output[j], rq.reserve[j], hit_tokens, B)
+                if pool.num_free - evict < self.gate_claims(s) + own:
+                    break
             wm = self.wm if self.running else 0
             if max(_cdiv(ntok, B) - h, 0) + evict + wm > pool.num_free:
                 break

@@ -152,9 +152,11 @@ class _Replica:
         self.pool.free_blocks(reversed(blocks))
 
     def gate_admits(self, r: _Req, hits: list[Block]) -> bool:
+        """kvplan's gate as ``kvplan_vllm.scheduler`` applies it: cached hit blocks no request holds are counted as
+        free by vLLM, but taking the hit removes them, so they are not free for the gate."""
         claims = [running_claim(q.prompt, q.output, q.reserve, len(q.blocks), self.bs) for q in self.running]
         own = waiting_claim(r.prompt, r.output, r.reserve, len(hits) * self.bs, self.bs)
-        return admits(self.pool.num_free, claims, own)
+        return admits(self.pool.num_free - sum(1 for b in hits if b.ref == 0), claims, own)
 
     # ---- Scheduler
     def preempt(self, r: _Req) -> None:

@@ -13,9 +13,11 @@ the engine model see the same requests on the same groups. How the policy is rea
 - Step times: ``t0 + t1 * B`` from the group (the profile's ``step_t0_s``/``step_t1_s``) plus
   ``1 / prefill_tokens_per_s`` per token beyond one per request (prefill, chunks, recompute).
 
-A prompt has at least one token (vLLM refuses empty prompts; a 0-token input is replayed as 1). A request is rejected
-as oversize when one replica could never hold it alone: ``ceil((prompt + max(output - 1, y_gate)) / block_size) >
-num_blocks - 1`` (y_gate = y under the gate, else 0); vLLM would refuse it at start-up (``max_model_len``) or hang.
+A prompt has at least one token (vLLM refuses empty prompts; a 0-token input is replayed as 1). Under the gate a
+request's reservation is capped at what it can ever hold, ``min(max_model_len, (num_blocks - 1) * block_size) -
+prompt`` tokens (never below 0), as kvplan's scheduler plugin caps it. A request is rejected as oversize when one
+replica could never hold it alone: ``ceil((prompt + output - 1) / block_size) > num_blocks - 1``, or, with
+``max_model_len`` set, ``prompt + output > max_model_len``; vLLM would refuse it at start-up or hang.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from kvcore.sim.engine.fast import run_fast
 from kvcore.sim.engine.jobs import GroupEngine, Jobs
 from kvcore.sim.engine.reference import run_reference
 from kvcore.sim.engine.result import EngineResult, build_engine_result
+from kvcore.sim.gate import capped_reserve
 from kvcore.sim.prepare import REJECT_OVERSIZE, SERVE, prepare
 from kvcore.sim.types import SimConfig, SimGroup, SimPolicy, Workload
 
@@ -61,10 +64,12 @@ def build_jobs(workload: Workload, groups: Sequence[SimGroup], policy: SimPolicy
     safe = np.maximum(group, 0)
     bs = np.array([g.engine.block_size for g in geng])[safe]
     usable = np.array([g.num_blocks - 1 for g in geng])[safe]
-    gate = np.array([g.engine.admission == "gate" for g in geng])[safe]
-    y = policy.reserve_tokens[cls]
-    peak = prompt + np.maximum(workload.output_tokens - 1, np.where(gate, y, 0))
-    oversize = (group >= 0) & (-(-peak // bs) > usable)
+    max_len = np.array([g.engine.max_model_len or np.iinfo(np.int64).max for g in geng], dtype=np.int64)[safe]
+    capacity = np.minimum(max_len, usable * bs)
+    y = np.array([capped_reserve(int(v), int(p), int(c)) for v, p, c in
+                  zip(policy.reserve_tokens[cls].tolist(), prompt.tolist(), capacity.tolist())], dtype=np.int64)
+    oversize = (group >= 0) & ((-(-(prompt + workload.output_tokens - 1) // bs) > usable)
+                               | (prompt + workload.output_tokens > max_len))
     status[oversize] = REJECT_OVERSIZE
     group[oversize] = -1
     priority = [geng[g].engine.priority_of(int(c)) if g >= 0 else 0 for g, c in zip(group.tolist(), cls.tolist())]

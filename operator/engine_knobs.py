@@ -1,0 +1,379 @@
+"""Part of phase 2, decide (pure): each group's engine knobs, and whether the disruption budget lets them restart
+pods. docs/operator.md, "Engine knobs".
+
+Per group (``spec.groups[].engine``, ``spec.groups[].plugin``):
+
+- ``knobs: Auto`` (default): ``--max-num-seqs``, ``--watermark`` and ``--scheduling-policy`` from kvcore's knob
+  rule (:func:`kvcore.knobs.knobs_for_plan`: the recent history replayed through the vLLM engine model), given the
+  knobs the engines run now so that a re-plan on fresh data keeps them while they are inside the rule's knee (and
+  reusing its answer while the group's situation holds, :mod:`.knob_cache`). The watermark exists from vLLM 0.33
+  on: for an older vLLM (:func:`engine_version`: ``engine.vllmVersion``, else an official image's tag, else 0.33.0)
+  the rule is run without it and the group's knob is refused (``KnobUnsupported``). ``knobs: Formula``: kvplan
+  0.1's ``--max-num-seqs`` formula only (build.py), nothing else;
+- ``plugin.enabled``: ``--scheduler-cls`` of kvplan's reservation gate, the async variant unless vLLM's async
+  scheduling is off for this container (:func:`scheduler_class`); only for vLLM 0.33.x (the plugin's pin), and
+  never over a container's own ``--scheduler-cls``.
+
+**Budget.** Any flag change rolls the Deployment. A group whose knobs differ from what its engines run restarts,
+which counts exactly like a re-layout (:mod:`kvplan_operator.policy`): free when this apply re-lays out anyway (one
+attempt), or on a Deployment kvplan does not manage yet (first adoption); allowed once per spec change (counted);
+a resumed attempt (same knobs, recorded within the hour) is not counted again; otherwise allowed while fewer than
+``replan.maxLayoutChangesPerHour`` restarts were attempted in the last hour (counted), else **held**: the group
+keeps every knob it runs (none of them half-changed), and each held knob's planned and current value is reported.
+
+**Priorities.** When a group runs ``--scheduling-policy priority``, every class gets a vLLM request priority:
+1 + its rank by decreasing rho = c_p / c_w (the rule's own order; lower is served first and preempted last). vLLM
+0.33 accepts a priority under ``fcfs`` too and ignores it, so one value per class works for every group; 0 (what
+a request without one carries) is left to no class, so kvplan's plugin never mistakes it for one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kvcore.errors import InputError
+from kvcore.instance import Instance
+from kvcore.knobs import WATERMARK_MIN_VERSION as WATERMARK_VERSION  # --watermark exists from vLLM 0.33 on
+from kvcore.planmodel import Plan
+
+from .knob_cache import KnobCache
+from .spec import Group, KVPlanSpec
+from .spec_engine import DEFAULT_VLLM_VERSION, parse_version
+from .targets.deployment import find_container
+from .targets.plugin_mount import ASYNC_SCHEDULER, SYNC_SCHEDULER, is_plugin_scheduler, present
+from .targets.vllm_flags import (EXECUTOR_FLAG, POLICY_FLAG, SCHEDULER_FLAG, SEQS_FLAG, WATERMARK_FLAG, has_switch,
+                                 literal, read_flags, running)
+
+#: The knob rule (:func:`kvcore.knobs.knobs_for_plan`'s signature); injected through ``Deps.knobs``.
+KnobRule = Callable[..., Mapping[str, Any]]
+#: vLLM versions kvplan's plugin supports (``kvplan[vllm]`` pins ``vllm>=0.33,<0.34``).
+PLUGIN_VERSIONS = ((0, 33, 0), (0, 34, 0))
+#: Executor backends that schedule asynchronously in vLLM 0.33 (``supports_async_scheduling``).
+ASYNC_EXECUTORS = frozenset({"mp", "uni", "external_launcher"})
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """A group's engine knobs; None: not set by kvplan (left as the container has it)."""
+
+    max_num_seqs: int | None = None
+    watermark: float | None = None
+    scheduling_policy: str | None = None
+    #: kvplan's scheduler class (the plugin on), else None (the plugin off).
+    scheduler_cls: str | None = None
+
+    def flags(self) -> dict[str, str | None]:
+        return {SEQS_FLAG: None if self.max_num_seqs is None else str(self.max_num_seqs),
+                WATERMARK_FLAG: None if self.watermark is None else f"{self.watermark:g}",
+                POLICY_FLAG: self.scheduling_policy, SCHEDULER_FLAG: self.scheduler_cls}
+
+
+@dataclass(frozen=True)
+class HeldKnob:
+    """A knob change the disruption budget held back: the flag, its planned and its current value."""
+
+    knob: str
+    planned: str
+    current: str
+
+
+@dataclass(frozen=True)
+class GroupKnobs:
+    """One group's knobs: what the plan wants (``planned``), what this apply writes (``target``: planned, or what
+    runs when held), and why anything is not as planned."""
+
+    group: str
+    mode: str
+    version: str
+    #: where ``version`` came from: spec, image or default (:func:`engine_version`).
+    version_from: str
+    planned: Knobs
+    target: Knobs
+    running: Knobs
+    held: tuple[HeldKnob, ...] = ()
+    unsupported: tuple[str, ...] = ()
+    rule: str | None = None
+    failed: str | None = None
+
+
+@dataclass(frozen=True)
+class KnobDecision:
+    """Every group's knobs, the class priorities, and the budget: the attempt to record (None: nothing counted)
+    and one line on why."""
+
+    groups: Mapping[str, GroupKnobs] = field(default_factory=dict)
+    class_priority: Mapping[str, int] = field(default_factory=dict)
+    record: str | None = None
+    budget: str = ""
+
+    def restarted(self) -> list[str]:
+        """Groups whose knobs this apply changes."""
+        return sorted(g for g, k in self.groups.items() if differs(k.target, k.running))
+
+
+def running_knobs(body: Mapping[str, Any] | None, container: str | None) -> Knobs:
+    """The knobs a Deployment's vLLM container runs (vLLM's defaults for absent flags; a value from a shell variable
+    reads as None). The scheduler counts as kvplan's only with the reservation file mounted."""
+    c = find_container(body or {}, container) or {}
+    flags = read_flags(c)
+
+    def number(flag: str) -> float | None:
+        text = running(flags, flag)
+        try:
+            return float(text) if text is not None else None
+        except ValueError:
+            return None
+
+    seqs = number(SEQS_FLAG)
+    sched = literal(flags[SCHEDULER_FLAG] or "")
+    mounted = body is not None and all(present(body, c).values())
+    policy = running(flags, POLICY_FLAG)
+    return Knobs(max_num_seqs=int(seqs) if seqs is not None else None, watermark=number(WATERMARK_FLAG),
+                 scheduling_policy=policy if policy in ("fcfs", "priority") else None,
+                 scheduler_cls=sched if is_plugin_scheduler(sched) and mounted else None)
+
+
+def differs(target: Knobs, now: Knobs) -> bool:
+    """Whether writing ``target`` changes the flags ``now`` describes (a None target knob changes nothing)."""
+    return any(t is not None and t != n for t, n in ((target.max_num_seqs, now.max_num_seqs),
+                                                    (target.watermark, now.watermark),
+                                                    (target.scheduling_policy, now.scheduling_policy))) \
+        or target.scheduler_cls != now.scheduler_cls
+
+
+def scheduler_class(group: Group, body: Mapping[str, Any] | None, pp: int) -> str:
+    """The plugin's class for the group: ``plugin.scheduler`` when Async/Sync, else what vLLM 0.33 will run: async
+    unless the container says ``--no-async-scheduling``, runs an executor without async support (ray), or the
+    layout uses pipeline parallelism (vLLM's V1 model runner turns async off then)."""
+    if group.plugin.scheduler != "Auto":
+        return ASYNC_SCHEDULER if group.plugin.scheduler == "Async" else SYNC_SCHEDULER
+    c = find_container(body or {}, group.container) or {}
+    if has_switch(c, "--async-scheduling"):
+        return ASYNC_SCHEDULER
+    executor = literal(read_flags(c)[EXECUTOR_FLAG] or "") or "mp"
+    if has_switch(c, "--no-async-scheduling") or executor not in ASYNC_EXECUTORS or pp > 1:
+        return SYNC_SCHEDULER
+    return ASYNC_SCHEDULER
+
+
+#: An official vLLM image and its version tag: ``[registry/]vllm/vllm-openai:v0.33.0`` (also ``vllm-openai-cpu``,
+#: ``...-rocm``); any other image's tag says nothing about vLLM's version.
+_OFFICIAL = re.compile(r"^(?:.*/)?vllm-openai(?:-[a-z0-9]+)?:v?([0-9]+\.[0-9]+(?:\.[0-9]+)*)(?:@.*)?$")
+
+
+@dataclass(frozen=True)
+class EngineVersion:
+    """A group's vLLM version and where it came from: ``spec`` (``engine.vllmVersion``), ``image`` (the official
+    image's tag) or ``default`` (:data:`~kvplan_operator.spec_engine.DEFAULT_VLLM_VERSION`)."""
+
+    version: tuple[int, int, int]
+    text: str
+    source: str
+
+    def describe(self) -> str:
+        return {"spec": f"engine.vllmVersion {self.text}", "image": f"vLLM {self.text} (the image's tag)",
+                "default": f"vLLM {self.text} (assumed: no engine.vllmVersion, no official image tag)"}[self.source]
+
+
+def engine_version(g: Group, body: Mapping[str, Any] | None) -> EngineVersion:
+    """``engine.vllmVersion``, else the tag of an official ``vllm/vllm-openai`` image of the group's container,
+    else :data:`~kvplan_operator.spec_engine.DEFAULT_VLLM_VERSION`."""
+    if g.engine.vllm_version is not None:
+        return EngineVersion(parse_version(g.engine.vllm_version), g.engine.vllm_version, "spec")
+    image = str((find_container(body or {}, g.container) or {}).get("image") or "")
+    m = _OFFICIAL.match(image)
+    if m:
+        return EngineVersion(parse_version(m.group(1)), m.group(1), "image")
+    return EngineVersion(parse_version(DEFAULT_VLLM_VERSION), DEFAULT_VLLM_VERSION, "default")
+
+
+def class_priorities(instance: Instance) -> dict[str, int]:
+    """class -> 1 + rank by decreasing rho = c_p / c_w (ties in spec order): the knob rule's order."""
+    rho = [c.costs()[0] / c.costs()[1] if c.costs()[1] > 0 else float("inf") for c in instance.classes]
+    order = sorted(range(len(rho)), key=lambda i: -rho[i])
+    return {instance.classes[i].name: rank + 1 for rank, i in enumerate(order)}
+
+
+def _version_text(v: tuple[int, int, int]) -> str:
+    return ".".join(str(p) for p in v)
+
+
+@dataclass(frozen=True)
+class RuleCall:
+    """How to run the knob rule this time: the rule, and where to reuse its answers (:mod:`.knob_cache`)."""
+
+    rule: KnobRule
+    cache: KnobCache | None = None
+    owner: str = ""
+    generation: int | None = None
+    now: float = 0.0
+
+
+def situation(call: RuleCall, g: Group, plan: Plan, running: Knobs, version: EngineVersion) -> tuple[Any, ...]:
+    """What a cached answer for group ``g`` depends on (:mod:`.knob_cache`)."""
+    gp = next((x for x in plan.groups if x.name == g.name), None)
+    return (call.generation, version.version, (gp.tp, gp.pp, gp.replicas) if gp else None,
+            (running.watermark, running.max_num_seqs, running.scheduling_policy))
+
+
+def _rule(spec: KVPlanSpec, plan: Plan, instance: Instance, call: RuleCall, now: Mapping[str, Knobs],
+          versions: Mapping[str, EngineVersion]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The knob rule over every Auto group without a reusable answer, one call per engine version: (choices,
+    group -> failure message)."""
+    by_version: dict[tuple[int, int, int], list[str]] = {}
+    choices: dict[str, Any] = {}
+    seen: dict[str, tuple[Any, ...]] = {}
+    for g in spec.groups:
+        if g.engine.knobs != "Auto":
+            continue
+        seen[g.name] = situation(call, g, plan, now[g.name], versions[g.name])
+        cached = call.cache.get((call.owner, g.name), seen[g.name], call.now) if call.cache is not None else None
+        if cached is not None:
+            choices[g.name] = cached
+        else:
+            by_version.setdefault(versions[g.name].version, []).append(g.name)
+    failed: dict[str, str] = {}
+    for version, names in sorted(by_version.items()):
+        sub = plan.model_copy(update={"groups": [gp for gp in plan.groups if gp.name in names]})
+        current = {n: (k.watermark, k.max_num_seqs, k.scheduling_policy) for n in names
+                   if (k := now[n]).max_num_seqs is not None and k.watermark is not None
+                   and k.scheduling_policy is not None}
+        try:
+            answer = dict(call.rule(sub, instance, engine_version=_version_text(version), current=current))
+        except InputError as exc:
+            failed.update({n: f"{exc.field}: {exc.message}" for n in names})
+            continue
+        except Exception as exc:  # a rule bug must not stop the plan; the type is enough to find it
+            failed.update({n: f"{type(exc).__name__} in the knob rule" for n in names})
+            continue
+        choices.update(answer)
+        if call.cache is not None:
+            for n in names:
+                if n in answer:
+                    call.cache.put((call.owner, n), seen[n], call.now, answer[n])
+    if call.cache is not None:
+        call.cache.forget(call.owner, {g.name: g for g in spec.groups})
+    return choices, failed
+
+
+def _planned(g: Group, choice: Any, body: Mapping[str, Any] | None, pp: int, ver: EngineVersion
+             ) -> tuple[Knobs, list[str]]:
+    v = ver.version
+    notes: list[str] = []
+    knobs = Knobs()
+    if g.engine.knobs == "Auto":
+        if v < WATERMARK_VERSION:
+            notes.append(f"group {g.name}: --watermark not written: {ver.describe()} has no --watermark "
+                         f"(needs >= 0.33)")
+        if choice is not None:
+            knobs = Knobs(max_num_seqs=int(choice.max_num_seqs),
+                          watermark=None if choice.watermark is None or v < WATERMARK_VERSION
+                          else float(choice.watermark), scheduling_policy=str(choice.scheduling_policy))
+    if g.plugin.enabled:
+        cls = scheduler_class(g, body, pp)
+        own = literal(read_flags(find_container(body or {}, g.container) or {})[SCHEDULER_FLAG] or "")
+        if not PLUGIN_VERSIONS[0] <= v < PLUGIN_VERSIONS[1]:
+            notes.append(f"group {g.name}: --scheduler-cls {cls} (kvplan's plugin) not added: the plugin needs vLLM "
+                         f"0.33.x, the group has {ver.describe()}")
+        elif own and not is_plugin_scheduler(own):
+            notes.append(f"group {g.name}: --scheduler-cls {cls} (kvplan's plugin) not added: the container runs "
+                         f"its own scheduler {own}")
+        else:
+            knobs = replace(knobs, scheduler_cls=cls)
+    return knobs, notes
+
+
+def _held(planned: Knobs, now: Knobs) -> tuple[HeldKnob, ...]:
+    out = []
+    for flag, p in planned.flags().items():
+        n = now.flags()[flag]
+        if (p is not None or flag == SCHEDULER_FLAG) and p != n:
+            out.append(HeldKnob(flag, p or "(none)", n or "(none)"))
+    return tuple(out)
+
+
+def decide_knobs(spec: KVPlanSpec, plan: Plan, instance: Instance, call: RuleCall, *,
+                 bodies: Mapping[str, Mapping[str, Any] | None], adopted: Sequence[str], relaid: Sequence[str],
+                 layouts: Mapping[str, tuple[int, int]], spec_changed: bool, recorded: Sequence[str],
+                 max_per_hour: int) -> KnobDecision:
+    """The knob decision (module docstring). ``bodies``: group -> its Deployment; ``adopted``: groups kvplan
+    manages already; ``relaid``: groups this apply re-lays out; ``layouts``: group -> planned (tp, pp);
+    ``recorded``: the budget's attempts in the last hour (their keys)."""
+    now = {g.name: running_knobs(bodies.get(g.name), g.container) for g in spec.groups}
+    versions = {g.name: engine_version(g, bodies.get(g.name)) for g in spec.groups}
+    choices, failed = _rule(spec, plan, instance, call, now, versions)
+    planned: dict[str, Knobs] = {}
+    notes: dict[str, list[str]] = {}
+    for g in spec.groups:
+        choice = choices.get(g.name) if g.name not in failed else None
+        planned[g.name], notes[g.name] = _planned(g, choice, bodies.get(g.name), layouts.get(g.name, (1, 1))[1],
+                                                  versions[g.name])
+    moving = sorted(g.name for g in spec.groups if g.name in adopted and g.name not in relaid
+                    and bodies.get(g.name) is not None and differs(planned[g.name], now[g.name]))
+    key = "knobs:" + ",".join(f"{n}={'/'.join(str(v) for v in planned[n].flags().values())}" for n in moving)
+    record: str | None = None
+    held: set[str] = set()
+    if not moving:
+        budget = ""
+    elif relaid:
+        budget = f"knobs of {', '.join(moving)} change with the re-layout of {', '.join(sorted(relaid))}"
+    elif spec_changed:
+        budget, record = f"spec changed: knobs of {', '.join(moving)} change (a restart, counted)", key
+    elif key in recorded:
+        budget = f"resuming the knob change of {', '.join(moving)} attempted within the hour"
+    elif len(recorded) < max_per_hour:
+        budget, record = (f"knobs of {', '.join(moving)} change: a restart ({len(recorded) + 1} of "
+                          f"maxLayoutChangesPerHour {max_per_hour} in the last hour)"), key
+    else:
+        held = set(moving)
+        budget = (f"knob change of {', '.join(moving)} held: {len(recorded)} restart(s) in the last hour "
+                  f"(maxLayoutChangesPerHour {max_per_hour})")
+    groups = {}
+    for g in spec.groups:
+        n = g.name
+        choice = choices.get(n)
+        groups[n] = GroupKnobs(
+            group=n, mode=g.engine.knobs, version=versions[n].text, version_from=versions[n].source,
+            planned=planned[n],
+            target=now[n] if n in held else planned[n], running=now[n],
+            held=_held(planned[n], now[n]) if n in held else (), unsupported=tuple(notes[n]),
+            rule=str(choice.reason) if choice is not None and n not in failed else None, failed=failed.get(n))
+    policy = any(k.target.scheduling_policy == "priority" for k in groups.values())
+    return KnobDecision(groups, class_priorities(instance) if policy else {}, record, budget)
+
+
+def engine_status(k: GroupKnobs) -> dict[str, Any]:
+    """``status.plan.groups.<g>.engine``: the knobs this apply leaves in force, the plan's where they differ
+    (``held``: knob, planned, current), refusals, and the knob rule's reason."""
+    t = k.target
+    return {"vllmVersion": k.version, "vllmVersionFrom": k.version_from, "knobs": k.mode, "maxNumSeqs": t.max_num_seqs, "watermark": t.watermark,
+            "schedulingPolicy": t.scheduling_policy, "schedulerCls": t.scheduler_cls,
+            "held": [{"knob": h.knob, "planned": h.planned, "current": h.current} for h in k.held],
+            "unsupported": list(k.unsupported), "rule": k.failed or k.rule}
+
+
+def knob_condition(dec: KnobDecision) -> tuple[bool, str, str]:
+    """(status, reason, message) of the EngineKnobs condition: a rule failure first, then refused knobs, then held
+    ones; else every knob in force."""
+    from . import conditions as C
+
+    failed = sorted(g for g, k in dec.groups.items() if k.failed)
+    unsupported = [m for k in dec.groups.values() for m in k.unsupported]
+    held = [f"group {g}: " + ", ".join(f"{h.knob} {h.planned} (in force {h.current})" for h in k.held)
+            for g, k in sorted(dec.groups.items()) if k.held]
+    parts = [f"knob rule failed for {', '.join(failed)} ({dec.groups[failed[0]].failed}); their knobs stay as they "
+             "run"] if failed else []
+    parts += unsupported
+    parts += [f"held back by the disruption budget ({dec.budget}): " + "; ".join(held)] if held else []
+    if failed:
+        return False, C.KNOB_RULE_FAILED, "; ".join(parts)
+    if unsupported:
+        return False, C.KNOB_UNSUPPORTED, "; ".join(parts)
+    if held:
+        return False, C.KNOBS_HELD, "; ".join(parts)
+    auto = sorted(g for g, k in dec.groups.items() if k.mode == "Auto")
+    return True, C.KNOBS_IN_FORCE, ("knob rule's knobs in force on " + ", ".join(auto) if auto
+                                    else "engine.knobs Formula on every group: kvplan sets only --max-num-seqs")

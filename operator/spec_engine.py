@@ -1,0 +1,67 @@
+"""The KVPlan's engine fields (issue 13): ``spec.groups[].engine``, ``spec.groups[].plugin``, and the checks of the
+classes' prompt-length rules and fleet default. Part of :mod:`kvplan_operator.spec` (kept apart to keep that module
+small); pure, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+#: The vLLM version assumed when ``engine.vllmVersion`` is not given and the container's image is not an official
+#: ``vllm/vllm-openai:vX.Y.Z`` (:func:`kvplan_operator.engine_knobs.engine_version`): the one kvplan's engine model,
+#: knob rule and plugins target.
+DEFAULT_VLLM_VERSION = "0.33.0"
+#: ``major.minor[.patch]`` with an optional local suffix (``0.33.0+cu128``); pre-releases are not accepted.
+VLLM_VERSION = r"^[0-9]+\.[0-9]+(\.[0-9]+)?(\+[A-Za-z0-9.]+)?$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+
+class Engine(_Model):
+    """The group's serving engine and the stock vLLM knobs kvplan may set on it (docs/operator.md, "Engine knobs")."""
+
+    vllm_version: str | None = Field(None, pattern=VLLM_VERSION, max_length=64,
+                                     description="vLLM version of the group's image; gates --watermark (>= 0.33) and "
+                                     "the plugin (0.33.x). None: the official image's tag, else 0.33.0.")
+    knobs: Literal["Auto", "Formula"] = Field("Auto", description="Auto: --max-num-seqs, --watermark and "
+                                              "--scheduling-policy from kvcore's knob rule; Formula: only "
+                                              "--max-num-seqs from the capacity formula, riding along with rollouts "
+                                              "(kvplan 0.1).")
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``0.33.0+cu128`` / ``0.33`` / ``0.10.1.1`` -> (major, minor, patch); a missing patch is 0."""
+    parts = [int(p) for p in text.split("+", 1)[0].split(".")[:3]]
+    return (parts[0], parts[1], parts[2] if len(parts) > 2 else 0)
+
+
+class Plugin(_Model):
+    """kvplan's reservation-gated scheduler (``kvplan_vllm``) on the group's engines (docs/vllm-plugins.md)."""
+
+    enabled: bool = Field(False, description="Add --scheduler-cls and mount the reservation file.")
+    scheduler: Literal["Auto", "Async", "Sync"] = Field("Auto", description="Auto: the async variant unless the "
+                                                        "container's flags or layout turn vLLM's async scheduling off.")
+
+
+def class_rule_errors(classes: Sequence[Any]) -> list[tuple[str, str]]:
+    """At most one fleet default; no two classes with one prompt-length rule (the second could never match).
+    ``classes``: ``spec.classes`` (``fleet_default``, ``max_prompt_tokens``)."""
+    errs: list[tuple[str, str]] = []
+    defaults = [i for i, c in enumerate(classes) if c.fleet_default]
+    for i in defaults[1:]:
+        errs.append((f"spec.classes[{i}].fleetDefault", f"spec.classes[{defaults[0]}] is the fleet default already"))
+    limits: dict[int, int] = {}
+    for i, c in enumerate(classes):
+        if c.max_prompt_tokens is None:
+            continue
+        if c.max_prompt_tokens in limits:
+            errs.append((f"spec.classes[{i}].maxPromptTokens", f"{c.max_prompt_tokens} is spec.classes"
+                         f"[{limits[c.max_prompt_tokens]}]'s too: this rule could never match"))
+        limits.setdefault(c.max_prompt_tokens, i)
+    return errs

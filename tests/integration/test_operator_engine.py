@@ -1,0 +1,285 @@
+"""Engine knobs and kvplan's vLLM plugin on the real local control plane (etcd + kube-apiserver) with a real
+Prometheus backfilled from the shared Azure traces, the real planner and kvcore's real knob rule (issue 13, items 3
+and 4c):
+
+- a group with ``plugin.enabled``: its Deployment gets ``--scheduler-cls`` (async unless the planned layout uses
+  pipeline parallelism), the state ConfigMap volume projecting ``reservations.json``, the read-only mount at
+  ``/etc/kvplan`` and ``KVPLAN_RESERVATIONS_FILE``; the other group none of these; the file in the ConfigMap is
+  parsed by ``kvcore.reservation_file`` and by the plugin's own reader (``kvplan_vllm.source``) and gates with
+  what status says; the knobs status reports are the ones the containers run;
+- a reservation change rewrites the ConfigMap and leaves the Deployment's pod template untouched (the template's
+  hash names the ReplicaSet: no new ReplicaSet, no rollout); only kvplan's annotation on the Deployment moves;
+- turning the plugin off removes exactly what it added;
+- an engine too old (vLLM 0.32.1) gets neither ``--watermark`` nor the plugin, and EngineKnobs=False with reason
+  KnobUnsupported naming the group, the version and the knob, while the rest of the plan applies;
+- the apiserver itself refuses bad engine and class fields (CEL and patterns);
+- on Gateway API's own HTTPRoute CRD, class rules carry ``X-Vllm-Priority`` while a group runs the priority policy.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvcore.planner import plan as real_plan
+from kvcore.reservation_file import parse_reservations
+from kvplan_operator import conditions as C
+from kvplan_operator.kube import Kube
+from operator_checks import knob_disagreements  # type: ignore[import-not-found]
+from operator_world import REPO, apply_crds, backfill, cond, detail, fetch, kvplan_spec, run, setup
+from test_operator_httproute import crds  # type: ignore[import-not-found]  # noqa: F401 - the upstream CRDs fixture
+
+pytestmark = pytest.mark.integration
+
+ASYNC, SYNC = "kvplan_vllm.scheduler.AsyncReservationScheduler", "kvplan_vllm.scheduler.ReservationScheduler"
+GROUPS = {"pool-a": "vllm-a", "pool-b": "vllm-b"}
+
+
+@pytest.fixture(scope="module")
+def crd(cluster):
+    apply_crds(cluster, REPO / "crds" / "kvplans.kvplan.io.yaml")
+    return True
+
+
+@pytest.fixture
+def kube(kube_api) -> Kube:
+    return Kube(kube_api)
+
+
+def vllm(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
+    d = kube.get_deployment(namespace, name)
+    return next(c for c in d["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm")
+
+
+def flag(args: list[str], name: str) -> str | None:
+    return args[args.index(name) + 1] if name in args else None
+
+
+def patch_spec(kube_api, namespace: str, spec: dict) -> None:
+    from kubernetes import client
+
+    client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(
+        "kvplan.io", "v1alpha1", namespace, "kvplans", "fleet", {"spec": spec})
+
+
+class Reserve:
+    """The real planner, with ``extra`` tokens added to every reservation (a reservation change, nothing else)."""
+
+    def __init__(self) -> None:
+        self.extra = 0
+
+    def __call__(self, instance: Any, *, previous: Any = None) -> Any:
+        p = real_plan(instance, previous=previous)
+        return p.model_copy(update={"classes": [c.model_copy(update={"reserve_tokens": c.reserve_tokens + self.extra})
+                                                for c in p.classes]})
+
+
+def test_plugin_mounts_the_file_and_reservations_change_without_a_rollout(crd, kube_api, kube, namespace, prometheus,
+                                                                          traces_dir, tmp_path: Path, monkeypatch):
+    import operator_world  # type: ignore[import-not-found]
+
+    planner = Reserve()
+    monkeypatch.setattr(operator_world, "plan", planner)  # run()'s planner
+    backfill(prometheus, traces_dir)
+    spec = kvplan_spec(prometheus.url)
+    spec["groups"][1]["plugin"] = {"enabled": True}
+    spec["classes"][0]["maxPromptTokens"] = 1500
+    spec["classes"][1]["fleetDefault"] = True
+    setup(kube_api, namespace, spec)
+    out = run(kube, namespace)
+    assert out.ok, out
+    body = fetch(kube, namespace)
+    st = body["status"]
+    assert cond(body, C.APPLIED)["reason"] == C.APPLY_SUCCEEDED
+    assert cond(body, C.ENGINE_KNOBS)["status"] == "True", cond(body, C.ENGINE_KNOBS)
+    b = kube.get_deployment(namespace, "vllm-b")
+    c = vllm(kube, namespace, "vllm-b")
+    want = SYNC if st["plan"]["groups"]["pool-b"]["pp"] > 1 else ASYNC  # vLLM's async scheduling is off with PP
+    assert flag(c["args"], "--scheduler-cls") == want
+    assert st["plan"]["groups"]["pool-b"]["engine"]["schedulerCls"] == want
+    assert b["spec"]["template"]["spec"]["volumes"] == [{"name": "kvplan-reservations", "configMap": {
+        "name": "fleet-kvplan", "items": [{"key": "reservations.json", "path": "reservations.json"}],
+        "defaultMode": 420}}]  # the apiserver's default mode
+    assert c["volumeMounts"] == [{"name": "kvplan-reservations", "mountPath": "/etc/kvplan", "readOnly": True}]
+    assert {"name": "KVPLAN_RESERVATIONS_FILE", "value": "/etc/kvplan/reservations.json"} in c["env"]
+    a = vllm(kube, namespace, "vllm-a")
+    assert "--scheduler-cls" not in a["args"] and "volumeMounts" not in a
+    deployments = {d: kube.get_deployment(namespace, d) for d in GROUPS.values()}
+    state = kube.get_configmap(namespace, "fleet-kvplan")
+    doc = detail(kube, namespace)
+    classes = doc["classes"]  # per class: the plan's detail (status has counts only)
+    assert knob_disagreements(deployments=deployments, groups=GROUPS, status=st, state=state, detail=doc) == []
+    text = state["data"]["reservations.json"]
+    res = parse_reservations(text)
+    assert dict(res.reserve_tokens) == {k: v["gateReserveTokens"] for k, v in classes.items()}
+    assert res.default_class == "code" and [(r.max_prompt_tokens, r.klass) for r in res.prompt_length_rules] == [
+        (1500, "chat")]
+    from kvplan_vllm.source import ReservationSource  # the plugin's own reader (no vLLM import)
+
+    (tmp_path / "reservations.json").write_text(text)
+    source = ReservationSource(tmp_path / "reservations.json", check_every=1)
+    assert source.check() and source.current.reserve("chat") == res.reserve("chat")
+
+    template, generation = copy.deepcopy(b["spec"]["template"]), b["metadata"]["generation"]
+    planner.extra = 64
+    out = run(kube, namespace)
+    assert out.ok, out
+    st2 = fetch(kube, namespace)["status"]
+    res2 = parse_reservations(kube.get_configmap(namespace, "fleet-kvplan")["data"]["reservations.json"])
+    assert res2.reserve("chat") == res.reserve("chat") + 64 == detail(kube, namespace)["classes"]["chat"][
+        "gateReserveTokens"] and st2["plan"]["detail"]["configMaps"] == ["fleet-plan"]
+    b2 = kube.get_deployment(namespace, "vllm-b")
+    # no rollout: the pod template (whose hash names the ReplicaSet) is untouched, and the Deployment is not even
+    # written (a reservation lives in the state ConfigMap only), so its generation stays
+    assert b2["spec"] == b["spec"] and b2["spec"]["template"] == template
+    assert b2["metadata"]["generation"] == generation
+    assert out.changed and all("template" not in x for x in out.changed), out.changed
+    assert not any(x.startswith("Deployment/") for x in out.changed), out.changed
+
+    patch_spec(kube_api, namespace, {"groups": [spec["groups"][0], spec["groups"][1] | {"plugin": {"enabled": False}}]})
+    out = run(kube, namespace)
+    assert out.ok, out
+    c = vllm(kube, namespace, "vllm-b")
+    pod = kube.get_deployment(namespace, "vllm-b")["spec"]["template"]["spec"]
+    assert "--scheduler-cls" not in c["args"] and not pod.get("volumes") and not c.get("volumeMounts")
+    assert {e["name"] for e in c["env"]} == {"HF_HOME", "KVPLAN_RESERVE_CHAT", "KVPLAN_RESERVE_CODE"}
+
+
+def test_an_old_engine_gets_no_watermark_nor_plugin(crd, cluster, kube_api, kube, namespace, prometheus, traces_dir):
+    backfill(prometheus, traces_dir)
+    spec = kvplan_spec(prometheus.url)
+    spec["groups"][0]["engine"] = {"vllmVersion": "0.32.1"}
+    spec["groups"][0]["plugin"] = {"enabled": True}
+    setup(kube_api, namespace, spec)
+    out = run(kube, namespace)
+    assert out.ok, out
+    body = fetch(kube, namespace)
+    knobs = cond(body, C.ENGINE_KNOBS)
+    assert (knobs["status"], knobs["reason"]) == ("False", C.KNOB_UNSUPPORTED)
+    assert "group pool-a: --watermark not written: engine.vllmVersion 0.32.1" in knobs["message"]
+    assert "group pool-a: --scheduler-cls" in knobs["message"] and "needs vLLM 0.33.x" in knobs["message"]
+    assert cond(body, C.READY)["status"] == "True" and cond(body, C.APPLIED)["reason"] == C.APPLY_SUCCEEDED
+    a = vllm(kube, namespace, "vllm-a")
+    assert not {"--watermark", "--scheduler-cls"} & set(a["args"]) and "volumeMounts" not in a
+    assert "volumes" not in kube.get_deployment(namespace, "vllm-a")["spec"]["template"]["spec"]
+    assert flag(a["args"], "--tensor-parallel-size") == str(body["status"]["plan"]["groups"]["pool-a"]["tp"])
+    events = [e.reason for e in kube.core.list_namespaced_event(namespace).items if e.involved_object.kind == "KVPlan"]
+    assert C.KNOB_UNSUPPORTED in events
+    wide = cluster.kubectl("get", "kvp", "-n", namespace, "-o", "wide").stdout.split("\n")
+    assert wide[0].split()[-2:] == ["KNOBS", "AGE"] and wide[1].split()[-2] == C.KNOB_UNSUPPORTED, wide
+
+
+@pytest.mark.parametrize(("mutate", "needle"), [
+    pytest.param(lambda s: [c.update(fleetDefault=True) for c in s["classes"]], "at most one class may be the "
+                 "fleetDefault", id="two-fleet-defaults"),
+    pytest.param(lambda s: s["groups"][0].update(engine={"vllmVersion": "latest"}), "vllmVersion",
+                 id="version-pattern"),
+    pytest.param(lambda s: s["groups"][0].update(engine={"knobs": False}), "knobs", id="yaml-off-boolean"),
+    pytest.param(lambda s: s["groups"][0].update(plugin={"scheduler": "Fast"}), "scheduler", id="scheduler-enum"),
+    pytest.param(lambda s: s["classes"][0].update(maxPromptTokens=-1), "maxPromptTokens", id="negative-rule"),
+])
+def test_bad_engine_fields_refused_by_apiserver(crd, kube_api, namespace, mutate, needle):
+    from kubernetes import client
+
+    spec = kvplan_spec("http://127.0.0.1:9")
+    mutate(spec)
+    with pytest.raises(client.ApiException) as info:
+        client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
+            "kvplan.io", "v1alpha1", namespace, "kvplans",
+            {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan", "metadata": {"name": "bad"}, "spec": spec})
+    assert info.value.status == 422 and needle in info.value.body
+
+
+def test_engine_defaults_applied_by_apiserver(crd, kube_api, kube, namespace):
+    setup(kube_api, namespace, kvplan_spec("http://127.0.0.1:9"), deployments=())
+    s = fetch(kube, namespace)["spec"]
+    assert s["groups"][0]["engine"] == {"knobs": "Auto"}  # vllmVersion: the image's tag, else 0.33.0
+    assert s["groups"][0]["plugin"] == {"enabled": False, "scheduler": "Auto"}
+    assert s["classes"][0]["fleetDefault"] is False and "maxPromptTokens" not in s["classes"][0]
+
+
+def test_gate_example_end_to_end(crd, cluster, kube_api, kube, namespace, prometheus):
+    """examples/kvplan-70b-gate.yaml over examples/vllm-deployments.yaml, with the plugin's per-class series of the
+    example fleet (kvplan_dev.demo_series) in Prometheus: Ready, the gate on the interactive group only, the file's
+    prompt-length rules and fleet default as the example says."""
+    import json
+    import time
+
+    import yaml
+
+    from kvcore.planner import plan
+    from kvplan_dev.demo_series import fleet_series
+    from kvplan_dev.openmetrics import Window, read_trace
+    from kvplan_operator.prom import PromClient
+    from kvplan_operator.reconcile import Deps, reconcile
+
+    window = Window(end_unix_s=time.time() - 60, duration_s=6 * 3600, step_s=60)
+    series, _ = fleet_series(read_trace(REPO / "kvcore" / "data" / "traces" / "azure2023_conv.csv"), window,
+                             namespace=namespace, plugin=True)
+    prometheus.backfill(series, window)
+    doc = yaml.safe_load((REPO / "examples" / "kvplan-70b-gate.yaml").read_text())
+    doc["spec"]["prometheus"]["url"] = prometheus.url
+    cluster.kubectl("-n", namespace, "apply", "-f", str(REPO / "examples" / "vllm-deployments.yaml"))
+    cluster.kubectl("-n", namespace, "apply", "-f", "-", input_text=json.dumps(doc))
+    deps = Deps(kube=kube, prom_factory=PromClient.connect, planner=plan, backoff_base_s=1.0)
+    out = reconcile(kube.get_kvplan(namespace, "llama-70b"), deps)
+    body = kube.get_kvplan(namespace, "llama-70b")
+    assert out.ok, (out, body.get("status"))
+    assert cond(body, C.READY)["status"] == "True" and cond(body, C.ENGINE_KNOBS)["status"] == "True"
+    st = body["status"]["plan"]["groups"]
+    inter = vllm(kube, namespace, "vllm-llama70b-interactive")
+    args = " ".join(inter["args"])
+    want = SYNC if st["interactive"]["pp"] > 1 else ASYNC
+    assert f"--scheduler-cls {want}" in args and st["interactive"]["engine"]["schedulerCls"] == want
+    assert {"name": "kvplan-reservations", "mountPath": "/etc/kvplan", "readOnly": True} in inter["volumeMounts"]
+    assert "--scheduler-cls" not in " ".join(vllm(kube, namespace, "vllm-llama70b-batch")["args"])
+    res = parse_reservations(kube.get_configmap(namespace, "llama-70b-kvplan")["data"]["reservations.json"])
+    assert res.default_class == "batch"
+    assert [(r.max_prompt_tokens, r.klass) for r in res.prompt_length_rules] == [(999, "chat"), (1999, "code")]
+    deployments = {g: kube.get_deployment(namespace, d) for g, d in (("interactive", "vllm-llama70b-interactive"),
+                                                                      ("batch", "vllm-llama70b-batch"))}
+    assert knob_disagreements(deployments=deployments, groups={g: g for g in deployments}, status=body["status"],
+                              state=kube.get_configmap(namespace, "llama-70b-kvplan"),
+                              detail=detail(kube, namespace, "llama-70b")) == []
+
+
+class PriorityRule:
+    """A knob rule answering instantly: pool-a under --scheduling-policy priority, pool-b stock (the real rule's
+    choice depends on the trace; the header is what this test is about)."""
+
+    def __call__(self, plan: Any, instance: Any, *, engine_version: str = "0.33.0", current: Any = None) -> dict:
+        from kvcore.knobs import KnobChoice
+
+        return {g.name: KnobChoice(group=g.name, max_num_seqs=256, watermark=0.0, reason="scripted",
+                                   scheduling_policy="priority" if g.name == "pool-a" else "fcfs")
+                for g in plan.groups if g.replicas > 0 and g.tp > 0}
+
+
+def test_priority_header_on_the_upstream_httproute(crds, kube_api, kube, namespace, prometheus, traces_dir):
+    """On Gateway API's own HTTPRoute CRD (v1.6.3, standard channel): each class rule gets a RequestHeaderModifier
+    setting X-Vllm-Priority to the class's priority, merged into a filter the rule already has; the apiserver
+    accepts it (its CEL allows one such filter per rule); the fleet rule keeps only the user's filter."""
+    from test_operator_httproute import ROUTE, create_services_and_route  # type: ignore[import-not-found]
+
+    backfill(prometheus, traces_dir)
+    spec = kvplan_spec(prometheus.url)
+    spec["router"]["httpRoute"] = {"name": ROUTE}
+    spec["classes"][1]["costs"] = {"preemption": 2, "waste": 1}  # rho 10 vs 2: chat first
+    setup(kube_api, namespace, spec)
+    created = create_services_and_route(kube_api, namespace)
+    out = run(kube, namespace, knobs=PriorityRule())
+    assert out.ok, out
+    classes = detail(kube, namespace)["classes"]  # per class: the plan's detail (status has counts only)
+    assert {c: classes[c]["priority"] for c in ("chat", "code")} == {"chat": 1, "code": 2}
+    rules = kube.get_httproute(namespace, ROUTE)["spec"]["rules"]
+    assert rules[0]["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+        "set": [{"name": "X-Vllm-Priority", "value": "1"}]}}]
+    assert rules[1]["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+        "set": [{"name": "X-Vllm-Priority", "value": "2"}]}}]
+    assert rules[2]["filters"] == created["spec"]["rules"][2]["filters"]  # the fleet rule: the user's, untouched
+    version = kube.get_httproute(namespace, ROUTE)["metadata"]["resourceVersion"]
+    assert run(kube, namespace, knobs=PriorityRule()).ok
+    assert kube.get_httproute(namespace, ROUTE)["metadata"]["resourceVersion"] == version

@@ -1,0 +1,505 @@
+"""Engine knobs and kvplan's vLLM plugin, through whole reconciles over the operator's wrapper (a fake cluster, a
+scripted planner, a scripted knob rule; the real rule is tested in test_knobs.py):
+
+- ``engine.knobs: Auto``: the rule's --max-num-seqs, --watermark and --scheduling-policy reach the container (a
+  stock value is not appended), status and the router document carry the class priorities, the rule is given the
+  knobs in force, a second reconcile writes nothing;
+- a knob change restarts pods and counts in the disruption budget like a re-layout: counted when allowed, free
+  with a re-layout, held when the budget is spent (status says which knob, planned vs current; the rest of the
+  plan applies), allowed once by a spec change;
+- an engine too old for a knob: ``--watermark`` below vLLM 0.33, the plugin outside 0.33.x: nothing of it
+  written, EngineKnobs=False/KnobUnsupported naming group, version and knob, the rest applied;
+- the plugin: --scheduler-cls (async unless vLLM's async scheduling is off), the reservation file in the state
+  ConfigMap (parsed by kvcore.reservation_file and by the plugin's own reader), mounted at the path the plugin
+  reads; a reservation change touches only the ConfigMap (and a Deployment annotation), never the pod template;
+  turning it off removes exactly what it added;
+- refusals and failures: a container with its own scheduler, a mount path in use, a failing knob rule."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvcore.errors import InputError
+from kvcore.planmodel import ClassPlan, GroupPlan, ObjectiveTerms, Plan, PlanStatus
+from kvcore.reservation_file import parse_reservations
+from kvplan_operator import conditions as C
+from kvplan_operator.engine_knobs import scheduler_class
+from kvplan_operator.reconcile import Deps, reconcile
+from kvplan_operator.spec import InvalidSpec, parse_spec
+from kvplan_operator.targets import plugin_mount as PM
+from op_fakes import FakeKube, ScriptedKnobs, container, dep, kvplan  # type: ignore[import-not-found]
+from operator_checks import detail_document  # type: ignore[import-not-found]
+from test_op_faults import busy  # type: ignore[import-not-found]
+from test_op_history import RecordedProm  # type: ignore[import-not-found]
+from test_op_targets import SPEC  # type: ignore[import-not-found]
+
+#: What a re-plan may write when nothing in the cluster changes: the record, status and the plan's detail (which
+#: changes with what it records: a first plan's diff is none, the next one's is empty).
+RECORD = ("status", "patch ConfigMap/fleet-plan")
+
+T0 = 1700007200.0
+ASYNC, SYNC = "kvplan_vllm.scheduler.AsyncReservationScheduler", "kvplan_vllm.scheduler.ReservationScheduler"
+
+
+def fixed_plan(tp_big: int = 4, total: float = 100.0, reserve_chat: int = 500) -> Plan:
+    groups = [GroupPlan(name="big", tp=tp_big, pp=1, replicas=16 // tp_big, gpus_per_replica=tp_big,
+                        kv_capacity_tokens=400_000.0, throughput_tokens_s=2000.0, utilisation=0.3),
+              GroupPlan(name="small", tp=1, pp=1, replicas=8, gpus_per_replica=1, kv_capacity_tokens=400_000.0,
+                        throughput_tokens_s=4000.0, utilisation=0.3)]
+    classes = [ClassPlan(name="chat", reserve_tokens=reserve_chat, admitted=True, routing={"big": 0.5, "small": 0.5}),
+               ClassPlan(name="code-gen", reserve_tokens=100, admitted=True, routing={"big": 0.2, "small": 0.8})]
+    return Plan(status=PlanStatus.FEASIBLE, reason="scripted", groups=groups, classes=classes,
+                objective=ObjectiveTerms(reservation=total, configuration=0, queueing=0, rejection=0, total=total))
+
+
+class Planner:
+    """Free plan: big at ``tp`` (objective 50 when it moves, else 100), chat reserving ``reserve``; the hold plan
+    pins big to its current layout (objective 100)."""
+
+    def __init__(self) -> None:
+        self.tp, self.reserve = 4, 500
+
+    def __call__(self, instance: Any, *, previous: Any = None) -> Plan:
+        pinned = len(instance.groups[0].layouts) == 1
+        tp = instance.groups[0].layouts[0].tp if pinned else self.tp
+        return fixed_plan(tp, 100.0 if pinned or tp == 4 else 50.0, self.reserve)
+
+
+class World:
+    def __init__(self, *, budget: int = 1, big_args: list[str] | None = None, cache: Any = None,
+                 **group0: Any) -> None:
+        self.kube = FakeKube(deployments={"vllm-big": dep("vllm-big", big_args), "vllm-small": dep("vllm-small")})
+        self.spec = copy.deepcopy(SPEC)
+        self.spec["replan"] = {"maxLayoutChangesPerHour": budget}
+        self.spec["groups"][0].update(group0)
+        self.planner, self.rule, self.generation, self.cache = Planner(), ScriptedKnobs(), 1, cache
+
+    def run(self, t: float) -> Any:
+        self.kube.writes.clear()
+        prom = RecordedProm(matrix=busy())
+        deps = Deps(kube=self.kube, prom_factory=lambda *a: prom, planner=self.planner, clock=lambda: t,
+                    resolve=lambda host: ["10.0.0.9"], knobs=self.rule, knob_cache=self.cache)
+        return reconcile(kvplan(self.spec, self.kube, generation=self.generation), deps)
+
+    def args(self, name: str = "vllm-big") -> list[str]:
+        return list(container(self.kube.deployments[name]).get("args") or [])
+
+    def flag(self, flag: str, name: str = "vllm-big") -> str | None:
+        a = self.args(name)
+        return a[a.index(flag) + 1] if flag in a else None
+
+    def cond(self, type_: str) -> dict:
+        return next(c for c in self.kube.status["conditions"] if c["type"] == type_)
+
+    def engine(self, group: str = "big") -> dict:
+        return dict(self.kube.status["plan"]["groups"][group]["engine"])
+
+    def budget(self) -> list[str]:
+        ann = self.kube.configmaps["fleet-kvplan"]["metadata"]["annotations"]["kvplan.io/layout-changes"]
+        return [c["layouts"] for c in json.loads(ann)]
+
+    def reservations(self) -> Any:
+        return parse_reservations(self.kube.configmaps["fleet-kvplan"]["data"]["reservations.json"])
+
+    def classes(self) -> dict[str, Any]:
+        """Per class as recorded (the plan's detail ConfigMap: status has counts only)."""
+        doc = detail_document(self.kube.configmaps.get)
+        assert doc is not None
+        return dict(doc["classes"])
+
+
+def test_auto_knobs_reach_the_container_status_and_router():
+    w = World()
+    w.spec["router"] = {"configMap": {"name": "router"}}
+    w.rule = ScriptedKnobs({"big": (64, 0.02, "priority")})
+    out = w.run(T0)
+    assert out.ok, out
+    assert (w.flag("--max-num-seqs"), w.flag("--watermark"), w.flag("--scheduling-policy")) == ("64", "0.02",
+                                                                                                "priority")
+    small = w.args("vllm-small")  # stock knobs: nothing appended (vLLM already runs them)
+    assert not {"--max-num-seqs", "--watermark", "--scheduling-policy", "--scheduler-cls"} & set(small)
+    eng = w.engine()
+    assert (eng["maxNumSeqs"], eng["watermark"], eng["schedulingPolicy"], eng["vllmVersion"]) == (64, 0.02, "priority",
+                                                                                                  "0.33.0")
+    assert eng["rule"] == "scripted for big" and eng["held"] == [] and eng["schedulerCls"] is None
+    assert w.kube.status["plan"]["groups"]["big"]["maxNumSeqs"] == 64
+    # priorities: 1 + rank by decreasing rho; chat (rho 10) before code-gen (SLO rho, lower here)
+    prio = {c: w.classes()[c]["priority"] for c in ("chat", "code-gen")}
+    assert sorted(prio.values()) == [1, 2] and prio["chat"] == 1
+    doc = json.loads(w.kube.configmaps["router"]["data"]["routing.json"])
+    assert {c: doc["classes"][c]["priority"] for c in prio} == prio
+    assert w.reservations().priority_classes == {p: c for c, p in prio.items()}
+    assert w.cond(C.ENGINE_KNOBS)["status"] == "True" and w.cond(C.ENGINE_KNOBS)["reason"] == C.KNOBS_IN_FORCE
+    assert w.cond(C.APPLIED)["reason"] == C.APPLY_SUCCEEDED
+    out = w.run(T0 + 60)
+    assert out.ok and [x for x in w.kube.writes if x not in RECORD] == []
+    assert w.rule.calls[-1][2]["big"] == (0.02, 64, "priority")  # the knobs in force go to the rule
+    assert w.rule.calls[-1][2]["small"] == (0.0, 256, "fcfs")
+
+
+def test_a_knob_change_counts_in_the_budget_and_is_held_when_it_is_spent():
+    w = World(budget=1)
+    assert w.run(T0).ok and w.budget() == []  # first adoption: stock knobs, nothing counted
+    w.rule = ScriptedKnobs({"big": (64, 0.02, "fcfs")})
+    assert w.run(T0 + 60).ok
+    assert (w.flag("--max-num-seqs"), w.flag("--watermark")) == ("64", "0.02")
+    assert w.budget() == ["knobs:big=64/0.02/fcfs/None"]
+    assert w.kube.status["layoutChanges"] == [T0 + 60]
+    w.rule = ScriptedKnobs({"big": (32, 0.05, "fcfs")})
+    w.planner.reserve = 700  # the rest of the plan moves meanwhile
+    before = copy.deepcopy(w.kube.deployments["vllm-big"]["spec"]["template"])
+    out = w.run(T0 + 120)
+    assert out.ok, out
+    assert w.kube.deployments["vllm-big"]["spec"]["template"] == before  # held: not a flag touched
+    cond = w.cond(C.ENGINE_KNOBS)
+    assert (cond["status"], cond["reason"]) == ("False", C.KNOBS_HELD)
+    assert "--max-num-seqs 32 (in force 64)" in cond["message"] and "--watermark 0.05 (in force 0.02)" in cond[
+        "message"] and "maxLayoutChangesPerHour 1" in cond["message"]
+    assert w.engine()["held"] == [{"knob": "--max-num-seqs", "planned": "32", "current": "64"},
+                                  {"knob": "--watermark", "planned": "0.05", "current": "0.02"}]
+    assert (w.engine()["maxNumSeqs"], w.engine()["watermark"]) == (64, 0.02)  # what is in force
+    assert w.classes()["chat"]["reserveTokens"] == 700 and w.reservations().reserve("chat") == 700
+    assert w.cond(C.READY)["status"] == "True" and len(w.budget()) == 1
+    assert ("Warning", C.KNOBS_HELD) in w.kube.events
+    out = w.run(T0 + 60 + 3601)  # the first restart left the hour
+    assert out.ok and (w.flag("--max-num-seqs"), w.flag("--watermark")) == ("32", "0.05")
+    assert w.cond(C.ENGINE_KNOBS)["reason"] == C.KNOBS_IN_FORCE and w.budget()[-1] == "knobs:big=32/0.05/fcfs/None"
+
+
+def test_knobs_ride_along_with_a_relayout_for_one_count():
+    w = World(budget=2)
+    assert w.run(T0).ok
+    w.planner.tp = 8
+    w.rule = ScriptedKnobs({"small": (32, 0.05, "fcfs")})
+    assert w.run(T0 + 60).ok
+    assert w.flag("--tensor-parallel-size") == "8" and w.flag("--max-num-seqs", "vllm-small") == "32"
+    assert w.budget() == ["big=8x1,small=1x1"]  # one attempt, named by its layouts
+
+
+def test_a_spec_change_lets_a_held_knob_through_once():
+    w = World(budget=1)
+    assert w.run(T0).ok
+    w.rule = ScriptedKnobs({"big": (64, 0.0, "fcfs")})
+    assert w.run(T0 + 60).ok and len(w.budget()) == 1
+    w.rule = ScriptedKnobs({"big": (48, 0.0, "fcfs")})
+    assert w.run(T0 + 120).ok and w.flag("--max-num-seqs") == "64"  # held
+    w.generation, w.spec["router"] = 2, {"minWeightChange": 0.02}  # any spec change
+    assert w.run(T0 + 180).ok and w.flag("--max-num-seqs") == "48"
+    assert len(w.budget()) == 2  # still counted
+    w.rule = ScriptedKnobs({"big": (40, 0.0, "fcfs")})
+    assert w.run(T0 + 240).ok and w.flag("--max-num-seqs") == "48"  # the spec change is spent
+    assert w.cond(C.ENGINE_KNOBS)["reason"] == C.KNOBS_HELD
+
+
+@pytest.mark.parametrize("version", ["0.32.1", "0.30"])
+def test_an_old_engine_gets_no_watermark_and_says_so(version):
+    w = World(engine={"vllmVersion": version})
+    w.rule = ScriptedKnobs({"big": (64, 0.05, "priority"), "small": (128, 0.05, "fcfs")})
+    out = w.run(T0)
+    assert out.ok, out
+    calls = [(v, groups) for v, groups, _ in w.rule.calls]  # one call per engine version
+    assert calls == [("0.30.0" if version == "0.30" else version, ["big"]), ("0.33.0", ["small"])]
+    assert "--watermark" not in w.args() and w.flag("--max-num-seqs") == "64"
+    assert w.flag("--scheduling-policy") == "priority"  # the knobs the old engine has still apply
+    assert w.flag("--watermark", "vllm-small") == "0.05"
+    cond = w.cond(C.ENGINE_KNOBS)
+    assert (cond["status"], cond["reason"]) == ("False", C.KNOB_UNSUPPORTED)
+    assert f"group big: --watermark not written: engine.vllmVersion {version} has no --watermark" in cond["message"]
+    assert w.cond(C.APPLIED)["reason"] == C.APPLY_SUCCEEDED and w.cond(C.READY)["status"] == "True"
+    assert w.engine()["unsupported"] and w.engine()["watermark"] is None
+
+
+def test_the_plugin_on_an_old_engine_adds_nothing_of_itself():
+    w = World(engine={"vllmVersion": "0.32.1"}, plugin={"enabled": True})
+    out = w.run(T0)
+    assert out.ok, out
+    big = w.kube.deployments["vllm-big"]
+    assert "--scheduler-cls" not in w.args() and "volumes" not in big["spec"]["template"]["spec"]
+    assert not {"volumeMounts"} & set(container(big)) and "KVPLAN_RESERVATIONS_FILE" not in {
+        e["name"] for e in container(big)["env"]}
+    cond = w.cond(C.ENGINE_KNOBS)
+    assert cond["reason"] == C.KNOB_UNSUPPORTED and "the plugin needs vLLM 0.33.x, the group has engine.vllmVersion " \
+        "0.32.1" in cond["message"] and "group big: --scheduler-cls" in cond["message"]
+    assert w.flag("--tensor-parallel-size") == "4"  # the rest of the plan applied
+
+
+def test_the_plugin_mounts_the_reservation_file_and_reservations_change_without_a_restart(tmp_path: Path):
+    w = World(plugin={"enabled": True})
+    w.spec["classes"][1]["maxPromptTokens"] = 4096
+    w.spec["classes"][1]["fleetDefault"] = True
+    assert w.run(T0).ok
+    big = w.kube.deployments["vllm-big"]
+    pod, c = big["spec"]["template"]["spec"], container(big)
+    assert w.flag("--scheduler-cls") == ASYNC
+    assert pod["volumes"] == [{"name": "kvplan-reservations", "configMap": {
+        "name": "fleet-kvplan", "items": [{"key": "reservations.json", "path": "reservations.json"}]}}]
+    assert c["volumeMounts"] == [{"name": "kvplan-reservations", "mountPath": "/etc/kvplan", "readOnly": True}]
+    assert {"name": "KVPLAN_RESERVATIONS_FILE", "value": "/etc/kvplan/reservations.json"} in c["env"]
+    assert "--scheduler-cls" not in w.args("vllm-small")  # the opt-in is per group
+    res = w.reservations()
+    assert dict(res.reserve_tokens) == {"chat": 500, "code-gen": 100} and res.default_class == "code-gen"
+    assert [(r.max_prompt_tokens, r.klass) for r in res.prompt_length_rules] == [(4096, "code-gen")]
+    assert res.plan == w.kube.status["plan"]["id"] and res.kvplan == "ns/fleet"
+    # the plugin's own reader (kvplan_vllm.source, importable without vLLM) accepts the file
+    from kvplan_vllm.source import ReservationSource
+
+    path = tmp_path / "reservations.json"
+    path.write_text(w.kube.configmaps["fleet-kvplan"]["data"]["reservations.json"])
+    source = ReservationSource(path, check_every=1)
+    assert source.check() and source.state.problem is None and source.current.reserve("chat") == 500
+    pod["volumes"][0]["configMap"]["defaultMode"] = 420  # what the apiserver adds: not a difference
+    assert w.run(T0 + 30).ok and [x for x in w.kube.writes if x not in RECORD] == []
+    template = copy.deepcopy(big["spec"]["template"])
+    w.planner.reserve = 900
+    assert w.run(T0 + 60).ok
+    assert w.reservations().reserve("chat") == 900
+    assert w.kube.deployments["vllm-big"]["spec"]["template"] == template  # no restart
+    assert w.kube.configmaps["fleet-kvplan"]["data"]["KVPLAN_RESERVE_CHAT"] == "900" == str(
+        w.classes()["chat"]["reserveTokens"])
+    assert not [x for x in w.kube.writes if x.startswith("patch Deployment/")]  # a reservation is no Deployment write
+    assert w.budget() == []
+
+
+def test_turning_the_plugin_off_removes_what_it_added_and_only_that():
+    w = World(plugin={"enabled": True})
+    user = w.kube.deployments["vllm-big"]["spec"]["template"]["spec"]
+    user["volumes"] = [{"name": "cache", "emptyDir": {}}]
+    container(w.kube.deployments["vllm-big"])["volumeMounts"] = [{"name": "cache", "mountPath": "/cache"}]
+    assert w.run(T0).ok and w.flag("--scheduler-cls") == ASYNC
+    assert [v["name"] for v in user["volumes"]] == ["cache", "kvplan-reservations"]
+    w.generation, w.spec["groups"][0]["plugin"] = 2, {"enabled": False}
+    assert w.run(T0 + 60).ok
+    big = w.kube.deployments["vllm-big"]
+    assert "--scheduler-cls" not in w.args()
+    assert big["spec"]["template"]["spec"]["volumes"] == [{"name": "cache", "emptyDir": {}}]
+    assert container(big)["volumeMounts"] == [{"name": "cache", "mountPath": "/cache"}]
+    assert {e["name"] for e in container(big)["env"]} == {"HF_HOME", "KVPLAN_RESERVE_CHAT", "KVPLAN_RESERVE_CODE_GEN"}
+    assert w.run(T0 + 120).ok and [x for x in w.kube.writes if x not in RECORD] == []
+
+
+@pytest.mark.parametrize(("plugin", "args", "pp", "want"), [
+    pytest.param({}, ["--model", "m"], 1, ASYNC, id="gpu-default-async"),
+    pytest.param({}, ["--model", "m", "--no-async-scheduling"], 1, SYNC, id="no-async-flag"),
+    pytest.param({}, ["--model", "m"], 2, SYNC, id="pipeline-parallel"),
+    pytest.param({}, ["--distributed-executor-backend", "ray"], 1, SYNC, id="ray-executor"),
+    pytest.param({}, ["--async-scheduling", "--distributed-executor-backend=mp"], 2, ASYNC, id="explicit-async"),
+    pytest.param({"scheduler": "Sync"}, ["--model", "m"], 1, SYNC, id="spec-says-sync"),
+    pytest.param({"scheduler": "Async"}, ["--no-async-scheduling"], 1, ASYNC, id="spec-says-async"),
+])
+def test_scheduler_class_follows_vllm_async_rule(plugin, args, pp, want):
+    spec = copy.deepcopy(SPEC)
+    spec["groups"][0]["plugin"] = {"enabled": True} | plugin
+    assert scheduler_class(parse_spec(spec).groups[0], dep("vllm-big", args), pp) == want
+
+
+def test_a_shell_string_container_gets_its_knobs_inside_the_script():
+    script = "pip list >/dev/null && exec vllm serve m --tensor-parallel-size 4 --port 8000"
+    w = World(plugin={"enabled": True})
+    c = container(w.kube.deployments["vllm-big"])
+    c["command"], c["args"] = ["/bin/sh", "-c", script], []
+    w.rule = ScriptedKnobs({"big": (64, 0.02, "fcfs")})
+    assert w.run(T0).ok
+    new = container(w.kube.deployments["vllm-big"])["command"][2]
+    assert new.startswith("pip list >/dev/null && exec vllm serve") and "--port 8000" in new
+    for part in ("--max-num-seqs 64", "--watermark 0.02", f"--scheduler-cls {ASYNC}"):
+        assert part in new, new
+    w.generation, w.spec["groups"][0]["plugin"] = 2, {"enabled": False}
+    assert w.run(T0 + 60).ok and "--scheduler-cls" not in container(w.kube.deployments["vllm-big"])["command"][2]
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    pytest.param(lambda c, pod: c.update(args=c["args"] + ["--scheduler-cls", "my.Scheduler"]),
+                 "the container runs its own scheduler my.Scheduler", id="own-scheduler"),
+])
+def test_the_plugin_never_replaces_a_users_scheduler(mutate, message):
+    w = World(plugin={"enabled": True})
+    mutate(container(w.kube.deployments["vllm-big"]), w.kube.deployments["vllm-big"]["spec"]["template"]["spec"])
+    assert w.run(T0).ok
+    assert w.flag("--scheduler-cls") == "my.Scheduler" and "volumes" not in w.kube.deployments["vllm-big"]["spec"][
+        "template"]["spec"]
+    assert w.cond(C.ENGINE_KNOBS)["reason"] == C.KNOB_UNSUPPORTED and message in w.cond(C.ENGINE_KNOBS)["message"]
+
+
+def test_a_mount_path_in_use_is_refused_and_nothing_applied():
+    w = World(plugin={"enabled": True})
+    container(w.kube.deployments["vllm-big"])["volumeMounts"] = [{"name": "cfg", "mountPath": "/etc/kvplan"}]
+    out = w.run(T0)
+    assert not out.ok and out.reason == C.UNSUPPORTED_CONTAINER_LAYOUT
+    assert "mounts volume cfg at /etc/kvplan" in out.message and w.kube.writes == ["status"]
+
+
+@pytest.mark.parametrize(("error", "text"), [
+    pytest.param(InputError("knobs.classes[chat].outputs", "samples must be finite"),
+                 "knobs.classes[chat].outputs: samples must be finite", id="input-error"),
+    pytest.param(ZeroDivisionError("boom"), "ZeroDivisionError in the knob rule", id="bug"),
+])
+def test_a_failing_knob_rule_keeps_the_knobs_and_applies_the_rest(error, text):
+    w = World()
+    w.rule = ScriptedKnobs({"big": (64, 0.0, "fcfs")})
+    assert w.run(T0).ok
+    w.rule, w.planner.reserve = ScriptedKnobs(fail=error), 800
+    out = w.run(T0 + 60)
+    assert out.ok, out
+    assert w.flag("--max-num-seqs") == "64" and w.reservations().reserve("chat") == 800
+    cond = w.cond(C.ENGINE_KNOBS)
+    assert (cond["status"], cond["reason"]) == ("False", C.KNOB_RULE_FAILED) and text in cond["message"]
+    assert "boom" not in json.dumps(w.kube.status)
+
+
+def test_formula_mode_never_calls_the_rule():
+    w = World(engine={"knobs": "Formula"})
+    assert w.run(T0).ok
+    assert [groups for _, groups, _ in w.rule.calls] == [["small"]]
+    assert w.flag("--max-num-seqs") is not None and "--watermark" not in w.args()  # kvplan 0.1's formula
+    assert w.engine()["knobs"] == "Formula" and w.engine()["rule"] is None
+
+
+def test_dry_run_reports_the_knobs_and_writes_nothing():
+    w = World()
+    w.spec["mode"] = "DryRun"
+    w.rule = ScriptedKnobs({"big": (64, 0.02, "fcfs")})
+    assert w.run(T0).ok and w.kube.writes == ["create ConfigMap/fleet-plan", "status"]  # the record only
+    assert w.engine()["maxNumSeqs"] == 64 and "--max-num-seqs" not in w.args()
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    pytest.param(lambda s: s["classes"][0].update(fleetDefault=True) or s["classes"][1].update(fleetDefault=True),
+                 "spec.classes[1].fleetDefault", id="two-defaults"),
+    pytest.param(lambda s: s["classes"][0].update(maxPromptTokens=512) or s["classes"][1].update(
+        maxPromptTokens=512), "spec.classes[1].maxPromptTokens", id="same-rule-twice"),
+    pytest.param(lambda s: s["groups"][0].update(engine={"vllmVersion": "0.33.0rc1"}),
+                 "spec.groups[0].engine.vllmVersion", id="pre-release-version"),
+    pytest.param(lambda s: s["groups"][0].update(engine={"knobs": False}), "spec.groups[0].engine.knobs",
+                 id="yaml-off-is-a-boolean"),
+    pytest.param(lambda s: s["groups"][0].update(plugin={"enabled": True, "scheduler": "Fast"}),
+                 "spec.groups[0].plugin.scheduler", id="unknown-scheduler"),
+])
+def test_bad_engine_and_class_fields_name_the_field(change, field):
+    spec = copy.deepcopy(SPEC)
+    change(spec)
+    with pytest.raises(InvalidSpec) as err:
+        parse_spec(spec)
+    assert any(path == field for path, _ in err.value.errors), err.value.errors
+
+
+def test_plugin_names_match_the_plugin_package():
+    """The operator never imports kvplan_vllm's scheduler (it needs vLLM); the names it writes must still be the
+    plugin's: the reader's env var and default path, and the classes defined in kvplan_vllm/scheduler.py."""
+    from kvplan_vllm import source
+
+    assert (PM.ENV_FILE, PM.FILE_PATH) == (source.ENV_FILE, source.DEFAULT_FILE)
+    text = (Path(__file__).resolve().parents[2] / "kvplan_vllm" / "scheduler.py").read_text()
+    for cls in (PM.SYNC_SCHEDULER, PM.ASYNC_SCHEDULER):
+        module, name = cls.rsplit(".", 1)
+        assert module == "kvplan_vllm.scheduler" and f"\nclass {name}(" in text
+
+
+def test_class_priorities_follow_rho_ties_in_spec_order():
+    """1 + rank by decreasing rho (c_p / c_w; an SLO class's rho = exp(mu / (sigma sqrt(2 ln lambda))), docs/model.md),
+    equal rho in spec order; published only when some group runs --scheduling-policy priority."""
+    import math
+
+    w = World()
+    w.spec["classes"].insert(1, copy.deepcopy(w.spec["classes"][0]) | {"name": "chat-two"})
+    w.planner = lambda instance, previous=None: fixed_plan().model_copy(update={"classes": fixed_plan().classes + [
+        ClassPlan(name="chat-two", reserve_tokens=50, admitted=True, routing={"big": 1.0, "small": 0.0})]})
+    assert w.run(T0).ok and "priority" not in w.classes()["chat"]  # every group fcfs
+    w.rule = ScriptedKnobs({"small": (256, 0.0, "priority")})
+    assert w.run(T0 + 60).ok
+    slo = SPEC["classes"][1]["slo"]
+    rho = {"chat": 10.0, "chat-two": 10.0, "code-gen": math.exp(slo["mu"] / (slo["sigma"] * math.sqrt(
+        2 * math.log(slo["lambda"]))))}
+    want = sorted(rho, key=lambda c: (-rho[c], ["chat", "chat-two", "code-gen"].index(c)))
+    prio = {c: w.classes()[c]["priority"] for c in rho}
+    assert prio == {c: i + 1 for i, c in enumerate(want)} == {"chat": 1, "chat-two": 2, "code-gen": 3}
+
+
+def test_the_knob_cache_reuses_an_answer_while_the_situation_holds():
+    """The runtime's cache: the rule runs once per group while generation, version, layout/replicas, the knobs in
+    force and the routed classes stay; again once the answer is older than max_age_s or any of these moves; a
+    reservation drift alone reuses it. Failures are not cached."""
+    from kvplan_operator.knob_cache import KnobCache
+
+    w = World(budget=5, cache=KnobCache(max_age_s=600))
+    assert w.run(T0).ok and [g for _, g, _ in w.rule.calls] == [["big", "small"]]
+    w.planner.reserve = 650  # drift inside the same situation
+    assert w.run(T0 + 60).ok and len(w.rule.calls) == 1
+    assert w.reservations().reserve("chat") == 650  # the plan itself still moved
+    assert w.run(T0 + 660).ok and len(w.rule.calls) == 2  # expired
+    w.planner.tp = 8  # big's layout moves: only big is asked again
+    assert w.run(T0 + 700).ok and [g for _, g, _ in w.rule.calls][2:] == [["big"]]
+    w.generation = 2
+    assert w.run(T0 + 760).ok and [g for _, g, _ in w.rule.calls][3:] == [["big", "small"]]
+    w.rule.knobs = {"small": (32, 0.0, "fcfs")}  # an answer is kept in the cache...
+    w.rule.fail = RuntimeError("x")
+    assert w.run(T0 + 1400).ok and w.cond(C.ENGINE_KNOBS)["reason"] == C.KNOB_RULE_FAILED
+    w.rule.fail = None  # ...but a failure is not: the next reconcile asks again
+    assert w.run(T0 + 1460).ok and w.flag("--max-num-seqs", "vllm-small") == "32"
+    assert len(w.cache.entries) == 2
+    w.spec["groups"] = w.spec["groups"][:1]
+    w.generation = 3
+    w.run(T0 + 1500)
+    assert {k[1] for k in w.cache.entries} == {"big"}  # a group gone from the spec is forgotten
+
+
+def test_class_rules_of_the_httproute_carry_the_priority_header():
+    """With a group under --scheduling-policy priority, each class rule of the HTTPRoute sets X-Vllm-Priority (the
+    header vLLM 0.33 reads) in its RequestHeaderModifier filter, merged into the user's own; the fleet rule is left
+    alone; back to fcfs, kvplan's header (and the filter it created) goes, the user's entries stay."""
+    from test_op_faults import route  # type: ignore[import-not-found]
+
+    w = World()
+    w.kube.httproutes["llm"] = route()
+    user = {"type": "RequestHeaderModifier", "requestHeaderModifier": {"add": [{"name": "x-team", "value": "a"}]}}
+    w.kube.httproutes["llm"]["spec"]["rules"][0]["filters"] = [copy.deepcopy(user)]
+    w.rule = ScriptedKnobs({"small": (256, 0.0, "priority")})
+    assert w.run(T0).ok
+    rules = w.kube.httproutes["llm"]["spec"]["rules"]
+    prio = {c: w.classes()[c]["priority"] for c in ("chat", "code-gen")}
+    assert rules[0]["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+        "add": [{"name": "x-team", "value": "a"}], "set": [{"name": "X-Vllm-Priority", "value": str(prio["chat"])}]}}]
+    assert rules[1]["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+        "set": [{"name": "X-Vllm-Priority", "value": str(prio["code-gen"])}]}}]
+    assert "filters" not in rules[2]  # the fleet rule
+    assert [b["weight"] for b in rules[0]["backendRefs"]] == [500, 500]  # weights as before
+    assert w.run(T0 + 60).ok and [x for x in w.kube.writes if x not in RECORD] == []
+    w.rule = ScriptedKnobs()  # every group back to fcfs: no priorities
+    assert w.run(T0 + 3700).ok
+    rules = w.kube.httproutes["llm"]["spec"]["rules"]
+    assert rules[0]["filters"] == [user] and "filters" not in rules[1]
+
+
+@pytest.mark.parametrize(("spec_version", "image", "want"), [
+    pytest.param(None, "vllm/vllm-openai:v0.30.1", ((0, 30, 1), "image"), id="official-image-tag"),
+    pytest.param(None, "registry.local/mirror/vllm-openai:v0.10.1.1@sha256:0f", ((0, 10, 1), "image"),
+                 id="mirrored-official-four-part"),
+    pytest.param(None, "myorg/vllm-server:1.2.0", ((0, 33, 0), "default"), id="other-image-says-nothing"),
+    pytest.param(None, "vllm/vllm-openai:latest", ((0, 33, 0), "default"), id="latest-says-nothing"),
+    pytest.param("0.32", "vllm/vllm-openai:v0.30.1", ((0, 32, 0), "spec"), id="the-spec-wins"),
+])
+def test_engine_version_from_spec_else_the_official_image_tag(spec_version, image, want):
+    from kvplan_operator.engine_knobs import engine_version
+
+    spec = copy.deepcopy(SPEC)
+    if spec_version:
+        spec["groups"][0]["engine"] = {"vllmVersion": spec_version}
+    body = dep("vllm-big")
+    container(body)["image"] = image
+    v = engine_version(parse_spec(spec).groups[0], body)
+    assert (v.version, v.source) == want
+
+
+def test_an_old_image_without_a_version_in_the_spec_gets_no_watermark():
+    w = World()
+    container(w.kube.deployments["vllm-big"])["image"] = "vllm/vllm-openai:v0.30.1"
+    w.rule = ScriptedKnobs({"big": (64, 0.05, "fcfs")})
+    assert w.run(T0).ok
+    assert "--watermark" not in w.args() and w.flag("--max-num-seqs") == "64"
+    assert [v for v, g, _ in w.rule.calls if g == ["big"]] == ["0.30.1"]
+    assert "vLLM 0.30.1 (the image's tag) has no --watermark" in w.cond(C.ENGINE_KNOBS)["message"]
+    assert (w.engine()["vllmVersion"], w.engine()["vllmVersionFrom"]) == ("0.30.1", "image")

@@ -29,7 +29,7 @@ from kvcore.reservation_file import parse_reservations
 from kvplan_operator import conditions as C
 from kvplan_operator.kube import Kube
 from operator_checks import knob_disagreements  # type: ignore[import-not-found]
-from operator_world import REPO, apply_crds, backfill, cond, fetch, kvplan_spec, run, setup
+from operator_world import REPO, apply_crds, backfill, cond, detail, fetch, kvplan_spec, run, setup
 from test_operator_httproute import crds  # type: ignore[import-not-found]  # noqa: F401 - the upstream CRDs fixture
 
 pytestmark = pytest.mark.integration
@@ -109,10 +109,12 @@ def test_plugin_mounts_the_file_and_reservations_change_without_a_rollout(crd, k
     assert "--scheduler-cls" not in a["args"] and "volumeMounts" not in a
     deployments = {d: kube.get_deployment(namespace, d) for d in GROUPS.values()}
     state = kube.get_configmap(namespace, "fleet-kvplan")
-    assert knob_disagreements(deployments=deployments, groups=GROUPS, status=st, state=state) == []
+    doc = detail(kube, namespace)
+    classes = doc["classes"]  # per class: the plan's detail (status has counts only)
+    assert knob_disagreements(deployments=deployments, groups=GROUPS, status=st, state=state, detail=doc) == []
     text = state["data"]["reservations.json"]
     res = parse_reservations(text)
-    assert dict(res.reserve_tokens) == {k: v["gateReserveTokens"] for k, v in st["plan"]["classes"].items()}
+    assert dict(res.reserve_tokens) == {k: v["gateReserveTokens"] for k, v in classes.items()}
     assert res.default_class == "code" and [(r.max_prompt_tokens, r.klass) for r in res.prompt_length_rules] == [
         (1500, "chat")]
     from kvplan_vllm.source import ReservationSource  # the plugin's own reader (no vLLM import)
@@ -127,13 +129,15 @@ def test_plugin_mounts_the_file_and_reservations_change_without_a_rollout(crd, k
     assert out.ok, out
     st2 = fetch(kube, namespace)["status"]
     res2 = parse_reservations(kube.get_configmap(namespace, "fleet-kvplan")["data"]["reservations.json"])
-    assert res2.reserve("chat") == res.reserve("chat") + 64 == st2["plan"]["classes"]["chat"]["gateReserveTokens"]
+    assert res2.reserve("chat") == res.reserve("chat") + 64 == detail(kube, namespace)["classes"]["chat"][
+        "gateReserveTokens"] and st2["plan"]["detail"]["configMaps"] == ["fleet-plan"]
     b2 = kube.get_deployment(namespace, "vllm-b")
-    # no rollout: the pod template (whose hash names the ReplicaSet) is untouched. (metadata.generation does move:
-    # the apiserver bumps it for annotation changes too, which the controller copies to the current ReplicaSet.)
+    # no rollout: the pod template (whose hash names the ReplicaSet) is untouched, and the Deployment is not even
+    # written (a reservation lives in the state ConfigMap only), so its generation stays
     assert b2["spec"] == b["spec"] and b2["spec"]["template"] == template
-    assert b2["metadata"]["generation"] == generation + 1
+    assert b2["metadata"]["generation"] == generation
     assert out.changed and all("template" not in x for x in out.changed), out.changed
+    assert not any(x.startswith("Deployment/") for x in out.changed), out.changed
 
     patch_spec(kube_api, namespace, {"groups": [spec["groups"][0], spec["groups"][1] | {"plugin": {"enabled": False}}]})
     out = run(kube, namespace)
@@ -238,7 +242,8 @@ def test_gate_example_end_to_end(crd, cluster, kube_api, kube, namespace, promet
     deployments = {g: kube.get_deployment(namespace, d) for g, d in (("interactive", "vllm-llama70b-interactive"),
                                                                       ("batch", "vllm-llama70b-batch"))}
     assert knob_disagreements(deployments=deployments, groups={g: g for g in deployments}, status=body["status"],
-                              state=kube.get_configmap(namespace, "llama-70b-kvplan")) == []
+                              state=kube.get_configmap(namespace, "llama-70b-kvplan"),
+                              detail=detail(kube, namespace, "llama-70b")) == []
 
 
 class PriorityRule:
@@ -267,8 +272,8 @@ def test_priority_header_on_the_upstream_httproute(crds, kube_api, kube, namespa
     created = create_services_and_route(kube_api, namespace)
     out = run(kube, namespace, knobs=PriorityRule())
     assert out.ok, out
-    st = fetch(kube, namespace)["status"]["plan"]
-    assert {c: st["classes"][c]["priority"] for c in ("chat", "code")} == {"chat": 1, "code": 2}
+    classes = detail(kube, namespace)["classes"]  # per class: the plan's detail (status has counts only)
+    assert {c: classes[c]["priority"] for c in ("chat", "code")} == {"chat": 1, "code": 2}
     rules = kube.get_httproute(namespace, ROUTE)["spec"]["rules"]
     assert rules[0]["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
         "set": [{"name": "X-Vllm-Priority", "value": "1"}]}}]

@@ -33,9 +33,14 @@ from kvplan_operator.reconcile import Deps, reconcile
 from kvplan_operator.spec import InvalidSpec, parse_spec
 from kvplan_operator.targets import plugin_mount as PM
 from op_fakes import FakeKube, ScriptedKnobs, container, dep, kvplan  # type: ignore[import-not-found]
+from operator_checks import detail_document  # type: ignore[import-not-found]
 from test_op_faults import busy  # type: ignore[import-not-found]
 from test_op_history import RecordedProm  # type: ignore[import-not-found]
 from test_op_targets import SPEC  # type: ignore[import-not-found]
+
+#: What a re-plan may write when nothing in the cluster changes: the record, status and the plan's detail (which
+#: changes with what it records: a first plan's diff is none, the next one's is empty).
+RECORD = ("status", "patch ConfigMap/fleet-plan")
 
 T0 = 1700007200.0
 ASYNC, SYNC = "kvplan_vllm.scheduler.AsyncReservationScheduler", "kvplan_vllm.scheduler.ReservationScheduler"
@@ -101,6 +106,12 @@ class World:
     def reservations(self) -> Any:
         return parse_reservations(self.kube.configmaps["fleet-kvplan"]["data"]["reservations.json"])
 
+    def classes(self) -> dict[str, Any]:
+        """Per class as recorded (the plan's detail ConfigMap: status has counts only)."""
+        doc = detail_document(self.kube.configmaps.get)
+        assert doc is not None
+        return dict(doc["classes"])
+
 
 def test_auto_knobs_reach_the_container_status_and_router():
     w = World()
@@ -118,7 +129,7 @@ def test_auto_knobs_reach_the_container_status_and_router():
     assert eng["rule"] == "scripted for big" and eng["held"] == [] and eng["schedulerCls"] is None
     assert w.kube.status["plan"]["groups"]["big"]["maxNumSeqs"] == 64
     # priorities: 1 + rank by decreasing rho; chat (rho 10) before code-gen (SLO rho, lower here)
-    prio = {c: w.kube.status["plan"]["classes"][c]["priority"] for c in ("chat", "code-gen")}
+    prio = {c: w.classes()[c]["priority"] for c in ("chat", "code-gen")}
     assert sorted(prio.values()) == [1, 2] and prio["chat"] == 1
     doc = json.loads(w.kube.configmaps["router"]["data"]["routing.json"])
     assert {c: doc["classes"][c]["priority"] for c in prio} == prio
@@ -126,7 +137,7 @@ def test_auto_knobs_reach_the_container_status_and_router():
     assert w.cond(C.ENGINE_KNOBS)["status"] == "True" and w.cond(C.ENGINE_KNOBS)["reason"] == C.KNOBS_IN_FORCE
     assert w.cond(C.APPLIED)["reason"] == C.APPLY_SUCCEEDED
     out = w.run(T0 + 60)
-    assert out.ok and [x for x in w.kube.writes if x != "status"] == []
+    assert out.ok and [x for x in w.kube.writes if x not in RECORD] == []
     assert w.rule.calls[-1][2]["big"] == (0.02, 64, "priority")  # the knobs in force go to the rule
     assert w.rule.calls[-1][2]["small"] == (0.0, 256, "fcfs")
 
@@ -152,7 +163,7 @@ def test_a_knob_change_counts_in_the_budget_and_is_held_when_it_is_spent():
     assert w.engine()["held"] == [{"knob": "--max-num-seqs", "planned": "32", "current": "64"},
                                   {"knob": "--watermark", "planned": "0.05", "current": "0.02"}]
     assert (w.engine()["maxNumSeqs"], w.engine()["watermark"]) == (64, 0.02)  # what is in force
-    assert w.kube.status["plan"]["classes"]["chat"]["reserveTokens"] == 700 and w.reservations().reserve("chat") == 700
+    assert w.classes()["chat"]["reserveTokens"] == 700 and w.reservations().reserve("chat") == 700
     assert w.cond(C.READY)["status"] == "True" and len(w.budget()) == 1
     assert ("Warning", C.KNOBS_HELD) in w.kube.events
     out = w.run(T0 + 60 + 3601)  # the first restart left the hour
@@ -242,14 +253,15 @@ def test_the_plugin_mounts_the_reservation_file_and_reservations_change_without_
     source = ReservationSource(path, check_every=1)
     assert source.check() and source.state.problem is None and source.current.reserve("chat") == 500
     pod["volumes"][0]["configMap"]["defaultMode"] = 420  # what the apiserver adds: not a difference
-    assert w.run(T0 + 30).ok and [x for x in w.kube.writes if x != "status"] == []
+    assert w.run(T0 + 30).ok and [x for x in w.kube.writes if x not in RECORD] == []
     template = copy.deepcopy(big["spec"]["template"])
     w.planner.reserve = 900
     assert w.run(T0 + 60).ok
     assert w.reservations().reserve("chat") == 900
     assert w.kube.deployments["vllm-big"]["spec"]["template"] == template  # no restart
-    assert json.loads(w.kube.deployments["vllm-big"]["metadata"]["annotations"]["kvplan.io/reservations"])[
-        "chat"] == 900
+    assert w.kube.configmaps["fleet-kvplan"]["data"]["KVPLAN_RESERVE_CHAT"] == "900" == str(
+        w.classes()["chat"]["reserveTokens"])
+    assert not [x for x in w.kube.writes if x.startswith("patch Deployment/")]  # a reservation is no Deployment write
     assert w.budget() == []
 
 
@@ -267,7 +279,7 @@ def test_turning_the_plugin_off_removes_what_it_added_and_only_that():
     assert big["spec"]["template"]["spec"]["volumes"] == [{"name": "cache", "emptyDir": {}}]
     assert container(big)["volumeMounts"] == [{"name": "cache", "mountPath": "/cache"}]
     assert {e["name"] for e in container(big)["env"]} == {"HF_HOME", "KVPLAN_RESERVE_CHAT", "KVPLAN_RESERVE_CODE_GEN"}
-    assert w.run(T0 + 120).ok and [x for x in w.kube.writes if x != "status"] == []
+    assert w.run(T0 + 120).ok and [x for x in w.kube.writes if x not in RECORD] == []
 
 
 @pytest.mark.parametrize(("plugin", "args", "pp", "want"), [
@@ -351,7 +363,7 @@ def test_dry_run_reports_the_knobs_and_writes_nothing():
     w = World()
     w.spec["mode"] = "DryRun"
     w.rule = ScriptedKnobs({"big": (64, 0.02, "fcfs")})
-    assert w.run(T0).ok and w.kube.writes == ["status"]
+    assert w.run(T0).ok and w.kube.writes == ["create ConfigMap/fleet-plan", "status"]  # the record only
     assert w.engine()["maxNumSeqs"] == 64 and "--max-num-seqs" not in w.args()
 
 
@@ -396,14 +408,14 @@ def test_class_priorities_follow_rho_ties_in_spec_order():
     w.spec["classes"].insert(1, copy.deepcopy(w.spec["classes"][0]) | {"name": "chat-two"})
     w.planner = lambda instance, previous=None: fixed_plan().model_copy(update={"classes": fixed_plan().classes + [
         ClassPlan(name="chat-two", reserve_tokens=50, admitted=True, routing={"big": 1.0, "small": 0.0})]})
-    assert w.run(T0).ok and "priority" not in w.kube.status["plan"]["classes"]["chat"]  # every group fcfs
+    assert w.run(T0).ok and "priority" not in w.classes()["chat"]  # every group fcfs
     w.rule = ScriptedKnobs({"small": (256, 0.0, "priority")})
     assert w.run(T0 + 60).ok
     slo = SPEC["classes"][1]["slo"]
     rho = {"chat": 10.0, "chat-two": 10.0, "code-gen": math.exp(slo["mu"] / (slo["sigma"] * math.sqrt(
         2 * math.log(slo["lambda"]))))}
     want = sorted(rho, key=lambda c: (-rho[c], ["chat", "chat-two", "code-gen"].index(c)))
-    prio = {c: w.kube.status["plan"]["classes"][c]["priority"] for c in rho}
+    prio = {c: w.classes()[c]["priority"] for c in rho}
     assert prio == {c: i + 1 for i, c in enumerate(want)} == {"chat": 1, "chat-two": 2, "code-gen": 3}
 
 
@@ -448,14 +460,14 @@ def test_class_rules_of_the_httproute_carry_the_priority_header():
     w.rule = ScriptedKnobs({"small": (256, 0.0, "priority")})
     assert w.run(T0).ok
     rules = w.kube.httproutes["llm"]["spec"]["rules"]
-    prio = {c: w.kube.status["plan"]["classes"][c]["priority"] for c in ("chat", "code-gen")}
+    prio = {c: w.classes()[c]["priority"] for c in ("chat", "code-gen")}
     assert rules[0]["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
         "add": [{"name": "x-team", "value": "a"}], "set": [{"name": "X-Vllm-Priority", "value": str(prio["chat"])}]}}]
     assert rules[1]["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
         "set": [{"name": "X-Vllm-Priority", "value": str(prio["code-gen"])}]}}]
     assert "filters" not in rules[2]  # the fleet rule
     assert [b["weight"] for b in rules[0]["backendRefs"]] == [500, 500]  # weights as before
-    assert w.run(T0 + 60).ok and [x for x in w.kube.writes if x != "status"] == []
+    assert w.run(T0 + 60).ok and [x for x in w.kube.writes if x not in RECORD] == []
     w.rule = ScriptedKnobs()  # every group back to fcfs: no priorities
     assert w.run(T0 + 3700).ok
     rules = w.kube.httproutes["llm"]["spec"]["rules"]

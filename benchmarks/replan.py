@@ -14,7 +14,13 @@ runs the rules for every group (nothing cached yet); the warm and shifted cycles
 generation, layouts, replicas and knobs in force), except for groups whose knobs the cold cycle changed, and the
 pairs the budget left pending.
 
-Usage: ``python benchmarks/replan.py [--cycles N] [--rates query|source] [--plugin] [--rule-work N] [--json PATH]``;
+``--fleet``: the same cycle at fleet scale, 256 classes x 64 groups against a Prometheus backfilled for them, with
+a 16-class KVPlan in the same run for the ratios (``benchmarks/replan_fleet.py`` says what and the targets: <= 10 s
+per cycle, Prometheus queries that do not grow with the classes, status < 256 KiB, every ConfigMap < 1 MiB).
+
+Usage: ``python benchmarks/replan.py [--cycles N] [--rates query|source] [--plugin] [--rule-work N] [--json PATH]``,
+or ``python benchmarks/replan.py --fleet [--classes 256] [--groups 64] [--cycles N] [--scrape S]
+[--knobs Auto|Formula] [--json PATH]``;
 needs ``make tools``.
 """
 
@@ -89,7 +95,25 @@ def main() -> int:
     ap.add_argument("--rule-work", type=int, default=None, help="the rules' work budget per cycle, simulated "
                     "requests (default: the operator's, KVPLAN_RULE_WORK)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    ap.add_argument("--fleet", action="store_true", help="fleet scale: --classes x --groups (replan_fleet.py)")
+    ap.add_argument("--classes", type=int, default=256, help="--fleet: classes (default 256)")
+    ap.add_argument("--groups", type=int, default=64, help="--fleet: groups (default 64)")
+    ap.add_argument("--small", type=int, default=16, help="--fleet: classes of the comparison KVPlan (default 16)")
+    ap.add_argument("--scrape", type=float, default=60.0, help="--fleet: seconds between samples (default 60)")
+    ap.add_argument("--knobs", choices=("Auto", "Formula"), default="Auto",
+                    help="--fleet: every group's spec.groups[].engine.knobs (default Auto, the CRD's default)")
     args = ap.parse_args()
+    if args.fleet:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from replan_fleet import run, summarise
+
+        res = run(classes=args.classes, groups=args.groups, small=args.small, cycles=args.cycles,
+                  scrape_s=args.scrape, knobs=args.knobs)
+        lines, ok = summarise(res)
+        print("\n".join(lines))
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=1))
+        return 0 if ok else 1
 
     from kubernetes import client, config
 
@@ -100,6 +124,7 @@ def main() -> int:
     from kvplan_dev.prom import LocalPrometheus
     from kvplan_operator.knob_cache import KnobCache
     from kvplan_operator.kube import Kube
+    from kvplan_operator.plandetail import read_detail
     from kvplan_operator.reconcile import Deps, reconcile
     from kvplan_operator.prom import PromClient
     from kvplan_operator.run import DEFAULT_RULE_WORK
@@ -169,11 +194,11 @@ def main() -> int:
             total = time.perf_counter() - t0
             if not out.ok:
                 raise SystemExit(f"reconcile failed: {out.reason}: {out.message}")
-            status = kube.get_kvplan(ns, "fleet")["status"]
+            detail = read_detail(kube, ns, "fleet").doc or {}  # the per-class plan (status has counts only)
             timings[kind].append({"total_s": total, "solve_s": timed.solve, "solves": timed.calls,
                                   "knob_s": timed.knob_s, "knob_groups": timed.knob_groups, "changed": out.changed,
                                   "writes": len(out.changed), "queries": sum(c.requests_sent for c in clients),
-                                  "samples": sum(c["samples"] for c in status["plan"]["classes"].values()),
+                                  "samples": sum(c["samples"] for c in detail["classes"].values()),
                                   "rules": status["plan"].get("rules") or {}})
 
         cycle("cold")

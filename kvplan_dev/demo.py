@@ -180,6 +180,16 @@ def _configmaps(cluster: Any) -> dict[str, dict[str, str]]:
     return {item["metadata"]["name"]: dict(item.get("data") or {}) for item in items}
 
 
+def _plan_with_classes(cluster: Any, name: str, plan: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``status.plan`` with its per-class part, ``classes``, read from the plan's detail ConfigMaps (the operator
+    keeps it there, not in status: docs/operator.md, "Status and conditions")."""
+    from kvplan_operator.plandetail import decode
+
+    items = _kubectl_json(cluster, "-n", NAMESPACE, "get", "configmaps").get("items", [])
+    detail = decode(name, {item["metadata"]["name"]: item for item in items})
+    return {**(plan or {}), "classes": dict(detail.published())}
+
+
 def _deployments(cluster: Any) -> dict[str, dict[str, Any]]:
     items = _kubectl_json(cluster, "-n", NAMESPACE, "get", "deployments").get("items", [])
     return {item["metadata"]["name"]: item for item in items}
@@ -352,11 +362,13 @@ def _demo(settings: Settings, report: dict[str, Any]) -> None:
             after_maps = _configmaps(cluster)
             after_deps = _deployments(cluster)
             status = body.get("status") or {}
+            plan = _plan_with_classes(cluster, name, status.get("plan"))
             report["kvplan"] = {
                 "name": name, "ready": ready.get("status", "Unknown"), "reason": ready.get("reason"),
                 "message": ready.get("message", ""), "seconds_to_ready": round(time.monotonic() - applied_at, 1),
-                "conditions": status.get("conditions", []), "plan": status.get("plan"),
-                "objective": status.get("objective"), "diff": status.get("diff"), "plan_lines": plan_lines(body),
+                "conditions": status.get("conditions", []), "plan": plan,
+                "objective": status.get("objective"), "diff": status.get("diff"),
+                "plan_lines": plan_lines({"status": {**status, "plan": plan}}),
             }
             report["deployments"] = {}
             for dep_name, view in before.items():

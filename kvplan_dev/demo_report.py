@@ -125,6 +125,8 @@ def text_diff(before: str | None, after: str | None, name: str) -> list[str]:
 
 
 def plan_lines(body: Mapping[str, Any]) -> list[str]:
+    """The plan as a table: ``body["status"]["plan"]`` per group, and per class from its ``classes``, which the
+    caller fills from the plan's detail ConfigMaps (status has only counts)."""
     status = body.get("status") or {}
     plan = status.get("plan") or {}
     lines = [f"plan: status={plan.get('status')} method={plan.get('method')} iterations={plan.get('iterations')} "

@@ -230,7 +230,52 @@ def scalar_lines(series: ScalarSeries, window: Window, stats: SeriesStats | None
         stats.last_values = {name: value}
 
 
-AnySeries = HistogramSeries | ScalarSeries
+@dataclass(frozen=True)
+class CountedHistogramSeries:
+    """A histogram series given by its counts at each scrape of the window instead of one value per request:
+    ``counts[k]`` holds the cumulative count of every finite bucket and then ``+Inf`` at scrape ``k``
+    (:meth:`Window.scrape_times`), ``sums[k]`` the running ``_sum``. For fleets whose traffic is millions of
+    requests per window (:mod:`kvplan_dev.fleet` draws the counts from rates); the lines are those of
+    :class:`HistogramSeries`."""
+
+    labels: dict[str, str]
+    buckets: tuple[float, ...]
+    counts: Sequence[Sequence[int]]
+    sums: Sequence[float]
+    metric: str = VLLM_COLON
+
+    def __post_init__(self) -> None:
+        if len(self.counts) != len(self.sums):
+            raise ValueError(f"counts/sums: lengths differ ({len(self.counts)} vs {len(self.sums)})")
+        if any(len(row) != len(self.buckets) + 1 for row in self.counts):
+            raise ValueError(f"counts: every row needs {len(self.buckets) + 1} values (the buckets and +Inf)")
+        if "le" in self.labels:
+            raise ValueError("labels.le: reserved for the bucket bound")
+
+
+def counted_lines(series: CountedHistogramSeries, window: Window, stats: SeriesStats | None = None
+                  ) -> Iterable[str]:
+    """OpenMetrics sample lines of a :class:`CountedHistogramSeries`, scrape by scrape."""
+    times = window.scrape_times()
+    if len(times) != len(series.counts):
+        raise ValueError(f"counts: {len(series.counts)} rows for {len(times)} scrapes of the window")
+    label_text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(series.labels.items()))
+    sep = "," if label_text else ""
+    heads = [f'{series.metric}_bucket{{{label_text}{sep}le="{format_le(b)}"}} '
+             for b in [*series.buckets, math.inf]]
+    count_head, sum_head = f"{series.metric}_count{{{label_text}}} ", f"{series.metric}_sum{{{label_text}}} "
+    for t, row, total in zip(times, series.counts, series.sums):
+        ts = f" {t:.3f}"
+        for head, count in zip(heads, row):
+            yield f"{head}{int(count)}{ts}"
+        yield f"{count_head}{int(row[-1])}{ts}"
+        yield f"{sum_head}{total:.1f}{ts}"
+    if stats is not None:
+        stats.kept = int(series.counts[-1][-1]) if series.counts else 0
+        stats.samples = len(times) * (len(heads) + 2)
+
+
+AnySeries = HistogramSeries | ScalarSeries | CountedHistogramSeries
 
 
 def write_openmetrics(out: TextIO, series: Sequence[AnySeries], window: Window) -> list[SeriesStats]:
@@ -249,6 +294,7 @@ def write_openmetrics(out: TextIO, series: Sequence[AnySeries], window: Window) 
         for index in indexes:
             item = series[index]
             lines = (scalar_lines(item, window, stats[index]) if isinstance(item, ScalarSeries)
+                     else counted_lines(item, window, stats[index]) if isinstance(item, CountedHistogramSeries)
                      else histogram_lines(item, window, stats[index]))
             for line in lines:
                 out.write(line + "\n")

@@ -95,19 +95,21 @@ def plan_targets(spec: KVPlanSpec, plan: Plan, rates: Mapping[str, float], curre
 def hold_small_moves(new: Mapping[str, ClassTarget], previous: Mapping[str, Mapping[str, Any]],
                      min_change: float) -> dict[str, ClassTarget]:
     """Routing hysteresis: keep a class's previous weights and prefix fractions when admission is unchanged and no
-    value moved by ``min_change`` or more (re-plans on fresh data wobble by far less than that)."""
+    value moved by ``min_change`` or more (re-plans on fresh data wobble by far less than that). ``previous`` maps
+    are sparse (a group not listed had 0); one naming a group the plan does not have is not kept."""
     out = dict(new)
     for name, t in new.items():
         prev = previous.get(name)
         if not prev or bool(prev.get("admitted")) != (t.admitted > 0):
             continue
         pr, pf = prev.get("routing") or {}, prev.get("prefixCacheFraction") or {}
-        if set(pr) != set(t.routing):
+        if not set(pr) <= set(t.routing) or not set(pf) <= set(t.routing) | set(t.prefix_fraction):
             continue
         moved = [abs(float(pr.get(g) or 0) - w) for g, w in t.routing.items()]
         moved += [abs(float(pf.get(g) or 0) - f) for g, f in t.prefix_fraction.items()]
         if max(moved, default=0.0) < min_change:
-            out[name] = ClassTarget(t.name, t.reserve_tokens, t.admitted, {g: float(pr[g]) for g in pr},
+            out[name] = ClassTarget(t.name, t.reserve_tokens, t.admitted,
+                                    {g: float(pr.get(g) or 0) for g in t.routing},
                                     {g: float(pf.get(g) or 0) for g in t.prefix_fraction})
     return out
 
@@ -134,7 +136,7 @@ def desired_state(run: RunContext, obs: Observation, dec: Decided) -> Desired:
     rates = {c: o.arrival_rate for c, o in obs.classes.items()}
     seen = {k: s.layout for k, s in obs.groups.items() if s.layout is not None}
     gt, ct = plan_targets(spec, dec.plan, rates, seen)
-    published: Mapping[str, Mapping[str, Any]] = (run.old_status.get("plan") or {}).get("classes") or {}
+    published = obs.published()
     ct = hold_small_moves(ct, published, spec.router.min_weight_change)
     for g in spec.groups:  # Formula: --max-num-seqs rides along with a rollout, never triggers one on its own
         t, s = gt[g.name], obs.groups[g.name]

@@ -33,7 +33,7 @@ RECONCILED = "Reconciled"
 PLAN_SUCCEEDED = "PlanSucceeded"
 #: Every owned field was patched (or already matched).
 APPLY_SUCCEEDED = "ApplySucceeded"
-#: Mode DryRun: the plan is in status, nothing else was touched.
+#: Mode DryRun: the plan is in status (and its detail ConfigMaps), nothing else was touched.
 DRY_RUN = "DryRun"
 #: Nothing is degraded.
 HEALTHY = "Healthy"
@@ -103,7 +103,8 @@ METRIC_ABSENT = "MetricAbsent"
 #: A query matched more series than a plan can come from (a class label with thousands of values, such as a
 #: request id or a user); the message names the label or selector.
 TOO_MANY_SERIES = "TooManySeries"
-#: The status write itself failed (only in the outcome and the log: the status cannot say it).
+#: The status write, or the write of the plan detail ConfigMaps it refers to, failed (only in the outcome and the
+#: log: the status cannot say it).
 STATUS_WRITE_FAILED = "StatusWriteFailed"
 #: An unexpected error inside the operator (a bug); its type is in the message, the last good plan is kept.
 INTERNAL_ERROR = "InternalError"

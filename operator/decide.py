@@ -1,6 +1,7 @@
 """Phase 2, decide (pure): the kvcore plan, hold vs free, and the disruption budget.
 
-1. ``free`` = ``planner(instance, previous=last good plan)`` over every allowed layout. kvcore's refusals come back
+1. ``free`` = ``planner(instance, previous=last good plan)`` over every allowed layout (the last good plan is read
+   from the plan's detail ConfigMaps by observe; the planner warm-starts from it and diffs against it). kvcore's refusals come back
    as ``InvalidSpec`` naming the CR's field (``spec.groups[0].nodePool.gpuType``, :func:`translate.cr_path`);
    an infeasible plan is ``Infeasible``, a solver error (or any exception from the planner) ``PlannerError``.
 2. If ``free`` moves the layout of a group kvplan already manages, ``hold`` = the same solve with each such group
@@ -85,7 +86,7 @@ def _solve(deps: Deps, obs: Observation, previous: Plan | None,
 def decide(run: RunContext, obs: Observation, deps: Deps) -> Decided | Failure:
     """Phase 2 (see the module docstring)."""
     spec = obs.spec
-    previous = run.previous_plan()
+    previous = obs.previous_plan()  # the last plan applied in full: warm start and diff
     free = _solve(deps, obs, previous)
     if isinstance(free, Failure):
         return free

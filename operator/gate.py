@@ -16,8 +16,9 @@ Per group whose engines run, or are about to run, kvplan's plugin:
 - the rule pending (this cycle's work budget was spent) or failed: the file in force (from the state ConfigMap)
   stays as it is; with none yet, nothing is reserved (the gate then admits as stock vLLM does) until the rule runs.
 
-Status (``status.plan.groups.<g>.gate``) shows per class the plan's y, the reservation in the file and where it
-comes from, and the rule's reason.
+Status (``status.plan.groups.<g>.gate``) gives the rule's reason and how many classes the group's file lists and
+reserves for; the plan's detail (``gates.<g>``, :mod:`kvplan_operator.plandetail`: status stays small at 256
+classes x 64 groups) shows per class the plan's y, the reservation in the file and where it comes from.
 """
 
 from __future__ import annotations
@@ -51,10 +52,17 @@ class GroupGate:
     failed: str | None = None
 
     def status(self) -> dict[str, Any]:
-        """``status.plan.groups.<g>.gate`` (``failed`` only when the rule failed: a merge patch drops nulls)."""
+        """``status.plan.groups.<g>.gate``: why, and how many classes it lists and reserves for (``failed`` only when
+        the rule failed: a merge patch drops nulls). Per class: :meth:`detail`, in the plan's detail."""
         return {"reason": self.reason, "pending": self.pending} | ({"failed": self.failed} if self.failed else {}) | {
-            "classes": {c: {"planTokens": self.plan.get(c, 0), "reserveTokens": self.reserve[c],
-                            "source": self.sources[c]} for c in self.shown}}
+            "classes": len(self.shown), "reserving": sum(1 for c in self.shown if self.reserve[c] > 0)}
+
+    def detail(self) -> dict[str, Any]:
+        """The plan detail's ``gates.<g>`` (:mod:`kvplan_operator.plandetail`): per class listed, the plan's y, the
+        reservation in the file and where it comes from, and the reason."""
+        return {"reason": self.reason, "classes": {c: {"planTokens": self.plan.get(c, 0),
+                                                       "reserveTokens": self.reserve[c], "source": self.sources[c]}
+                                                   for c in self.shown}}
 
 
 @dataclass(frozen=True)

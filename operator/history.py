@@ -51,11 +51,12 @@ KEY_LABEL = "kvplan_key"
 MAX_COUNT = 1e15
 #: Largest believable arrival rate, requests/s (a million times a big fleet's load).
 MAX_RATE = 1e9
-#: Most values of a class label one query may yield: 256 is the planner's tested scale (issue 16) and four times the
-#: CRD's 64 classes, room for other tenants' classes on a shared label.
-MAX_KEYS = 256
-#: Most series one history query may return: 256 keys x 40 buckets.
-MAX_SERIES = 10_240
+#: Most values of a class label one query may yield: four times the CRD's 256 classes, room for other tenants'
+#: classes on a shared label and the plugin's ``default`` class; a request id or user id takes far more.
+MAX_KEYS = 1024
+#: Most series one history query may return: the CRD's 256 classes x 256 buckets (kvplan's fine layout has 87 at an
+#: 8k context and 116 at 128k), i.e. 64 per key at MAX_KEYS.
+MAX_SERIES = 65_536
 
 Window = tuple[float, list[str], list[float]]
 

@@ -200,8 +200,26 @@ class Kube:
                 return None
             raise err from None
 
-    def _json(self, obj: Any) -> dict[str, Any] | None:
-        return None if obj is None else dict(self.api_client.sanitize_for_serialization(obj))
+    def _write(self, call: str, fn: Callable[[], Any]) -> None:
+        """One write made with ``_preload_content=False`` (its answer is not needed: see :meth:`_raw`); the body is
+        drained so the connection goes back to the pool."""
+        resp = self._call(call, fn)
+        getattr(resp, "data", None)
+
+    def _raw(self, call: str, fn: Callable[[], Any], *, missing_ok: bool = False) -> dict[str, Any] | None:
+        """One call made with ``_preload_content=False``: the response's JSON as the apiserver sent it, without the
+        client's model round trip (which took most of the time of reading or writing a Deployment with 256 env
+        entries: issue 16). A body that is not a JSON object is a :class:`KubeError`."""
+        resp = self._call(call, fn, missing_ok=missing_ok)
+        if resp is None:
+            return None
+        try:
+            doc = json.loads(resp.data)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise KubeError(call, "BadResponse", detail=type(exc).__name__) from None
+        if not isinstance(doc, dict):
+            raise KubeError(call, "BadResponse", detail="not a JSON object")
+        return doc
 
     def _custom_get(self, gvp: tuple[str, str, str], namespace: str, name: str, kind: str) -> dict[str, Any] | None:
         return cast(dict[str, Any] | None, self._call(
@@ -213,8 +231,8 @@ class Kube:
         return self._custom_get((GROUP, VERSION, PLURAL), namespace, name, "KVPlan")
 
     def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._json(self._call(f"get Deployment/{name}", lambda: self.apps.read_namespaced_deployment(
-            name, namespace, _request_timeout=self.timeout_s), missing_ok=True))
+        return self._raw(f"get Deployment/{name}", lambda: self.apps.read_namespaced_deployment(
+            name, namespace, _request_timeout=self.timeout_s, _preload_content=False), missing_ok=True)
 
     def autoscaled_deployments(self, namespace: str) -> dict[str, str]:
         """Deployment name -> ``HorizontalPodAutoscaler/<name>`` or ``ScaledObject/<name>`` targeting it."""
@@ -234,8 +252,8 @@ class Kube:
         return out
 
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._json(self._call(f"get ConfigMap/{name}", lambda: self.core.read_namespaced_config_map(
-            name, namespace, _request_timeout=self.timeout_s), missing_ok=True))
+        return self._raw(f"get ConfigMap/{name}", lambda: self.core.read_namespaced_config_map(
+            name, namespace, _request_timeout=self.timeout_s, _preload_content=False), missing_ok=True)
 
     def get_httproute(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._custom_get(GATEWAY, namespace, name, "HTTPRoute")
@@ -258,30 +276,30 @@ class Kube:
     def patch_deployment(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         body, removals = split_removals(patch)
         if removals is not None:
-            self._call(f"patch Deployment/{name} (removals)", lambda: self.apps.patch_namespaced_deployment(
+            self._write(f"patch Deployment/{name} (removals)", lambda: self.apps.patch_namespaced_deployment(
                 name, namespace, removals, field_manager=FIELD_MANAGER, _request_timeout=self.timeout_s,
-                _content_type="application/strategic-merge-patch+json"))
+                _content_type="application/strategic-merge-patch+json", _preload_content=False))
         intent = _intent("apps/v1", "Deployment", namespace, name, body)
-        self._call(f"apply Deployment/{name}", lambda: self.apps.patch_namespaced_deployment(
+        self._write(f"apply Deployment/{name}", lambda: self.apps.patch_namespaced_deployment(
             name, namespace, intent, field_manager=FIELD_MANAGER, force=True, _request_timeout=self.timeout_s,
-            _content_type=APPLY))
+            _content_type=APPLY, _preload_content=False))
 
     def create_configmap(self, namespace: str, body: Mapping[str, Any]) -> None:
         name = body.get("metadata", {}).get("name")
-        self._call(f"create ConfigMap/{name}", lambda: self.core.create_namespaced_config_map(
+        self._write(f"create ConfigMap/{name}", lambda: self.core.create_namespaced_config_map(
             namespace, dict(body), field_manager=FIELD_MANAGER,  # type: ignore[arg-type]
-            _request_timeout=self.timeout_s))
+            _request_timeout=self.timeout_s, _preload_content=False))
 
     def patch_configmap(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         body, removals = split_removals(patch)
         if removals is not None:
-            self._call(f"patch ConfigMap/{name} (removals)", lambda: self.core.patch_namespaced_config_map(
+            self._write(f"patch ConfigMap/{name} (removals)", lambda: self.core.patch_namespaced_config_map(
                 name, namespace, removals, field_manager=FIELD_MANAGER, _request_timeout=self.timeout_s,
-                _content_type="application/merge-patch+json"))
+                _content_type="application/merge-patch+json", _preload_content=False))
         intent = _intent("v1", "ConfigMap", namespace, name, body)
-        self._call(f"apply ConfigMap/{name}", lambda: self.core.patch_namespaced_config_map(
+        self._write(f"apply ConfigMap/{name}", lambda: self.core.patch_namespaced_config_map(
             name, namespace, intent, field_manager=FIELD_MANAGER, force=True, _request_timeout=self.timeout_s,
-            _content_type=APPLY))
+            _content_type=APPLY, _preload_content=False))
 
     def patch_httproute(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         body, removals = split_removals(patch)

@@ -23,9 +23,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvcore.planmodel import Plan
+
 from . import conditions as C
 from .desired import ANN_GENERATION, ANN_LAYOUT_CHANGES, ANN_OWNER, ANN_RELAYOUT_GENERATION, LayoutChange
 from .history import ClassObservation
+from .plandetail import Detail, read_detail
 from .kube import KubeApi, KubeError
 from .prom import PromConnection, PromError, UrlPolicy, check_url
 from .run import Deps, Failure, RunContext
@@ -72,6 +75,20 @@ class Observation:
     query_seconds: float = 0.0
     #: per group: where its KV capacity comes from (the engine or the profile) and what the engines report.
     capacity: Mapping[str, GroupCapacity] = field(default_factory=dict)
+    #: the plan's detail ConfigMaps as read (the last plan recorded: its kvcore plan and published routing).
+    detail: Detail = field(default_factory=lambda: Detail(None))
+    #: ``status.lastGoodPlan`` and ``status.plan.classes`` as an operator before the detail ConfigMaps wrote them
+    #: (None / empty: absent); read only when the detail is absent.
+    legacy_plan: Plan | None = None
+    legacy_published: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def previous_plan(self) -> Plan | None:
+        """The last plan applied in full: the detail's, else an older operator's ``status.lastGoodPlan``."""
+        return self.detail.previous_plan() or self.legacy_plan
+
+    def published(self) -> Mapping[str, Mapping[str, Any]]:
+        """Per class as last published (``admitted``, ``routing``, ``prefixCacheFraction``; sparse maps)."""
+        return self.detail.published() or self.legacy_published
 
 
 def _read_objects(run: RunContext, deps: Deps, spec: KVPlanSpec, targets: tuple[Target, ...]
@@ -211,6 +228,7 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
         objects = _read_objects(run, deps, spec, targets)
         scaled = deps.kube.autoscaled_deployments(run.namespace)
         owners = _owners(run, deps, objects)
+        detail = read_detail(deps.kube, run.namespace, run.name)
         conn = connection(spec, run.namespace, deps.kube, deps.prom_policy)
     except CredentialRefused as exc:
         return exc.failure
@@ -243,6 +261,10 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
                        temporary=True, degraded=True)
     capacity = capacity_view(spec, engines, {k: s.layout for k, s in groups.items()},
                              {g.name: unsettled(groups[g.name].body) for g in spec.groups})
+    legacy = (run.old_status.get("plan") or {}).get("classes")
     return Observation(spec=spec, classes=classes, groups=groups, objects=objects, owners_alive=owners,
                        layout_changes=changes, relayout_generation=relayout_gen,
-                       query_seconds=time.perf_counter() - t0, capacity=capacity)
+                       query_seconds=time.perf_counter() - t0, capacity=capacity, detail=detail,
+                       legacy_plan=run.previous_plan(),
+                       legacy_published=legacy if isinstance(legacy, Mapping) and legacy and all(
+                           isinstance(v, Mapping) for v in legacy.values()) else {})

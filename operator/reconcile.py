@@ -16,7 +16,9 @@ CR, Prometheus and the cluster each time.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from . import conditions as C
@@ -30,15 +32,35 @@ from .run import Deps, Failure, RunContext
 __all__ = ["Deps", "Outcome", "reconcile"]
 
 
-def _reconcile(run: RunContext, deps: Deps) -> Outcome:
+class _Clock:
+    """Wall seconds per phase (``Outcome.phases``): observe (of which ``prometheus``: the queries and their
+    checks), decide (of which ``planner``: kvcore's own solve time), build, apply (with the intent status write),
+    record (the plan's detail and the status patch)."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, float] = {}
+        self.t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases[name] = self.phases.get(name, 0.0) + now - self.t
+        self.t = now
+
+
+def _reconcile(run: RunContext, deps: Deps, clock: _Clock) -> Outcome:
     obs = observe(run, deps)
+    clock.lap("observe")
     if isinstance(obs, Failure):
         return Recorder(run, deps).failure(obs)
+    clock.phases["prometheus"] = obs.query_seconds
     rec = Recorder(run, deps, obs)
     dec = decide(run, obs, deps)
+    clock.lap("decide")
     if isinstance(dec, Failure):
         return rec.failure(dec)
+    clock.phases["planner"] = dec.solve_seconds
     built = build(run, obs, dec)
+    clock.lap("build")
     if isinstance(built, Failure):
         rec.cond(C.PLANNED, True, C.PLAN_SUCCEEDED, f"{dec.plan.status.value}: {dec.plan.reason}")
         return rec.failure(built)
@@ -48,14 +70,18 @@ def _reconcile(run: RunContext, deps: Deps) -> Outcome:
             return Outcome(False, C.STATUS_WRITE_FAILED, f"{refused}; nothing applied", rec.backoff(), [], False,
                            run.elapsed())
     applied = apply(deps.kube, run.namespace, built.writes, built.targets)
+    clock.lap("apply")
     return rec.success(obs, dec, built, applied)
 
 
 def reconcile(body: Mapping[str, Any], deps: Deps) -> Outcome:
     """Run the five phases once for ``body`` (a KVPlan as the apiserver returned it). Never raises ``Exception``."""
     run = RunContext.start(body, deps.clock())
+    clock = _Clock()
     try:
-        return _reconcile(run, deps)
+        out = _reconcile(run, deps, clock)
+        clock.lap("record")
+        return replace(out, phases=dict(clock.phases))
     except Exception as exc:  # a bug: record it as a condition rather than hand kopf a traceback
         failure = Failure("reconcile", C.INTERNAL_ERROR, f"{type(exc).__name__} in the operator; nothing more "
                           "applied", temporary=True)

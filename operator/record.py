@@ -1,9 +1,12 @@
 """Phase 5, record: status, conditions, events and metrics, from what the phases say happened.
 
-- Success (every write done, or DryRun): ``status.plan``, ``objective``, ``diff``, ``lastGoodPlan``,
-  ``lastPlanTime`` and ``plannedGeneration`` move to the new plan; Ready/Planned/Applied True, Degraded False.
-- Failure in any phase: ``status.plan`` and ``lastGoodPlan`` stay as they were (they name the last plan applied in
-  full); ``lastError`` says which phase, the reason and message, and for a failed apply what was written before
+- Success (every write done, or DryRun): first the plan's detail ConfigMaps (:mod:`kvplan_operator.plandetail`:
+  per class decisions, every note, the whole diff, the kvcore plan the next re-plan starts from), then
+  ``status.plan`` (with ``detail`` naming those ConfigMaps), ``objective``, ``diff``, ``lastPlanTime`` and
+  ``plannedGeneration`` move to the new plan; Ready/Planned/Applied True, Degraded False. A failed detail write is
+  the outcome (``StatusWriteFailed``) and status is not patched.
+- Failure in any phase: ``status.plan`` and the detail ConfigMaps stay as they were (they name the last plan
+  applied in full); ``lastError`` says which phase, the reason and message, and for a failed apply what was written before
   the failing write; ``consecutiveFailures`` counts up (the retry backoff doubles with it). Observation failures
   are Degraded (Ready stays True when a plan is in force); the others set Ready False.
 - Before the first write of an apply (:meth:`Recorder.intent`): Applied=Unknown (``Applying``) and
@@ -27,12 +30,13 @@ from . import conditions as C
 from .apply import Applied
 from .build import Built
 from .decide import Decided, pending_note
-from .desired import Desired
 from .engine_knobs import engine_status, knob_condition
 from .kube import KubeError
 from .observe import Observation
 from .run import OWNED_STATUS, Deps, Failure, RunContext
-from .status import diff_body, iso, objective_body, plan_body, status_patch
+from .plandetail import FORMAT, chunk_name, detail_writes, digest, encode, plan_json, split
+from .status import class_entries, diff_body, diff_full, iso, objective_body, plan_body, status_patch
+from .targets.state_configmap import write_configmap
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,9 @@ class Outcome:
     changed: list[str] = field(default_factory=list)
     status_written: bool = False
     cycle_seconds: float = 0.0
+    #: wall seconds per phase of the reconcile that ran (``observe``, ``prometheus``, ``decide``, ``planner``,
+    #: ``build``, ``apply``, ``record``; only the phases reached).
+    phases: Mapping[str, float] = field(default_factory=dict)
 
 
 class Recorder:
@@ -60,9 +67,12 @@ class Recorder:
         self.conds: list[tuple[str, bool, str, str]] = []
         #: what :meth:`intent` wrote (the stored status now differs from ``run.old_status`` by these keys).
         self.written_intent: dict[str, Any] = {}
+        #: ``status.plan.detail``: where the plan's detail was stored (set by :meth:`detail`).
+        self.detail_ref: dict[str, Any] = {}
         if obs is not None:
             self.st["mode"] = obs.spec.mode
-            self.st["summary"] = {"groups": len(obs.spec.groups), "classes": len(obs.spec.classes)}
+            self.st["summary"] = {**(old.get("summary") or {}), "groups": len(obs.spec.groups),
+                                  "classes": len(obs.spec.classes)}
             self.cond(C.DEGRADED, False, C.HEALTHY, "Prometheus answered; every class has enough samples")
 
     def cond(self, type_: str, status: bool, reason: str, message: str) -> None:
@@ -83,7 +93,7 @@ class Recorder:
         self.st.pop("applying", None)
         old = self.run.old_status
         ready = C.find(old.get("conditions") or [], C.READY)
-        have_plan = bool(old.get("lastGoodPlan"))
+        have_plan = bool((old.get("plan") or {}).get("id") or old.get("lastGoodPlan"))
         if f.degraded:
             self.cond(C.DEGRADED, True, f.reason, f.message + (" (serving the last good plan)" if have_plan else ""))
             self.cond(C.PLANNED, False, f.reason, f.message)
@@ -139,21 +149,26 @@ class Recorder:
                                                  "failedAt": f"{applied.failed.kind}/{applied.failed.name}"}),
                                 changed=list(applied.done))
         autos = {g.name: obs.groups[g.name].autoscaler for g in spec.groups}
-        self.st["plan"] = plan_body(plan, observed=obs.classes, targets=desired.groups, applied=desired.classes,
-                                    autoscalers=autos, decision=dec.decision.reason, notes=built.notes,
-                                    capacity=obs.capacity)
+        detail = self.detail(obs, dec, built)
+        if detail is not None:
+            return detail
+        self.st["plan"] = plan_body(plan, targets=desired.groups, autoscalers=autos, decision=dec.decision.reason,
+                                    notes=built.notes, capacity=obs.capacity, detail=chunk_name(self.run.name, 0))
         self.st["plan"]["id"] = desired.plan_id
-        self.engine(dec, desired)
+        self.st["plan"]["detail"] = self.detail_ref
+        self.engine(dec)
         self.st["objective"] = objective_body(plan)
         self.st["diff"] = diff_body(plan)
-        self.st["lastGoodPlan"] = plan.model_copy(update={"diff": None}).model_dump_json()
+        self.st.pop("lastGoodPlan", None)  # an older operator's copy: the detail ConfigMaps hold it now
+        self.st["summary"] = {**self.st.get("summary", {}), "refused": sum(1 for c in plan.classes if not c.admitted)}
         self.st["lastPlanTime"] = iso(self.run.now)
         self.st["plannedGeneration"] = self.run.generation
         self.st["consecutiveFailures"] = 0
         self.st.pop("lastError", None)
         self.st.pop("applying", None)
         if spec.mode == "DryRun":
-            self.cond(C.APPLIED, False, C.DRY_RUN, "mode DryRun: plan written to status only")
+            self.cond(C.APPLIED, False, C.DRY_RUN, "mode DryRun: plan written to status (and its "
+                      "detail ConfigMaps) only")
         else:
             n = len(applied.done)
             self.cond(C.APPLIED, True, C.APPLY_SUCCEEDED, f"plan {desired.plan_id}: "
@@ -173,17 +188,43 @@ class Recorder:
         return Outcome(True, C.RECONCILED, dec.decision.reason, None, list(applied.done), written,
                        self.run.elapsed())
 
-    def engine(self, dec: Decided, desired: Desired) -> None:
-        """The engine knobs and the plugin's reservations: ``status.plan.groups.<g>.engine``,
-        ``classes.<c>.priority``, ``groups.<g>.gate`` (what the group's reservation file gates admission with, per
-        class against the plan's y, and why), ``plan.rules`` (the engine-model rules' work this cycle, what ran and
-        what is pending), and the EngineKnobs condition."""
+    def detail(self, obs: Observation, dec: Decided, built: Built) -> Outcome | None:
+        """Store the plan's detail (:mod:`kvplan_operator.plandetail`) before status refers to it; a failed write
+        is the outcome (``StatusWriteFailed``, status left as it was: it says which plan was being applied)."""
+        plan, desired = dec.plan, built.desired
+        stored = plan.model_copy(update={"solve_seconds": 0.0})  # the time is in status; the document stays put
+        classes = class_entries(plan, observed=obs.classes, applied=desired.classes)
+        for c, p in desired.class_priority.items():  # the engine knobs per class (vLLM --scheduling-policy)
+            if c in classes:
+                classes[c]["priority"] = p
+        doc = {"format": FORMAT, "kvplan": self.run.owner, "plan": desired.plan_id, "classes": classes,
+               "notes": list(built.notes), "diff": diff_full(plan), "lastGoodPlan": plan_json(stored)}
+        if dec.gate.groups:  # per plugin group and class, what its reservation file gates admission with, and why
+            doc["gates"] = {g: gate.detail() for g, gate in dec.gate.groups.items()}
+        writes = detail_writes(kvplan=self.run.name, namespace=self.run.namespace, owner=self.run.owner,
+                               owner_ref=self.run.owner_reference, plan_id=desired.plan_id, doc=doc,
+                               observed=obs.detail)
+        text = encode(doc)
+        chunks = len(split(text))
+        self.detail_ref = {"configMaps": [chunk_name(self.run.name, i) for i in range(chunks)], "format": FORMAT,
+                           "bytes": len(text), "digest": digest(text)[:16]}
+        for w in writes:
+            try:
+                write_configmap(self.deps.kube, self.run.namespace, w)
+            except KubeError as exc:
+                return Outcome(False, C.STATUS_WRITE_FAILED, f"plan {desired.plan_id} applied; its detail not "
+                               f"stored: {exc}", self.backoff(), [], False, self.run.elapsed())
+        return None
+
+    def engine(self, dec: Decided) -> None:
+        """The engine knobs and the plugin's reservations: ``status.plan.groups.<g>.engine``, ``groups.<g>.gate``
+        (the rule's reason and counts; per class, what the group's reservation file gates admission with against
+        the plan's y goes to the plan's detail, ``gates.<g>``, with each class's ``priority``: :meth:`detail`),
+        ``plan.rules`` (the engine-model rules' work this cycle, what ran and what is pending), and the EngineKnobs
+        condition."""
         for g, k in dec.knobs.groups.items():
             if g in self.st["plan"]["groups"]:
                 self.st["plan"]["groups"][g]["engine"] = engine_status(k)
-        for c, p in desired.class_priority.items():
-            if c in self.st["plan"]["classes"]:
-                self.st["plan"]["classes"][c]["priority"] = p
         for g, gate in dec.gate.groups.items():
             if g in self.st["plan"]["groups"]:
                 self.st["plan"]["groups"][g]["gate"] = gate.status()

@@ -323,8 +323,8 @@ class ProfileOverride(_Model):
 
 class KVPlanSpec(_Model):
     mode: Literal["Apply", "DryRun"] = "Apply"
-    groups: tuple[Group, ...] = Field(min_length=1, max_length=16)
-    classes: tuple[RequestClass, ...] = Field(min_length=1, max_length=64)
+    groups: tuple[Group, ...] = Field(min_length=1, max_length=64)
+    classes: tuple[RequestClass, ...] = Field(min_length=1, max_length=256)
     costs: FleetCosts = FleetCosts()
     robustness: Robustness = Robustness()
     profiles: tuple[ProfileOverride, ...] = ()

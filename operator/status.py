@@ -5,19 +5,22 @@ like the plan):
 
 - ``observedGeneration``, ``lastPlanTime`` (last successful plan), ``lastAttemptTime``, ``mode``;
 - ``conditions``: Ready / Planned / Applied / Degraded (see ``conditions.py``);
-- ``plan``: ``status``, ``reason``, ``method``, ``iterations``, ``solveSeconds``, ``decision`` (disruption policy),
-  ``groups.<g>`` {tp, pp, replicas, gpusPerReplica, kvCapacityTokens, throughputTokensPerSecond, utilisation,
-  maxNumSeqs, replicasManagedBy, capacity {source (engine | profile), tp, pp (the running layout),
-  engineKvCapacityTokens, profileKvCapacityTokens, scale, engines, kvCacheUsage, preemptionsPerSecond, note}},
-  ``classes.<c>`` {reserveTokens, admitted, radius {eps, rule, reason}, routing {group: weight},
-  prefixCacheFraction, samples, windows, arrivalRate, source, arrivalRateFrom (spec | query | source)},
-  ``notes``;
+- ``plan``: ``id``, ``status``, ``reason``, ``method``, ``iterations``, ``solveSeconds``, ``lowerBound`` (the fleet
+  method's certified bound), ``decision`` (disruption policy), ``groups.<g>`` {tp, pp, replicas, gpusPerReplica,
+  kvCapacityTokens, throughputTokensPerSecond, utilisation, waitingSeconds, arrivalRate, maxNumSeqs,
+  replicasManagedBy, capacity {source (engine | profile), tp, pp (the running layout), engineKvCapacityTokens,
+  profileKvCapacityTokens, scale, engines, kvCacheUsage, preemptionsPerSecond, note}}, ``classCounts`` {total,
+  admitted, refused}, ``notes`` (the first :data:`STATUS_NOTES`), ``detail`` {configMaps, format, bytes, digest}:
+  where the rest is (:mod:`kvplan_operator.plandetail`: per class reservation, radius, routing, prefix fractions,
+  samples, windows, arrival rate, source; every note; the whole diff; the kvcore plan the next solve starts from);
 - ``objective``: {reservation, configuration, queueing, rejection, total} (cost units / s);
-- ``diff``: changes against the previous plan ({layouts, replicas, reservations, admission, routing});
-- ``summary``: {groups, classes} for the printer columns;
+- ``diff``: changes against the previous plan: ``counts`` per kind and the :data:`TOP_CHANGES` largest of each
+  kind ({layouts, replicas, reservations, admission, routing});
+- ``summary``: {groups, classes, refused} for the printer columns;
 - ``layoutChanges``: unix times of re-layouts attempted in the last hour (a mirror of the disruption budget the
-  state ConfigMap keeps);
-- ``lastGoodPlan``: the kvcore Plan as JSON (compact string): the ``previous`` of the next solve.
+  state ConfigMap keeps).
+
+Per class nothing is in status: at 256 classes x 64 groups the per-class maps alone are about a megabyte.
 """
 
 from __future__ import annotations
@@ -67,10 +70,42 @@ def capacity_body(cap: GroupCapacity | None) -> dict[str, Any] | None:
             "note": cap.note}
 
 
-def plan_body(plan: Plan, *, observed: Mapping[str, ClassObservation] | None, targets: Mapping[str, GroupTarget],
-              applied: Mapping[str, ClassTarget], autoscalers: Mapping[str, str | None], decision: str,
-              notes: Sequence[str], capacity: Mapping[str, GroupCapacity] | None = None) -> dict[str, Any]:
-    """The ``status.plan`` subtree. Routing and prefix fractions are the published ones (after hysteresis)."""
+#: Notes kept in ``status.plan.notes`` (all of them are in the plan's detail document).
+STATUS_NOTES = 20
+#: Changes of each kind kept in ``status.diff``, the largest first (all of them are in the detail document).
+TOP_CHANGES = 10
+
+
+def class_entries(plan: Plan, *, observed: Mapping[str, ClassObservation] | None,
+                  applied: Mapping[str, ClassTarget]) -> dict[str, Any]:
+    """Per class, for the plan's detail document: routing and prefix fractions as published (after hysteresis),
+    sparse (only non-zero groups)."""
+    classes = {}
+    for c in plan.classes:
+        obs = observed.get(c.name) if observed else None
+        routing = applied[c.name].routing if c.name in applied else c.routing
+        prefix = applied[c.name].prefix_fraction if c.name in applied else c.prefix_fraction
+        classes[c.name] = {
+            "reserveTokens": int(round(c.reserve_tokens)),
+            "admitted": bool(c.admitted),
+            "radius": ({"eps": _num(c.radius.eps, 3), "rule": c.radius.rule, "reason": c.radius.reason}
+                       if c.radius else None),
+            "routing": {k: _num(v, 6) for k, v in sorted(routing.items()) if _num(v, 6)},
+            "prefixCacheFraction": {k: _num(v, 6) for k, v in sorted(prefix.items()) if _num(v, 6)},
+            "samples": _num(obs.requests, 1) if obs else None,
+            "windows": obs.windows if obs else None,
+            "arrivalRate": _num(obs.arrival_rate, 6) if obs else None,
+            "source": obs.source if obs else None,
+            "arrivalRateFrom": obs.rate_from if obs else None,
+        }
+    return classes
+
+
+def plan_body(plan: Plan, *, targets: Mapping[str, GroupTarget], autoscalers: Mapping[str, str | None],
+              decision: str, notes: Sequence[str], capacity: Mapping[str, GroupCapacity] | None = None,
+              detail: str = "") -> dict[str, Any]:
+    """The ``status.plan`` subtree: per group in full, per class only counts (the rest is in the detail
+    ConfigMaps named by ``detail``)."""
     groups = {}
     for g in plan.groups:
         t = targets.get(g.name)
@@ -78,33 +113,22 @@ def plan_body(plan: Plan, *, observed: Mapping[str, ClassObservation] | None, ta
             "tp": g.tp, "pp": g.pp, "replicas": g.replicas, "gpusPerReplica": g.gpus_per_replica,
             "kvCapacityTokens": _num(g.kv_capacity_tokens, 0), "throughputTokensPerSecond": _num(g.throughput_tokens_s, 1),
             "utilisation": _num(g.utilisation, 4), "waitingSeconds": _num(g.waiting_seconds, 6),
+            "arrivalRate": _num(g.arrival_rate, 4),
             "maxNumSeqs": t.max_num_seqs if t else None,
             "replicasManagedBy": autoscalers.get(g.name) or "kvplan",
             "capacity": capacity_body((capacity or {}).get(g.name)),
         }
-    classes = {}
-    for c in plan.classes:
-        obs = observed.get(c.name) if observed else None
-        classes[c.name] = {
-            "reserveTokens": int(round(c.reserve_tokens)),
-            "admitted": bool(c.admitted),
-            "radius": ({"eps": _num(c.radius.eps, 3), "rule": c.radius.rule, "reason": c.radius.reason}
-                       if c.radius else None),
-            "routing": {k: _num(v, 6) for k, v in sorted((applied[c.name].routing if c.name in applied
-                                                          else c.routing).items())},
-            "prefixCacheFraction": {k: _num(v, 6) for k, v in sorted((applied[c.name].prefix_fraction
-                                                                      if c.name in applied
-                                                                      else c.prefix_fraction).items())},
-            "samples": _num(obs.requests, 1) if obs else None,
-            "windows": obs.windows if obs else None,
-            "arrivalRate": _num(obs.arrival_rate, 6) if obs else None,
-            "source": obs.source if obs else None,
-            "arrivalRateFrom": obs.rate_from if obs else None,
-        }
+    admitted = sum(1 for c in plan.classes if c.admitted)
+    shown = list(notes[:STATUS_NOTES])
+    if len(notes) > STATUS_NOTES:
+        shown.append(f"... and {len(notes) - STATUS_NOTES} more note(s) in ConfigMap {detail}")
     return {
         "status": plan.status.value, "reason": plan.reason, "rawStatus": plan.raw_status, "method": plan.method,
-        "iterations": plan.iterations, "solveSeconds": _num(plan.solve_seconds, 4), "decision": decision,
-        "groups": groups, "classes": classes, "notes": list(notes),
+        "iterations": plan.iterations, "solveSeconds": _num(plan.solve_seconds, 4),
+        "lowerBound": _num(plan.lower_bound) if plan.lower_bound is not None else None, "decision": decision,
+        "groups": groups, "classCounts": {"total": len(plan.classes), "admitted": admitted,
+                                          "refused": len(plan.classes) - admitted},
+        "notes": shown,
     }
 
 
@@ -116,12 +140,37 @@ def objective_body(plan: Plan) -> dict[str, Any] | None:
             "rejection": _num(o.rejection), "total": _num(o.total)}
 
 
-def diff_body(plan: Plan) -> dict[str, Any] | None:
+DIFF_KINDS = ("layouts", "replicas", "reservations", "admission", "routing")
+
+
+def diff_full(plan: Plan) -> dict[str, Any] | None:
+    """Every change against the previous plan (the detail document)."""
     if plan.diff is None:
         return None
-    d = plan.diff
-    return {"layouts": d.layouts, "replicas": d.replicas, "reservations": d.reservations, "admission": d.admission,
-            "routing": d.routing}
+    return {k: list(getattr(plan.diff, k)) for k in DIFF_KINDS}
+
+
+def _magnitude(line: str) -> float:
+    """How much a kvcore diff line (``name: a -> b``) moved; a change that is not numeric (``new -> admitted``,
+    ``admitted -> refused``, a layout) ranks first."""
+    _, _, change = line.rpartition(": ")
+    before, _, after = change.partition(" -> ")
+    try:
+        return abs(float(after) - float(before))
+    except ValueError:
+        return float("inf")
+
+
+def diff_body(plan: Plan, top: int = TOP_CHANGES) -> dict[str, Any] | None:
+    """``status.diff``: per kind of change, how many, and the ``top`` largest (kvcore's lines, largest first)."""
+    full = diff_full(plan)
+    if full is None:
+        return None
+    out: dict[str, Any] = {"counts": {k: len(v) for k, v in full.items()}}
+    for kind, lines in full.items():
+        ranked = sorted(range(len(lines)), key=lambda i: (-_magnitude(lines[i]), i))
+        out[kind] = [lines[i] for i in ranked[:top]]
+    return out
 
 
 def merge_patch(old: Any, new: Any) -> Any:

@@ -7,24 +7,63 @@ Disagreements looked for:
 2. the router document (``kvplan.v1``) claiming, for a group it does not mark ``draining``, a TP/PP that the group's
    Deployment does not have;
 3. status claiming a plan applied (condition Applied=True) whose layouts are not the Deployments', whose id is not
-   the router document's, or whose class weights are not the document's or the HTTPRoute's (unless status notes
-   say the HTTPRoute was not found when the plan was applied);
+   the router document's or the plan detail's, or whose class weights (published in the plan's detail
+   ConfigMaps) are not the document's or the HTTPRoute's (unless status notes say the HTTPRoute was not found when
+   the plan was applied);
 4. (given the state ConfigMap) a half-applied plugin (kvplan's ``--scheduler-cls`` without the reservation file
    mounted, or the reverse); a Deployment projecting a reservation file the state ConfigMap lacks (its new pods
    could not start), or projecting another group's file, or whose ``KVPLAN_RESERVATIONS_FILE`` names another file
    than it projects; status claiming applied engine knobs a Deployment does not run; status claiming a plan
-   applied whose group's reservation file (``reservations-<group>.json``) names another plan or other
-   reservations than ``status.plan.groups.<g>.gate``.
+   applied whose group's reservation file (``reservations-<group>.json``) names another plan, or other
+   reservations than the plan's detail (``gates.<g>``), or lists another number of classes than
+   ``status.plan.groups.<g>.gate``.
+
+:func:`detail_document` joins the plan's detail ConfigMaps here, from their documented layout, not with the
+operator's reader.
 
 Shared by the fault-injection unit tests (over the fake's objects) and the integration tests (over the apiserver's).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+
+def detail_document(get_configmap: Callable[[str], Mapping[str, Any] | None], kvplan: str = "fleet"
+                    ) -> dict[str, Any] | None:
+    """The plan's detail document (``kvplan.plan.v1``) joined from ``<kvplan>-plan``, ``<kvplan>-plan-1``, ...:
+    chunk 0's ``kvplan.io/plan-chunk`` says ``0/n``, every chunk ``i/n`` and the same ``kvplan.io/plan-digest``,
+    the sha256 of the joined ``data["plan.json"]``. None when chunk 0 does not exist; AssertionError when the
+    chunks do not fit together."""
+    first = get_configmap(f"{kvplan}-plan")
+    if first is None:
+        return None
+    ann = first["metadata"]["annotations"]
+    index, _, total = ann["kvplan.io/plan-chunk"].partition("/")
+    assert index == "0", ann
+    texts = []
+    for i in range(int(total)):
+        body = first if i == 0 else get_configmap(f"{kvplan}-plan-{i}")
+        assert body is not None, f"chunk {i} of {total} missing"
+        a = body["metadata"]["annotations"]
+        assert a["kvplan.io/plan-chunk"] == f"{i}/{total}" and a["kvplan.io/plan-digest"] == ann["kvplan.io/plan-digest"]
+        texts.append(body["data"]["plan.json"])
+    text = "".join(texts)
+    assert hashlib.sha256(text.encode()).hexdigest() == ann["kvplan.io/plan-digest"]
+    doc = json.loads(text)
+    assert doc["format"] == "kvplan.plan.v1" and doc["plan"] == ann["kvplan.io/plan"]
+    return dict(doc)
+
+
+def published_classes(get_configmap: Callable[[str], Mapping[str, Any] | None], kvplan: str = "fleet"
+                      ) -> dict[str, Any]:
+    """Per class as the last recorded plan published it (the detail document's ``classes``; {} without one)."""
+    doc = detail_document(get_configmap, kvplan)
+    return dict(doc["classes"]) if doc else {}
 
 
 def container_flags(dep: Mapping[str, Any], name: str = "vllm") -> tuple[int, int]:
@@ -77,7 +116,8 @@ def _flag(argv: list[str], flag: str, default: str | None) -> str | None:
 
 
 def knob_disagreements(*, deployments: Mapping[str, Mapping[str, Any] | None], groups: Mapping[str, str],
-                       status: Mapping[str, Any], state: Mapping[str, Any] | None) -> list[str]:
+                       status: Mapping[str, Any], state: Mapping[str, Any] | None,
+                       detail: Mapping[str, Any] | None = None) -> list[str]:
     """Item 4 of the module docstring (vLLM's defaults for absent flags: 256 sequences, watermark 0, fcfs)."""
     out: list[str] = []
     for g, name in groups.items():
@@ -121,11 +161,19 @@ def knob_disagreements(*, deployments: Mapping[str, Mapping[str, Any] | None], g
         if res.get("plan") != plan.get("id"):
             out.append(f"status claims plan {plan.get('id')} applied, group {g}'s reservation file has "
                        f"{res.get('plan')}")
-        for c, want in (gate.get("classes") or {}).items():
+        if detail is None:
+            continue
+        listed = ((detail.get("gates") or {}).get(g) or {}).get("classes")
+        if listed is None:
+            out.append(f"status shows group {g}'s reservation file, the plan detail has no gates.{g}")
+            continue
+        if len(listed) != gate.get("classes"):
+            out.append(f"status counts {gate.get('classes')} classes in group {g}'s file, the plan detail {len(listed)}")
+        for c, want in listed.items():
             have = (res.get("classes") or {}).get(c, {}).get("reserveTokens")
             if have != want.get("reserveTokens"):
-                out.append(f"status gates {c} on group {g} with {want.get('reserveTokens')} tokens, its reservation "
-                           f"file with {have}")
+                out.append(f"the plan detail gates {c} on group {g} with {want.get('reserveTokens')} tokens, its "
+                           f"reservation file with {have}")
     return out
 
 
@@ -159,11 +207,14 @@ def file_disagreements(*, deployments: Mapping[str, Mapping[str, Any] | None], g
 def disagreements(*, deployments: Mapping[str, Mapping[str, Any] | None], groups: Mapping[str, str],
                   router: Mapping[str, Any] | None, route: Mapping[str, Any] | None,
                   status: Mapping[str, Any], class_header: str = "x-kvplan-class",
-                  services: Mapping[str, str] | None = None, state: Mapping[str, Any] | None = None) -> list[str]:
+                  services: Mapping[str, str] | None = None, state: Mapping[str, Any] | None = None,
+                  detail: Mapping[str, Any] | None = None) -> list[str]:
     """Every disagreement (see the module docstring). ``groups``: group -> Deployment name; ``router``: the parsed
     router document or None; ``route``: the HTTPRoute or None; ``services``: group -> Service name; ``state``:
-    the KVPlan's state ConfigMap (checks 4 run only when it is given)."""
-    out: list[str] = (knob_disagreements(deployments=deployments, groups=groups, status=status, state=state)
+    the KVPlan's state ConfigMap (checks 4 run only when it is given); ``detail``: the plan's detail document
+    (:func:`detail_document`) or None."""
+    out: list[str] = (knob_disagreements(deployments=deployments, groups=groups, status=status, state=state,
+                                         detail=detail)
                       + file_disagreements(deployments=deployments, groups=groups, state=state)) \
         if state is not None else []
     layouts: dict[str, tuple[int, int]] = {}
@@ -184,7 +235,11 @@ def disagreements(*, deployments: Mapping[str, Mapping[str, Any] | None], groups
                            f"Deployment at {layouts[g]}")
     applied = next((c for c in status.get("conditions") or [] if c.get("type") == "Applied"), None)
     plan = status.get("plan") or {}
+    classes: Mapping[str, Any] = (detail or {}).get("classes") or {}
     if applied is not None and applied.get("status") == "True" and plan:
+        if detail is None or detail.get("plan") != plan.get("id"):
+            out.append(f"status claims plan {plan.get('id')} applied, its detail ConfigMaps hold "
+                       f"{(detail or {}).get('plan')}")
         for g, entry in (plan.get("groups") or {}).items():
             if g in layouts and entry.get("tp", 0) > 0 and (entry["tp"], entry["pp"]) != layouts[g]:
                 out.append(f"status claims group {g} at tp={entry['tp']} pp={entry['pp']} applied, "
@@ -192,9 +247,10 @@ def disagreements(*, deployments: Mapping[str, Mapping[str, Any] | None], groups
         if router is not None:
             if router.get("plan") != plan.get("id"):
                 out.append(f"status claims plan {plan.get('id')} applied, router document has {router.get('plan')}")
-            for c, entry in (plan.get("classes") or {}).items():
+            for c, entry in classes.items():
                 doc = ((router.get("classes") or {}).get(c) or {}).get("weights") or {}
-                if any(abs(float(doc.get(g, 0)) - float(w or 0)) > 1e-6 for g, w in (entry.get("routing") or {}).items()):
+                mine = entry.get("routing") or {}
+                if any(abs(float(doc.get(g, 0)) - float(mine.get(g) or 0)) > 1e-6 for g in set(doc) | set(mine)):
                     out.append(f"status routing of {c} {entry.get('routing')} != router document {doc}")
         notes = " ".join(plan.get("notes") or [])
         if route is not None and services is not None and "HTTPRoute" not in notes:  # status says it was absent
@@ -205,11 +261,11 @@ def disagreements(*, deployments: Mapping[str, Mapping[str, Any] | None], groups
                     for h in m.get("headers") or []:
                         if str(h.get("name", "")).lower() == class_header:
                             cls = h.get("value")
-                if cls not in (plan.get("classes") or {}):
+                if cls not in classes:
                     continue
                 refs = [b for b in rule.get("backendRefs") or [] if b.get("name") in by_service
                         and (b.get("kind") or "Service") == "Service"]
-                want = largest_remainder({b["name"]: float(plan["classes"][cls]["routing"].get(by_service[b["name"]])
+                want = largest_remainder({b["name"]: float(classes[cls]["routing"].get(by_service[b["name"]])
                                                            or 0) for b in refs})
                 have = {b["name"]: b.get("weight") for b in refs}
                 if have != want:

@@ -107,6 +107,15 @@ def setup(kube_api, namespace, spec, *, deployments=("vllm-a", "vllm-b")) -> dic
         {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan", "metadata": {"name": "fleet"}, "spec": spec})
 
 
+def detail(kube: Kube, namespace: str, name: str = "fleet") -> dict:
+    """The KVPlan's plan detail document (joined by tests/operator_checks.py, not the operator's reader)."""
+    from operator_checks import detail_document
+
+    doc = detail_document(lambda n: kube.get_configmap(namespace, n), name)
+    assert doc is not None, f"no plan detail ConfigMap {name}-plan in {namespace}"
+    return doc
+
+
 def fetch(kube: Kube, namespace: str) -> dict:
     body = kube.get_kvplan(namespace, "fleet")
     assert body is not None

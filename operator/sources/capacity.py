@@ -37,8 +37,8 @@ from .vllm import group_selector
 
 #: The label the query sets on the preemption rate (``rate()`` drops ``__name__``).
 SERIES_LABEL = "kvplan_series"
-#: Most series the capacity query may return (16 groups x 64 engines x 3 series, twice over).
-MAX_SERIES = 6144
+#: Most series the capacity query may return (the CRD's 64 groups x 64 engines x 3 series, twice over).
+MAX_SERIES = 24_576
 #: Largest believable KV capacity of one engine, tokens (10^10: a thousand times an 8 x 141 GB replica's).
 MAX_TOKENS = 1e10
 

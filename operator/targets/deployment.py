@@ -14,15 +14,17 @@ Owned fields (everything else the user set is kept; listed in the annotation ``k
   reservation change never rolls pods; env of classes no longer in the spec is deleted;
 - pod ``nodeSelector`` (merged) and ``tolerations`` (the user's kept, the pool's added);
 - ``spec.replicas`` unless an HPA or KEDA ScaledObject targets the Deployment;
-- annotations ``kvplan.io/owner``, ``kvplan.io/generation``, ``kvplan.io/layout``, ``kvplan.io/reservations``,
-  ``kvplan.io/owned-fields`` on the Deployment (not the pod template: they never trigger a rollout).
+- annotations ``kvplan.io/owner``, ``kvplan.io/generation``, ``kvplan.io/layout``, ``kvplan.io/owned-fields`` on
+  the Deployment (not the pod template: they never trigger a rollout). The reservations themselves are only in the
+  state ConfigMap: a per-Deployment copy (``kvplan.io/reservations``, written before issue 16 and removed when
+  found) changed with every reservation, so at 256 classes x 64 groups nearly every re-plan patched all 64
+  Deployments for a value no pod reads.
 
 A Deployment whose ``kvplan.io/owner`` names another KVPlan that still exists is refused (``OwnedByOther``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -88,7 +90,7 @@ def _merge_tolerations(current: Iterable[Mapping[str, Any]], pool: Iterable[Mapp
 
 
 def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, target: GroupTarget,
-                           classes: Sequence[RequestClass], reservations: Mapping[str, int], owner: str,
+                           classes: Sequence[RequestClass], owner: str,
                            generation: int | None, state_configmap: str, manage_replicas: bool,
                            stale_env: Iterable[str] = ()) -> dict[str, Any]:
     """Strategic-merge patch for one group's Deployment (fields listed in the module docstring).
@@ -140,13 +142,14 @@ def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, targe
     if manage_replicas:
         spec["replicas"] = target.replicas
         owned.append("replicas")
-    annotations = {
+    annotations: dict[str, str | None] = {
         ANN_OWNER: owner,
         ANN_GENERATION: str(generation),
         ANN_LAYOUT: f"tp={target.tp},pp={target.pp},replicas={target.replicas}",
-        ANN_RESERVATIONS: json.dumps(dict(sorted(reservations.items())), separators=(",", ":")),
         ANN_OWNED: ",".join(owned),
     }
+    if ANN_RESERVATIONS in (deployment.get("metadata", {}).get("annotations") or {}):
+        annotations[ANN_RESERVATIONS] = None  # an older operator's copy of the reservations
     return {"metadata": {"annotations": annotations}, "spec": spec}
 
 
@@ -252,8 +255,8 @@ class DeploymentTarget:
                 continue
             try:
                 patch = build_deployment_patch(
-                    body, group=g, target=target, classes=inp.spec.classes, reservations=inp.desired.reservations,
-                    owner=inp.run.owner, generation=inp.run.generation, state_configmap=inp.run.state_configmap,
+                    body, group=g, target=target, classes=inp.spec.classes, owner=inp.run.owner,
+                    generation=inp.run.generation, state_configmap=inp.run.state_configmap,
                     manage_replicas=inp.desired.manage_replicas.get(g.name, True), stale_env=stale)
             except Unexpressible as exc:
                 refusals.setdefault(C.UNSUPPORTED_CONTAINER_LAYOUT, []).append(f"Deployment {g.deployment}: {exc}")

@@ -19,14 +19,23 @@ from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import KVPlanSpec
 from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
+from ..plandetail import is_chunk
 from .state_configmap import configmap_drift, write_configmap
 
 ROUTER_FORMAT = "kvplan.v1"
 
 
+def _nonzero(values: Mapping[str, float], spec: KVPlanSpec) -> dict[str, float]:
+    """Per group, rounded to 6 digits, only the non-zero ones (a group not listed gets 0): at 256 classes x 64
+    groups the dense maps alone would be about a megabyte, a ConfigMap's whole limit."""
+    out = {g.name: round(float(values.get(g.name, 0.0)), 6) for g in spec.groups}
+    return {k: v for k, v in out.items() if v}
+
+
 def build_router_document(*, owner: str, plan_id: str, spec: KVPlanSpec, desired: Desired,
                           interim: bool = False, published: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The router JSON. Weights of an admitted class sum to 1 over groups. ``interim``: the document written while
+    """The router JSON. Weights of an admitted class sum to 1 over groups; ``weights`` and ``prefixCacheFraction``
+    list only groups with a non-zero value. ``interim``: the document written while
     ``desired.draining`` groups change layout (see the module docstring); a class with no interim routing keeps
     its weights in ``published`` (the current document's ``classes``)."""
     classes: Mapping[str, ClassTarget] = desired.classes
@@ -60,9 +69,8 @@ def build_router_document(*, owner: str, plan_id: str, spec: KVPlanSpec, desired
             c.name: {
                 "admit": round(classes[c.name].admitted, 6),
                 "reserveTokens": int(classes[c.name].reserve_tokens),
-                "weights": {g.name: round(float(classes[c.name].routing.get(g.name, 0.0)), 6) for g in spec.groups},
-                "prefixCacheFraction": {g.name: round(float(classes[c.name].prefix_fraction.get(g.name, 0.0)), 6)
-                                        for g in spec.groups},
+                "weights": _nonzero(classes[c.name].routing, spec),
+                "prefixCacheFraction": _nonzero(classes[c.name].prefix_fraction, spec),
             } | ({"priority": desired.class_priority[c.name]} if c.name in desired.class_priority else {})
             for c in spec.classes
         },
@@ -103,9 +111,10 @@ class RouterConfigMapTarget:
         ref = inp.spec.router.config_map
         if ref is None:
             return TargetPlan()
-        if ref.name == inp.run.state_configmap:
-            raise TargetRefused(C.ROUTER_TARGET_INVALID, f"spec.router.configMap.name {ref.name!r} is this KVPlan's "
-                                                         "state ConfigMap; choose another name")
+        if ref.name == inp.run.state_configmap or is_chunk(inp.run.name, ref.name):
+            what = "state ConfigMap" if ref.name == inp.run.state_configmap else "plan detail ConfigMaps"
+            raise TargetRefused(C.ROUTER_TARGET_INVALID, f"spec.router.configMap.name {ref.name!r} is one of this "
+                                                         f"KVPlan's {what}; choose another name")
         current = inp.observed.get(self.name, {}).get(ref.name)
         conflict = owner_conflict("ConfigMap", ref.name, current, inp)
         if conflict:

@@ -28,7 +28,7 @@ from kvcore.reservation_file import parse_reservations
 from kvplan_operator import conditions as C
 from kvplan_operator.kube import Kube
 from operator_checks import file_disagreements, knob_disagreements  # type: ignore[import-not-found]
-from operator_world import REPO, apply_crds, backfill, cond, fetch, kvplan_spec, run, setup
+from operator_world import REPO, apply_crds, backfill, cond, detail, fetch, kvplan_spec, run, setup
 from test_operator_httproute import crds  # type: ignore[import-not-found]  # noqa: F401 - the upstream CRDs fixture
 
 pytestmark = pytest.mark.integration
@@ -104,6 +104,7 @@ def test_plugin_mounts_each_groups_file_and_reservations_change_without_a_rollou
     state = kube.get_configmap(namespace, "fleet-kvplan")
     assert sorted(k for k in state["data"] if k.startswith("reservations")) == [
         f"reservations-{g}.json" for g in sorted(GROUPS)]
+    doc = detail(kube, namespace)  # per class: the plan's detail (status has counts only)
     docs = {}
     for g, name in GROUPS.items():
         d = kube.get_deployment(namespace, name)
@@ -116,15 +117,16 @@ def test_plugin_mounts_each_groups_file_and_reservations_change_without_a_rollou
         assert c["volumeMounts"] == [{"name": "kvplan-reservations", "mountPath": "/etc/kvplan", "readOnly": True}]
         assert {"name": "KVPLAN_RESERVATIONS_FILE", "value": f"/etc/kvplan/{key}"} in c["env"]
         docs[g] = parse_reservations(state["data"][key])
-        gate = st["plan"]["groups"][g]["gate"]
-        assert {k: v["reserveTokens"] for k, v in gate["classes"].items()} == {
-            k: docs[g].reserve(k) for k in gate["classes"]}
-        assert gate["reason"] and "failed" not in gate and gate["pending"] is False
-        assert all(docs[g].reserve(k) <= v["planTokens"] for k, v in gate["classes"].items())
+        gate, listed = st["plan"]["groups"][g]["gate"], doc["gates"][g]["classes"]
+        assert {k: v["reserveTokens"] for k, v in listed.items()} == {k: docs[g].reserve(k) for k in listed}
+        assert gate["reason"] == doc["gates"][g]["reason"] and "failed" not in gate and gate["pending"] is False
+        assert gate["classes"] == len(listed) and gate["reserving"] == sum(v["reserveTokens"] > 0
+                                                                           for v in listed.values())
+        assert all(docs[g].reserve(k) <= v["planTokens"] for k, v in listed.items())
         assert docs[g].default_class == "code" and [(r.max_prompt_tokens, r.klass) for r in
                                                     docs[g].prompt_length_rules] == [(1500, "chat")]
     deployments = {d: kube.get_deployment(namespace, d) for d in GROUPS.values()}
-    assert knob_disagreements(deployments=deployments, groups=GROUPS, status=st, state=state) == []
+    assert knob_disagreements(deployments=deployments, groups=GROUPS, status=st, state=state, detail=doc) == []
     assert file_disagreements(deployments=deployments, groups=GROUPS, state=state) == []
     from kvplan_vllm.source import ReservationSource  # the plugin's own reader (no vLLM import)
 
@@ -137,17 +139,23 @@ def test_plugin_mounts_each_groups_file_and_reservations_change_without_a_rollou
     assert out.ok, out
     st2 = fetch(kube, namespace)["status"]
     state2 = kube.get_configmap(namespace, "fleet-kvplan")
+    gates2 = detail(kube, namespace)["gates"]
     for g, share in (("pool-a", 0.5), ("pool-b", 0.25)):
-        doc = parse_reservations(state2["data"][f"reservations-{g}.json"])
-        for k, v in st2["plan"]["groups"][g]["gate"]["classes"].items():
-            assert doc.reserve(k) == v["reserveTokens"]
-            assert abs(v["reserveTokens"] - share * v["planTokens"]) <= 1  # the status shows y rounded
+        file = parse_reservations(state2["data"][f"reservations-{g}.json"])
+        for k, v in gates2[g]["classes"].items():
+            assert file.reserve(k) == v["reserveTokens"]
+            assert abs(v["reserveTokens"] - share * v["planTokens"]) <= 1  # the detail shows y rounded
     assert parse_reservations(state2["data"]["reservations-pool-a.json"]).reserve("chat") != parse_reservations(
         state2["data"]["reservations-pool-b.json"]).reserve("chat")  # one class, two groups, two reservations
+    assert st2["plan"]["detail"]["configMaps"] == ["fleet-plan"]
     for n, b in before.items():
-        # no rollout: the pod template (whose hash names the ReplicaSet) is untouched
-        assert kube.get_deployment(namespace, n)["spec"]["template"] == b["spec"]["template"], n
-    assert all("template" not in x for x in out.changed), out.changed
+        # no rollout: the pod template (whose hash names the ReplicaSet) is untouched, and the Deployment is not even
+        # written (a reservation lives in the state ConfigMap only), so its generation stays
+        b2 = kube.get_deployment(namespace, n)
+        assert b2["spec"]["template"] == b["spec"]["template"], n
+        assert b2["metadata"]["generation"] == b["metadata"]["generation"], n
+    assert out.changed and all("template" not in x for x in out.changed), out.changed
+    assert not any(x.startswith("Deployment/") for x in out.changed), out.changed
 
     patch_spec(kube_api, namespace, {"groups": [spec["groups"][0], spec["groups"][1] | {"plugin": {"enabled": False}}]})
     out = run(kube, namespace)
@@ -257,7 +265,8 @@ def test_gate_example_end_to_end(crd, cluster, kube_api, kube, namespace, promet
     deployments = {g: kube.get_deployment(namespace, d) for g, d in (("interactive", "vllm-llama70b-interactive"),
                                                                       ("batch", "vllm-llama70b-batch"))}
     assert knob_disagreements(deployments=deployments, groups={g: g for g in deployments}, status=body["status"],
-                              state=kube.get_configmap(namespace, "llama-70b-kvplan")) == []
+                              state=kube.get_configmap(namespace, "llama-70b-kvplan"),
+                              detail=detail(kube, namespace, "llama-70b")) == []
 
 
 class PriorityRule:
@@ -287,8 +296,8 @@ def test_priority_header_on_the_upstream_httproute(crds, kube_api, kube, namespa
     created = create_services_and_route(kube_api, namespace)
     out = run(kube, namespace, knobs=PriorityRule())
     assert out.ok, out
-    st = fetch(kube, namespace)["status"]["plan"]
-    assert {c: st["classes"][c]["priority"] for c in ("chat", "code")} == {"chat": 1, "code": 2}
+    classes = detail(kube, namespace)["classes"]  # per class: the plan's detail (status has counts only)
+    assert {c: classes[c]["priority"] for c in ("chat", "code")} == {"chat": 1, "code": 2}
     rules = kube.get_httproute(namespace, ROUTE)["spec"]["rules"]
     assert rules[0]["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
         "set": [{"name": "X-Vllm-Priority", "value": "1"}]}}]

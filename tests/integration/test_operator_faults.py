@@ -25,8 +25,8 @@ import pytest
 
 from kvplan_operator import conditions as C
 from kvplan_operator.kube import Kube
-from operator_checks import disagreements, router_document
-from operator_world import REPO, apply_crds, backfill, cond, fetch, kvplan_spec, run, setup, versions
+from operator_checks import detail_document, disagreements, router_document
+from operator_world import REPO, apply_crds, backfill, cond, detail, fetch, kvplan_spec, run, setup, versions
 
 pytestmark = pytest.mark.integration
 GROUPS = {"pool-a": "vllm-a", "pool-b": "vllm-b"}
@@ -46,7 +46,8 @@ def kube(kube_api) -> Kube:
 def found_disagreements(kube: Kube, namespace: str) -> list[str]:
     return disagreements(deployments={d: kube.get_deployment(namespace, d) for d in GROUPS.values()}, groups=GROUPS,
                          router=router_document(kube.get_configmap(namespace, "llm-router")), route=None,
-                         status=fetch(kube, namespace).get("status") or {})
+                         status=fetch(kube, namespace).get("status") or {},
+                         detail=detail_document(lambda n: kube.get_configmap(namespace, n)))
 
 
 def converge(kube: Kube, namespace: str) -> None:
@@ -88,7 +89,7 @@ def test_rbac_403_on_deployment_patch(crd, cluster, kube_api, kube, namespace, p
     body = fetch(kube, namespace)
     assert cond(body, C.APPLIED)["reason"] == C.APPLY_FAILED and "403 Forbidden" in cond(body, C.APPLIED)["message"]
     assert body["status"]["lastError"]["applied"] == ["ConfigMap/fleet-kvplan"]
-    assert "plan" not in body["status"] and "lastGoodPlan" not in body["status"]
+    assert "plan" not in body["status"] and kube.get_configmap(namespace, "fleet-plan") is None
     assert {d: kube.get_deployment(namespace, d) for d in GROUPS.values()} == before
     assert found_disagreements(kube, namespace) == []
     rules[-1]["verbs"] = ["get", "patch"]
@@ -201,7 +202,7 @@ def test_real_prometheus_answers_become_named_reasons(crd, kube_api, kube, names
     backfill(prometheus, traces_dir)
     setup(kube_api, namespace, kvplan_spec(prometheus.url))
     assert run(kube, namespace).ok
-    good = fetch(kube, namespace)["status"]["lastGoodPlan"]
+    good = fetch(kube, namespace)["status"]["plan"], detail(kube, namespace)
     before = versions(kube, namespace)
     from kubernetes import client
 
@@ -213,7 +214,7 @@ def test_real_prometheus_answers_become_named_reasons(crd, kube_api, kube, names
     assert out.reason == reason, out
     body = fetch(kube, namespace)
     assert cond(body, C.DEGRADED)["reason"] == reason and cond(body, C.READY)["status"] == "True"
-    assert body["status"]["lastGoodPlan"] == good and versions(kube, namespace) == before
+    assert (body["status"]["plan"], detail(kube, namespace)) == good and versions(kube, namespace) == before
     text = json.dumps(body["status"]) + json.dumps([e.message for e in kube.core.list_namespaced_event(namespace).items])
     assert "parse error" not in text and "unexpected" not in text  # Prometheus' own error text is never copied
     assert found_disagreements(kube, namespace) == []

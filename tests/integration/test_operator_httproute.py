@@ -25,7 +25,7 @@ import pytest
 
 from kvplan_operator import conditions as C
 from kvplan_operator.kube import Kube
-from operator_world import apply_crds, backfill, cond, fetch, kvplan_spec, run, setup
+from operator_world import apply_crds, backfill, cond, detail, fetch, kvplan_spec, run, setup
 
 pytestmark = pytest.mark.integration
 
@@ -163,11 +163,13 @@ def expected_weights(kube: Kube, namespace: str) -> dict[str, dict[str, int]]:
     """Per class and for the fleet mix: Service -> integer weight, from the router ConfigMap (class weights,
     admission, group -> Service) and status (arrival rates), per the mapping in docs/operator.md."""
     doc = json.loads(kube.get_configmap(namespace, "llm-router")["data"]["routing.json"])
-    rates = {c: v["arrivalRate"] for c, v in fetch(kube, namespace)["status"]["plan"]["classes"].items()}
+    rates = {c: v["arrivalRate"] for c, v in detail(kube, namespace)["classes"].items()}
     service = {g: v["service"] for g, v in doc["groups"].items()}
     assert sorted(service.values()) == list(SERVICES)
-    out = {c: largest_remainder({service[g]: w for g, w in v["weights"].items()}) for c, v in doc["classes"].items()}
-    fleet = {service[g]: sum(rates[c] * v["admit"] * v["weights"][g] for c, v in doc["classes"].items())
+    # weights list only the groups with a non-zero weight (docs/operator.md, "Router ConfigMap format")
+    out = {c: largest_remainder({service[g]: v["weights"].get(g, 0) for g in doc["groups"]})
+           for c, v in doc["classes"].items()}
+    fleet = {service[g]: sum(rates[c] * v["admit"] * v["weights"].get(g, 0) for c, v in doc["classes"].items())
              for g in doc["groups"]}
     out["_fleet"] = largest_remainder(fleet)
     for w in out.values():
@@ -274,7 +276,7 @@ def test_inferencepool_backendrefs_on_real_apiserver(crds, kube_api, kube, names
     assert out.ok, out
     doc = json.loads(kube.get_configmap(namespace, "llm-router")["data"]["routing.json"])
     assert {g: v["inferencePool"] for g, v in doc["groups"].items()} == {"pool-a": "pool-a", "pool-b": "pool-b"}
-    want = largest_remainder(doc["classes"]["chat"]["weights"])
+    want = largest_remainder({g: doc["classes"]["chat"]["weights"].get(g, 0) for g in doc["groups"]})
     rules = get_route(kube, namespace)["spec"]["rules"]
     assert {b["name"]: b["weight"] for b in rules[0]["backendRefs"]} == {"pool-a": want["pool-a"],
                                                                          "pool-b": want["pool-b"]}

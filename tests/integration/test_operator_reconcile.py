@@ -20,6 +20,7 @@ from operator_world import (
     REPO,
     apply_crds,
     backfill,
+    detail,
     cond,
     deployment,
     fetch,
@@ -77,14 +78,18 @@ def test_apply_plan_to_two_pools(crd, cluster, kube_api, kube, namespace, promet
             assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
             assert pod["tolerations"] == [{"key": "pool-b", "operator": "Exists", "effect": "NoSchedule"}]
     state = kube.get_configmap(namespace, "fleet-kvplan")["data"]
-    assert state["KVPLAN_RESERVE_CHAT"] == str(st["plan"]["classes"]["chat"]["reserveTokens"])
+    classes = detail(kube, namespace)["classes"]
+    assert state["KVPLAN_RESERVE_CHAT"] == str(classes["chat"]["reserveTokens"])
     weights = router_weights(kube, namespace)
     for c in ("chat", "code"):
-        assert weights[c] == pytest.approx(st["plan"]["classes"][c]["routing"], abs=1e-3)
-    assert st["plan"]["classes"]["chat"]["samples"] > 1000 and st["objective"]["total"] > 0
+        assert weights[c] == pytest.approx(classes[c]["routing"], abs=1e-3)
+    assert classes["chat"]["samples"] > 1000 and st["objective"]["total"] > 0
+    assert st["plan"]["detail"]["configMaps"] == ["fleet-plan"] and st["plan"]["classCounts"]["total"] == 2
     table = cluster.kubectl("get", "kvp", "-n", namespace).stdout.split("\n")
-    assert table[0].split()[:6] == ["NAME", "READY", "REASON", "OBJECTIVE", "GROUPS", "LAST"], table
-    assert table[1].split()[:3] == ["fleet", "True", "Reconciled"] and table[1].split()[4] == "2", table
+    assert table[0].split()[:7] == ["NAME", "READY", "REASON", "OBJECTIVE", "GROUPS", "CLASSES", "LAST"], table
+    assert table[1].split()[:3] == ["fleet", "True", "Reconciled"] and table[1].split()[4:6] == ["2", "2"], table
+    wide = cluster.kubectl("get", "kvp", "-n", namespace, "-o", "wide").stdout.split("\n")
+    assert "REFUSED" in wide[0].split() and wide[1].split()[wide[0].split().index("REFUSED")] == "0", wide
     events = kube.core.list_namespaced_event(namespace).items
     reasons = sorted(e.reason for e in events if e.involved_object.kind == "KVPlan")
     assert reasons == ["ApplySucceeded", "Healthy", "KnobsInForce", "PlanSucceeded", "Reconciled"], reasons
@@ -99,12 +104,12 @@ def test_more_traffic_changes_weights(crd, kube_api, kube, namespace, prometheus
     setup(kube_api, namespace, kvplan_spec(prometheus.url))
     assert run(kube, namespace).ok
     w0 = router_weights(kube, namespace)
-    rate0 = fetch(kube, namespace)["status"]["plan"]["classes"]["chat"]["arrivalRate"]
+    rate0 = detail(kube, namespace)["classes"]["chat"]["arrivalRate"]
     backfill(prometheus, traces_dir, burst=1, base=False, end=end)  # + the chat trace again, in the last hour
     out = run(kube, namespace)
     assert out.ok, out
     body = fetch(kube, namespace)
-    assert body["status"]["plan"]["classes"]["chat"]["arrivalRate"] > 5 * rate0
+    assert detail(kube, namespace)["classes"]["chat"]["arrivalRate"] > 5 * rate0
     w1 = router_weights(kube, namespace)
     assert w1 != w0, (w0, w1)
     assert body["status"]["diff"] is not None
@@ -130,7 +135,8 @@ def test_dry_run_changes_nothing(crd, kube_api, kube, namespace, prometheus, tra
         pytest.param(lambda s: s.update(mode="Sometimes"), "mode", id="mode-enum"),
         pytest.param(lambda s: s.update(robustness={"policy": "absolute"}), "policy absolute needs eps",
                      id="absolute-without-eps"),
-        pytest.param(lambda s: s["groups"][1].update(name="pool-a"), "unique", id="duplicate-group"),
+        pytest.param(lambda s: s["groups"][1].update(name="pool-a"), "spec.groups[1]: Duplicate value",
+                     id="duplicate-group"),  # list-map key: checked in linear time (the CRD says why)
         pytest.param(lambda s: s.pop("prometheus"), "prometheus", id="missing-prometheus"),
         pytest.param(lambda s: s["prometheus"].update(url="http://127.0.0.1:9090/#"), "spec.prometheus.url",
                      id="url-fragment"),
@@ -194,14 +200,14 @@ def test_prometheus_stopped_degraded_nothing_changed(crd, kube_api, kube, namesp
     setup(kube_api, namespace, kvplan_spec(prometheus.url))
     assert run(kube, namespace).ok
     before = versions(kube, namespace)
-    good = fetch(kube, namespace)["status"]["lastGoodPlan"]
+    good = fetch(kube, namespace)["status"]["plan"], detail(kube, namespace)
     prometheus.stop(remove=False)
     out = run(kube, namespace)
     assert not out.ok and out.reason == C.PROMETHEUS_UNAVAILABLE and out.retry_after is not None
     body = fetch(kube, namespace)
     assert cond(body, C.DEGRADED)["status"] == "True" and cond(body, C.DEGRADED)["reason"] == C.PROMETHEUS_UNAVAILABLE
     assert cond(body, C.READY)["status"] == "True"  # the last good plan is still in force
-    assert body["status"]["lastGoodPlan"] == good
+    assert (body["status"]["plan"], detail(kube, namespace)) == good
     assert versions(kube, namespace) == before
     prometheus.start()
     assert run(kube, namespace).ok

@@ -28,9 +28,14 @@ from kvplan_operator.reconcile import Deps, reconcile
 from kvplan_operator.spec import InvalidSpec, parse_spec
 from op_fakes import (FakeKube, ScriptedKnobs, ScriptedReserves, container, dep,  # type: ignore[import-not-found]
                       kvplan)
+from operator_checks import detail_document  # type: ignore[import-not-found]
 from test_op_faults import busy  # type: ignore[import-not-found]
 from test_op_history import RecordedProm  # type: ignore[import-not-found]
 from test_op_targets import SPEC  # type: ignore[import-not-found]
+
+#: What a re-plan may write when nothing in the cluster changes: the record, status and the plan's detail (which
+#: changes with what it records: a first plan's diff is none, the next one's is empty).
+RECORD = ("status", "patch ConfigMap/fleet-plan")
 
 T0 = 1700007200.0
 ASYNC, SYNC = "kvplan_vllm.scheduler.AsyncReservationScheduler", "kvplan_vllm.scheduler.ReservationScheduler"
@@ -102,6 +107,18 @@ class World:
     def files(self) -> list[str]:
         return sorted(k for k in self.kube.configmaps["fleet-kvplan"]["data"] if k.startswith("reservations"))
 
+    def classes(self) -> dict[str, Any]:
+        """Per class as recorded (the plan's detail ConfigMap: status has counts only)."""
+        doc = detail_document(self.kube.configmaps.get)
+        assert doc is not None
+        return dict(doc["classes"])
+
+    def gates(self) -> dict[str, Any]:
+        """Per plugin group, its reservation file's classes as recorded (the plan detail's ``gates``)."""
+        doc = detail_document(self.kube.configmaps.get)
+        assert doc is not None
+        return dict(doc.get("gates") or {})
+
 
 def test_auto_knobs_reach_the_container_status_and_router():
     w = World()
@@ -119,7 +136,7 @@ def test_auto_knobs_reach_the_container_status_and_router():
     assert eng["rule"] == "scripted for big" and eng["held"] == [] and eng["schedulerCls"] is None
     assert w.kube.status["plan"]["groups"]["big"]["maxNumSeqs"] == 64
     # priorities: 1 + rank by decreasing rho; chat (rho 10) before code-gen (SLO rho, lower here)
-    prio = {c: w.kube.status["plan"]["classes"][c]["priority"] for c in ("chat", "code-gen")}
+    prio = {c: w.classes()[c]["priority"] for c in ("chat", "code-gen")}
     assert sorted(prio.values()) == [1, 2] and prio["chat"] == 1
     doc = json.loads(w.kube.configmaps["router"]["data"]["routing.json"])
     assert {c: doc["classes"][c]["priority"] for c in prio} == prio
@@ -127,7 +144,7 @@ def test_auto_knobs_reach_the_container_status_and_router():
     assert w.cond(C.ENGINE_KNOBS)["status"] == "True" and w.cond(C.ENGINE_KNOBS)["reason"] == C.KNOBS_IN_FORCE
     assert w.cond(C.APPLIED)["reason"] == C.APPLY_SUCCEEDED
     out = w.run(T0 + 60)
-    assert out.ok and [x for x in w.kube.writes if x != "status"] == []
+    assert out.ok and [x for x in w.kube.writes if x not in RECORD] == []
     given = {g: cur[g] for _, groups, cur in w.rule.calls[-2:] for g in groups}  # one call per group
     assert given == {"big": (0.02, 64, "priority"), "small": (0.0, 256, "fcfs")}  # the knobs in force go to the rule
 
@@ -153,7 +170,7 @@ def test_a_knob_change_counts_in_the_budget_and_is_held_when_it_is_spent():
     assert w.engine()["held"] == [{"knob": "--max-num-seqs", "planned": "32", "current": "64"},
                                   {"knob": "--watermark", "planned": "0.05", "current": "0.02"}]
     assert (w.engine()["maxNumSeqs"], w.engine()["watermark"]) == (64, 0.02)  # what is in force
-    assert w.kube.status["plan"]["classes"]["chat"]["reserveTokens"] == 700
+    assert w.classes()["chat"]["reserveTokens"] == 700
     assert w.cond(C.READY)["status"] == "True" and len(w.budget()) == 1
     assert ("Warning", C.KNOBS_HELD) in w.kube.events
     out = w.run(T0 + 60 + 3601)  # the first restart left the hour
@@ -231,7 +248,7 @@ def test_a_failing_knob_rule_keeps_the_knobs_and_applies_the_rest(error, text):
     w.rule, w.planner.reserve = ScriptedKnobs(fail=error), 800
     out = w.run(T0 + 60)
     assert out.ok, out
-    assert w.flag("--max-num-seqs") == "64" and w.kube.status["plan"]["classes"]["chat"]["reserveTokens"] == 800
+    assert w.flag("--max-num-seqs") == "64" and w.classes()["chat"]["reserveTokens"] == 800
     cond = w.cond(C.ENGINE_KNOBS)
     assert (cond["status"], cond["reason"]) == ("False", C.KNOB_RULE_FAILED) and text in cond["message"]
     assert "boom" not in json.dumps(w.kube.status)
@@ -249,7 +266,7 @@ def test_dry_run_reports_the_knobs_and_writes_nothing():
     w = World()
     w.spec["mode"] = "DryRun"
     w.rule = ScriptedKnobs({"big": (64, 0.02, "fcfs")})
-    assert w.run(T0).ok and w.kube.writes == ["status"]
+    assert w.run(T0).ok and w.kube.writes == ["create ConfigMap/fleet-plan", "status"]  # the record only
     assert w.engine()["maxNumSeqs"] == 64 and "--max-num-seqs" not in w.args()
 
 
@@ -282,14 +299,14 @@ def test_class_priorities_follow_rho_ties_in_spec_order():
     w.spec["classes"].insert(1, copy.deepcopy(w.spec["classes"][0]) | {"name": "chat-two"})
     w.planner = lambda instance, previous=None: fixed_plan().model_copy(update={"classes": fixed_plan().classes + [
         ClassPlan(name="chat-two", reserve_tokens=50, admitted=True, routing={"big": 1.0, "small": 0.0})]})
-    assert w.run(T0).ok and "priority" not in w.kube.status["plan"]["classes"]["chat"]  # every group fcfs
+    assert w.run(T0).ok and "priority" not in w.classes()["chat"]  # every group fcfs
     w.rule = ScriptedKnobs({"small": (256, 0.0, "priority")})
     assert w.run(T0 + 60).ok
     slo = SPEC["classes"][1]["slo"]
     rho = {"chat": 10.0, "chat-two": 10.0, "code-gen": math.exp(slo["mu"] / (slo["sigma"] * math.sqrt(
         2 * math.log(slo["lambda"]))))}
     want = sorted(rho, key=lambda c: (-rho[c], ["chat", "chat-two", "code-gen"].index(c)))
-    prio = {c: w.kube.status["plan"]["classes"][c]["priority"] for c in rho}
+    prio = {c: w.classes()[c]["priority"] for c in rho}
     assert prio == {c: i + 1 for i, c in enumerate(want)} == {"chat": 1, "chat-two": 2, "code-gen": 3}
 
 
@@ -303,7 +320,7 @@ def test_the_knob_cache_reuses_an_answer_while_the_situation_holds():
     assert w.run(T0).ok and [g for _, g, _ in w.rule.calls] == [["big"], ["small"]]  # one call per group
     w.planner.reserve = 650  # drift inside the same situation
     assert w.run(T0 + 60).ok and len(w.rule.calls) == 2
-    assert w.kube.status["plan"]["classes"]["chat"]["reserveTokens"] == 650  # the plan itself still moved
+    assert w.classes()["chat"]["reserveTokens"] == 650  # the plan itself still moved
     assert w.run(T0 + 660).ok and len(w.rule.calls) == 4  # expired
     w.planner.tp = 8  # big's layout moves: only big is asked again
     assert w.run(T0 + 700).ok and [g for _, g, _ in w.rule.calls][4:] == [["big"]]
@@ -334,14 +351,14 @@ def test_class_rules_of_the_httproute_carry_the_priority_header():
     w.rule = ScriptedKnobs({"small": (256, 0.0, "priority")})
     assert w.run(T0).ok
     rules = w.kube.httproutes["llm"]["spec"]["rules"]
-    prio = {c: w.kube.status["plan"]["classes"][c]["priority"] for c in ("chat", "code-gen")}
+    prio = {c: w.classes()[c]["priority"] for c in ("chat", "code-gen")}
     assert rules[0]["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
         "add": [{"name": "x-team", "value": "a"}], "set": [{"name": "X-Vllm-Priority", "value": str(prio["chat"])}]}}]
     assert rules[1]["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
         "set": [{"name": "X-Vllm-Priority", "value": str(prio["code-gen"])}]}}]
     assert "filters" not in rules[2]  # the fleet rule
     assert [b["weight"] for b in rules[0]["backendRefs"]] == [500, 500]  # weights as before
-    assert w.run(T0 + 60).ok and [x for x in w.kube.writes if x != "status"] == []
+    assert w.run(T0 + 60).ok and [x for x in w.kube.writes if x not in RECORD] == []
     w.rule = ScriptedKnobs()  # every group back to fcfs: no priorities
     assert w.run(T0 + 3700).ok
     rules = w.kube.httproutes["llm"]["spec"]["rules"]

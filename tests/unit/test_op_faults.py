@@ -35,7 +35,7 @@ from kvplan_operator.prom import PromClient
 from kvplan_operator.reconcile import Deps, reconcile
 from op_fakes import (ERRORS, READS, FakeKube, Fault, Killed, ScriptedKnobs,  # type: ignore[import-not-found]
                       ScriptedReserves, dep, kvplan)
-from operator_checks import disagreements, router_document  # type: ignore[import-not-found]
+from operator_checks import detail_document, disagreements, router_document  # type: ignore[import-not-found]
 from test_op_history import MATRIX, RecordedProm  # type: ignore[import-not-found]
 from test_op_targets import SPEC  # type: ignore[import-not-found]
 
@@ -43,6 +43,8 @@ T0 = 1700007200.0
 GROUPS = {"big": "vllm-big", "small": "vllm-small"}
 SERVICES = {"big": "vllm-big", "small": "small-svc"}
 BUDGET = 1
+#: The record: status and its overflow, the plan's detail ConfigMap (rewritten when the recorded diff changes).
+RECORD = ("status", "patch ConfigMap/fleet-plan")
 
 
 def fixed_plan(tp_big: int, total: float, chat_big: float, reserve_chat: int = 500) -> Plan:
@@ -201,7 +203,8 @@ class World:
 
     def state(self) -> dict:
         return copy.deepcopy({"deployments": self.kube.deployments, "configmaps": self.kube.configmaps,
-                              "httproutes": self.kube.httproutes, "status": self.kube.status})
+                              "httproutes": self.kube.httproutes, "status": self.kube.status,
+                              "detail": detail_document(self.kube.configmaps.get)})
 
     def restore(self, state: dict) -> None:
         self.kube.deployments = copy.deepcopy(state["deployments"])
@@ -213,7 +216,8 @@ class World:
         return disagreements(deployments=self.kube.deployments, groups=GROUPS,
                              router=router_document(self.kube.configmaps.get("router")),
                              route=self.kube.httproutes.get("llm"), status=self.kube.status, services=SERVICES,
-                             state=self.kube.configmaps.get("fleet-kvplan"))
+                             state=self.kube.configmaps.get("fleet-kvplan"),
+                             detail=detail_document(self.kube.configmaps.get))
 
 
 def baseline(world: World) -> dict:
@@ -237,7 +241,7 @@ def recover(world: World, t: float, failures: list[str], label: str, want_tp: in
             return
         if world.disagreements():
             failures.append(f"{label}: recovery run {k + 1}: {world.disagreements()}")
-    if [w for w in world.kube.writes if w != "status"]:
+    if [w for w in world.kube.writes if w not in RECORD]:
         failures.append(f"{label}: the first reconcile after the fault did not converge; the next wrote "
                         f"{world.kube.writes}")
     plan = world.kube.status["plan"]["groups"]["big"]
@@ -245,10 +249,13 @@ def recover(world: World, t: float, failures: list[str], label: str, want_tp: in
         failures.append(f"{label}: converged on big tp={plan['tp']}, expected {want_tp}")
 
 
-def expected_reason(method: str, error: str) -> str | None:
-    """The outcome's reason when ``method`` fails with ``error`` (None: the reconcile still succeeds)."""
+def expected_reason(method: str, error: str, name: str = "") -> str | None:
+    """The outcome's reason when ``method`` (on object ``name``) fails with ``error`` (None: the reconcile still
+    succeeds)."""
     if method == "post_event":
         return None  # events are best effort
+    if method in ("create_configmap", "patch_configmap") and name == "fleet-plan":
+        return C.STATUS_WRITE_FAILED  # the plan's detail is status's overflow: written by the record phase
     if method in READS:
         if error == "404":
             return {"get_deployment": C.DEPLOYMENT_MISSING, "read_secret_key": C.AUTH_SECRET_MISSING,
@@ -269,9 +276,10 @@ def check(world: World, out: Any, good: dict, *, expect: str | None, label: str,
             reasons = {c["reason"] for c in world.kube.status.get("conditions", [])}
             if expect not in reasons:
                 failures.append(f"{label}: status has no condition with reason {expect}: {reasons}")
-        for key in ("lastGoodPlan", "plan"):
-            if world.kube.status.get(key) != good["status"].get(key):
-                failures.append(f"{label}: status.{key} changed by a failed reconcile")
+        if world.kube.status.get("plan") != good["status"].get("plan"):
+            failures.append(f"{label}: status.plan changed by a failed reconcile")
+        if expect != C.STATUS_WRITE_FAILED and detail_document(world.kube.configmaps.get) != good["detail"]:
+            failures.append(f"{label}: the plan's detail changed by a failed reconcile")
     found = world.disagreements()
     if found:
         failures.append(f"{label}: disagreeing objects {found}")
@@ -317,14 +325,16 @@ def reference_calls(scenario: str) -> list[tuple[str, str]]:
 
 def test_write_order_routes_away_first_and_counts_the_relayout_before_it():
     """The clean re-layout: status says which plan is being applied, routing moves off big, the state ConfigMap
-    records the attempt, the Deployment rolls, routing follows; the budget record is on the cluster."""
+    records the attempt, the Deployment rolls, routing follows, the plan's detail is stored and status names it;
+    the budget record is on the cluster."""
     world = World()
     baseline(world)
     out = world.reconcile(T0 + 60)
     assert out.ok, out
     assert world.kube.writes == ["status", "patch ConfigMap/router", "patch HTTPRoute/llm",
                                  "patch ConfigMap/fleet-kvplan", "patch Deployment/vllm-big",
-                                 "patch ConfigMap/router", "patch HTTPRoute/llm", "status"]
+                                 "patch ConfigMap/router", "patch HTTPRoute/llm", "patch ConfigMap/fleet-plan",
+                                 "status"]
     changes = json.loads(world.kube.configmaps["fleet-kvplan"]["metadata"]["annotations"]["kvplan.io/layout-changes"])
     assert [c["layouts"] for c in changes] == ["big=8x1,small=1x1"] and world.relayouts == 1
     assert world.kube.status["layoutChanges"] == [c["t"] for c in changes]
@@ -384,7 +394,7 @@ def test_kubernetes_fault_matrix(scenario):
                 failures.append(f"{label}: {type(exc).__name__} escaped reconcile: {exc}")
                 continue
             counts[f"reason:{out.reason}"] += 1
-            check(world, out, good, expect=expected_reason(method, error), label=label, failures=failures)
+            check(world, out, good, expect=expected_reason(method, error, name), label=label, failures=failures)
             counts["disagreements"] += bool(world.disagreements())
             recover(world, t, failures, label, want_tp=tp)
             if world.restarts > BUDGET:
@@ -421,8 +431,10 @@ def test_kill_after_every_write_converges(scenario):
             counts["exceptions"] += 1
             failures.append(f"{label}: {type(exc).__name__} escaped reconcile: {exc}")
             continue
-        if world.kube.status.get("lastGoodPlan") != good["status"].get("lastGoodPlan") and w < clean_writes:
-            failures.append(f"{label}: lastGoodPlan changed before the apply finished")
+        if world.kube.status.get("plan") != good["status"].get("plan") and w < clean_writes:
+            failures.append(f"{label}: status.plan changed before the apply finished")
+        if detail_document(world.kube.configmaps.get) != good["detail"] and w < clean_writes - 1:
+            failures.append(f"{label}: the plan's detail changed before the apply finished")
         found = world.disagreements()
         counts["disagreements"] += bool(found)
         if found:

@@ -20,6 +20,7 @@ import pytest
 
 from kvplan_operator import conditions as C
 from op_fakes import Script, serve  # type: ignore[import-not-found]
+from operator_checks import detail_document  # type: ignore[import-not-found]
 from test_op_faults import (BUDGET, T0, World, baseline, busy, check,  # type: ignore[import-not-found]
                             recover, report, spec)
 from test_op_faults import raw_client_must_not_be_called  # type: ignore[import-not-found]  # noqa: F401 - autouse
@@ -61,7 +62,7 @@ PROM_FAULTS = {
     "inf-below-finite": (RANGE, prom_answer("matrix", histogram({"10": "1", "100": "90", "+Inf": "40"})),
                          C.INVALID_HISTOGRAM),
     "request-id-label": (RANGE, prom_answer("matrix", [
-        {"metric": {"le": "+Inf", "kvplan_key": f"r{i}"}, "values": [[T0, "1"]]} for i in range(300)]),
+        {"metric": {"le": "+Inf", "kvplan_key": f"r{i}"}, "values": [[T0, "1"]]} for i in range(1100)]),
         C.TOO_MANY_SERIES),
     "nan-counts": (RANGE, prom_answer("matrix", histogram({"10": "1", "100": "NaN", "+Inf": "500"})),
                    C.INVALID_HISTOGRAM),
@@ -104,7 +105,7 @@ def test_prometheus_fault_matrix(prometheus_script):
         script.answers, script.hang = dict(good_answers), set()
         world = World(url, real_client=True)
         good = baseline(world)
-        assert world.kube.status["plan"]["classes"]["chat"]["arrivalRate"] == 2.0
+        assert detail_document(world.kube.configmaps.get)["classes"]["chat"]["arrivalRate"] == 2.0
         if path is None:
             world.spec = spec(dead)
         elif answer == "hang":

@@ -4,7 +4,7 @@
   flips between two layouts each re-plan, a budget of 0 (the issue's case: 12 re-layouts per hour before) allows
   none, and a budget of 1 allows exactly one per hour; the record is on the cluster (state ConfigMap), so a
   restart with an emptied status does not reset it;
-- a failed apply leaves ``status.plan``/``lastGoodPlan`` alone and says what it wrote before failing;
+- a failed apply leaves ``status.plan`` and the plan's detail alone and says what it wrote before failing;
 - a Deployment (or router ConfigMap, or HTTPRoute) owned by another existing KVPlan is refused with
   ``OwnedByOther`` and nothing is written; once that KVPlan is gone, it is adopted;
 - the hold plan never pins a layout the spec does not allow;
@@ -24,7 +24,7 @@ import pytest
 from kvplan_operator import conditions as C
 from kvplan_operator.reconcile import Deps, reconcile
 from op_fakes import FakeKube, Fault, ScriptedKnobs, container, dep, kvplan  # type: ignore[import-not-found]
-from operator_checks import container_flags  # type: ignore[import-not-found]
+from operator_checks import container_flags, detail_document  # type: ignore[import-not-found]
 from test_op_faults import T0, busy, fixed_plan, route  # type: ignore[import-not-found]
 from test_op_history import RecordedProm  # type: ignore[import-not-found]
 from test_op_targets import SPEC  # type: ignore[import-not-found]
@@ -118,12 +118,13 @@ def test_failed_apply_keeps_the_last_good_plan_and_says_what_it_wrote():
     planner = FlipPlanner()
     assert reconcile(kvplan(spec, kube), deps(kube, planner, T0)).ok  # adoption at TP 4
     good = copy.deepcopy(kube.status)
+    good_detail = detail_document(kube.configmaps.get)
     kube.faults = [Fault("patch_httproute", "500", nth=2)]  # the route's final patch, after the re-layout to TP 8
     out = reconcile(kvplan(spec | {"replan": {"maxLayoutChangesPerHour": 5}}, kube, generation=2),
                     deps(kube, planner, T0 + 300))
     assert out.reason == C.APPLY_FAILED and out.retry_after is not None
     st = kube.status
-    assert st["plan"] == good["plan"] and st["lastGoodPlan"] == good["lastGoodPlan"]
+    assert st["plan"] == good["plan"] and detail_document(kube.configmaps.get) == good_detail
     assert st["lastError"]["failedAt"] == "HTTPRoute/llm" and st["lastError"]["phase"] == "apply"
     assert any(a.startswith("Deployment/vllm-big") for a in st["lastError"]["applied"])
     assert "applying" not in st
@@ -234,7 +235,7 @@ def test_inferencepool_backendrefs_get_their_groups_weights():
         {"backendRefs": [ref | {"name": "pool-big"}, ref | {"name": "pool-small"},
                          ref | {"name": "pool-big", "namespace": "elsewhere", "weight": 7}]}]
     assert reconcile(kvplan(spec, kube), deps(kube, FlipPlanner(), T0)).ok
-    chat = kube.status["plan"]["classes"]["chat"]["routing"]
+    chat = detail_document(kube.configmaps.get)["classes"]["chat"]["routing"]
     rules = kube.httproutes["llm"]["spec"]["rules"]
     assert [b["weight"] for b in rules[0]["backendRefs"]] == [round(chat["big"] * 1000), round(chat["small"] * 1000)]
     assert sum(b["weight"] for b in rules[1]["backendRefs"][:2]) == 1000

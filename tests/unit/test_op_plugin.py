@@ -24,7 +24,7 @@ from kvplan_operator.engine_knobs import scheduler_class
 from kvplan_operator.spec import parse_spec
 from kvplan_operator.targets import plugin_mount as PM
 from op_fakes import ScriptedReserves, container, dep  # type: ignore[import-not-found]
-from test_op_engine_knobs import ASYNC, SYNC, T0, World  # type: ignore[import-not-found]
+from test_op_engine_knobs import ASYNC, RECORD, SYNC, T0, World  # type: ignore[import-not-found]
 from test_op_targets import SPEC  # type: ignore[import-not-found]
 
 
@@ -62,10 +62,10 @@ def test_the_plugin_mounts_the_reservation_file_and_reservations_change_without_
     assert [(r.max_prompt_tokens, r.klass) for r in res.prompt_length_rules] == [(4096, "code-gen")]
     assert res.plan == w.kube.status["plan"]["id"] and res.kvplan == "ns/fleet"
     gate = w.kube.status["plan"]["groups"]["big"]["gate"]
-    assert gate["classes"] == {"chat": {"planTokens": 500, "reserveTokens": 120, "source": "scripted"},
-                               "code-gen": {"planTokens": 100, "reserveTokens": 0, "source": "scripted"}}
-    assert gate["reason"] == "scripted for big" and gate["pending"] is False
-    assert "gate" not in w.kube.status["plan"]["groups"]["small"]
+    assert gate == {"reason": "scripted for big", "pending": False, "classes": 2, "reserving": 1}
+    assert w.gates()["big"]["classes"] == {"chat": {"planTokens": 500, "reserveTokens": 120, "source": "scripted"},
+                                           "code-gen": {"planTokens": 100, "reserveTokens": 0, "source": "scripted"}}
+    assert "gate" not in w.kube.status["plan"]["groups"]["small"] and set(w.gates()) == {"big"}
     # the plugin's own reader (kvplan_vllm.source, importable without vLLM) accepts the file
     from kvplan_vllm.source import ReservationSource
 
@@ -74,16 +74,17 @@ def test_the_plugin_mounts_the_reservation_file_and_reservations_change_without_
     source = ReservationSource(path, check_every=1)
     assert source.check() and source.state.problem is None and source.current.reserve("chat") == 120
     pod["volumes"][0]["configMap"]["defaultMode"] = 420  # what the apiserver adds: not a difference
-    assert w.run(T0 + 30).ok and [x for x in w.kube.writes if x != "status"] == []
+    assert w.run(T0 + 30).ok and [x for x in w.kube.writes if x not in RECORD] == []
     template = copy.deepcopy(big["spec"]["template"])
     w.planner.reserve = 900  # the plan moves, and the rule's answer with it
     w.reserves = ScriptedReserves(reserves={"big": {"chat": 300, "code-gen": 0}})
     assert w.run(T0 + 60).ok
     assert w.reservations().reserve("chat") == 300
-    assert w.kube.status["plan"]["groups"]["big"]["gate"]["classes"]["chat"]["planTokens"] == 900
+    assert w.gates()["big"]["classes"]["chat"]["planTokens"] == 900
     assert w.kube.deployments["vllm-big"]["spec"]["template"] == template  # no restart
-    assert json.loads(w.kube.deployments["vllm-big"]["metadata"]["annotations"]["kvplan.io/reservations"])[
-        "chat"] == 900
+    assert w.kube.configmaps["fleet-kvplan"]["data"]["KVPLAN_RESERVE_CHAT"] == "900" == str(
+        w.classes()["chat"]["reserveTokens"])
+    assert not [x for x in w.kube.writes if x.startswith("patch Deployment/")]  # a reservation is no Deployment write
     assert w.budget() == []
 
 
@@ -103,8 +104,8 @@ def test_turning_the_plugin_off_removes_what_it_added_and_only_that():
     assert {e["name"] for e in container(big)["env"]} == {"HF_HOME", "KVPLAN_RESERVE_CHAT", "KVPLAN_RESERVE_CODE_GEN"}
     assert w.files() == ["reservations-big.json"]  # kept while the Deployment still projected it
     assert w.run(T0 + 120).ok and w.files() == []
-    assert [x for x in w.kube.writes if x != "status"] == ["patch ConfigMap/fleet-kvplan"]
-    assert w.run(T0 + 180).ok and [x for x in w.kube.writes if x != "status"] == []
+    assert [x for x in w.kube.writes if x not in RECORD] == ["patch ConfigMap/fleet-kvplan"]
+    assert w.run(T0 + 180).ok and [x for x in w.kube.writes if x not in RECORD] == []
 
 
 @pytest.mark.parametrize(("plugin", "args", "pp", "want"), [

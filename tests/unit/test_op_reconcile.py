@@ -1,6 +1,6 @@
 """One reconcile, end to end at the level of the operator's own API wrapper (a fake Kube that applies
 strategic-merge patches to in-memory objects; Prometheus replays recorded results; the real kvcore planner):
-Apply writes Deployments + ConfigMaps + status and a second run writes nothing; DryRun writes only status;
+Apply writes Deployments + ConfigMaps + status and a second run writes nothing; DryRun writes only status (and its detail ConfigMap);
 Prometheus down / too few samples keep the last good plan (Degraded, retry); missing Deployment, invalid spec,
 infeasible plan apply nothing; an HPA keeps replicas; the disruption policy holds or allows re-layouts."""
 
@@ -20,6 +20,7 @@ from kvplan_operator.prom import PrometheusUnavailable
 from kvplan_operator.reconcile import Deps, reconcile
 from kvplan_operator.targets.deployment import read_layout
 from op_fakes import FakeKube, ScriptedKnobs, dep, kvplan  # type: ignore[import-not-found]
+from operator_checks import detail_document  # type: ignore[import-not-found]
 from test_op_history import MATRIX, RecordedProm  # type: ignore[import-not-found]
 from test_op_targets import SPEC  # type: ignore[import-not-found]
 
@@ -66,20 +67,31 @@ def test_apply_then_idempotent(kube):
     assert big["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
     assert {e["name"] for e in c["env"]} == {"HF_HOME", "KVPLAN_RESERVE_CHAT", "KVPLAN_RESERVE_CODE_GEN"}
     state = kube.configmaps["fleet-kvplan"]["data"]
-    assert state["KVPLAN_RESERVE_CHAT"] == str(st["plan"]["classes"]["chat"]["reserveTokens"])
+    detail = detail_document(kube.configmaps.get)
+    assert detail is not None and detail["plan"] == st["plan"]["id"]
+    assert st["plan"]["detail"]["configMaps"] == ["fleet-plan"] and "classes" not in st["plan"]
+    classes = detail["classes"]
+    assert state["KVPLAN_RESERVE_CHAT"] == str(classes["chat"]["reserveTokens"])
     doc = json.loads(kube.configmaps["router"]["data"]["routing.json"])
-    assert doc["classes"]["chat"]["weights"] == pytest.approx(st["plan"]["classes"]["chat"]["routing"], abs=1e-3)
-    assert st["objective"]["total"] > 0 and st["summary"] == {"groups": 2, "classes": 2}
-    assert st["plan"]["classes"]["chat"]["radius"]["rule"] == "drift"
-    assert st["plan"]["classes"]["chat"]["samples"] > 0
-    assert st["lastGoodPlan"] and st["observedGeneration"] == 1
+    assert doc["classes"]["chat"]["weights"] == pytest.approx(classes["chat"]["routing"], abs=1e-3)
+    assert st["objective"]["total"] > 0 and st["summary"] == {"groups": 2, "classes": 2, "refused": 0}
+    assert st["plan"]["classCounts"] == {"total": 2, "admitted": 2, "refused": 0}
+    assert classes["chat"]["radius"]["rule"] == "drift"
+    assert classes["chat"]["samples"] > 0
+    assert detail["lastGoodPlan"]["classes"][0]["name"] == "chat" and "lastGoodPlan" not in st
+    assert st["observedGeneration"] == 1
     assert (("Normal", C.RECONCILED) in kube.events)
     kube.writes.clear()
     kube.events.clear()
     out2 = reconcile(kvplan(spec, kube), deps(kube))
     assert out2.ok and out2.changed == []
-    assert [w for w in kube.writes if w != "status"] == []
+    # the record (status and its detail) now holds a diff against the first plan: empty
+    assert [w for w in kube.writes if w != "status"] == ["patch ConfigMap/fleet-plan"]
+    assert detail_document(kube.configmaps.get)["diff"] == {k: [] for k in ("admission", "layouts", "replicas",
+                                                                           "reservations", "routing")}
     assert kube.events == []
+    kube.writes.clear()
+    assert reconcile(kvplan(spec, kube), deps(kube)).ok and [w for w in kube.writes if w != "status"] == []
 
 
 def test_dry_run_touches_nothing_but_status(kube):
@@ -87,7 +99,9 @@ def test_dry_run_touches_nothing_but_status(kube):
     before = copy.deepcopy(kube.deployments)
     out = reconcile(kvplan(spec, kube), deps(kube))
     assert out.ok
-    assert kube.writes == ["status"] and kube.deployments == before and kube.configmaps == {}
+    # status and its overflow, the plan's detail ConfigMap (the KVPlan's own record), nothing else
+    assert kube.writes == ["create ConfigMap/fleet-plan", "status"] and kube.deployments == before
+    assert set(kube.configmaps) == {"fleet-plan"} and detail_document(kube.configmaps.get)["classes"]["chat"]
     assert cond(kube, C.APPLIED)["reason"] == C.DRY_RUN and cond(kube, C.READY)["status"] == "True"
     assert kube.status["plan"]["groups"]["big"]["tp"] >= 1
 
@@ -102,7 +116,7 @@ def test_dry_run_touches_nothing_but_status(kube):
 def test_degraded_keeps_last_good_plan(kube, prom, reason):
     spec = copy.deepcopy(SPEC)
     assert reconcile(kvplan(spec, kube), deps(kube)).ok
-    good = kube.status["lastGoodPlan"]
+    good = copy.deepcopy(kube.status["plan"])
     snapshot = copy.deepcopy((kube.deployments, kube.configmaps))
     kube.writes.clear()
     out = reconcile(kvplan(spec, kube), deps(kube, prom=prom))
@@ -110,7 +124,7 @@ def test_degraded_keeps_last_good_plan(kube, prom, reason):
     assert kube.writes == ["status"] and (kube.deployments, kube.configmaps) == snapshot
     assert cond(kube, C.DEGRADED)["status"] == "True" and cond(kube, C.DEGRADED)["reason"] == reason
     assert cond(kube, C.READY)["status"] == "True"  # the last good plan is still applied
-    assert kube.status["lastGoodPlan"] == good
+    assert kube.status["plan"] == good  # and the detail ConfigMap is in the unchanged snapshot
     assert ("Warning", reason) in kube.events
     out = reconcile(kvplan(spec, kube), deps(kube, prom=prom))
     assert out.retry_after == 20.0  # backoff doubles
@@ -122,7 +136,7 @@ def test_deployment_missing_applies_nothing():
     assert out.reason == C.DEPLOYMENT_MISSING and out.retry_after is not None
     assert kube.writes == ["status"]
     assert "vllm-small not found" in cond(kube, C.READY)["message"]
-    assert "plan" not in kube.status and "lastGoodPlan" not in kube.status  # status.plan: only what was applied
+    assert "plan" not in kube.status and "fleet-plan" not in kube.configmaps  # status.plan: only what was applied
     assert kube.status["lastError"]["phase"] == "build" and kube.status["lastError"]["planId"]
 
 

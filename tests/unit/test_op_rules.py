@@ -9,7 +9,8 @@ whole reconciles over the fake apiserver (test_op_engine_knobs.World) with scrip
 - the reservation rule runs on the group's engines as they run (their knobs as the rule's engine base);
 - a reservation rule that raises fails only its group (ReserveRuleFailed, no exception text in status), keeping its
   file in force, while the other group's file follows its own answer;
-- one file per plugin group with that group's answer; status shows per class the plan's y and the file's value.
+- one file per plugin group with that group's answer; the plan's detail shows per class the plan's y and the file's
+  value, status the reason and counts.
 """
 
 from __future__ import annotations
@@ -47,11 +48,12 @@ def test_each_plugin_group_gets_its_own_answer_in_its_own_file():
     assert dict(w.reservations("big").reserve_tokens) == {"chat": 250, "code-gen": 50}
     assert dict(w.reservations("small").reserve_tokens) == {"chat": 40, "code-gen": 50}
     for g in ("big", "small"):
-        gate = w.kube.status["plan"]["groups"][g]["gate"]
+        gate, listed = w.kube.status["plan"]["groups"][g]["gate"], w.gates()[g]["classes"]
         file = dict(w.reservations(g).reserve_tokens)
-        assert {c: v["reserveTokens"] for c, v in gate["classes"].items()} == file
-        assert {c: v["planTokens"] for c, v in gate["classes"].items()} == {"chat": 500, "code-gen": 100}
-        assert gate["reason"] == f"scripted for {g}" and gate["pending"] is False and "failed" not in gate
+        assert {c: v["reserveTokens"] for c, v in listed.items()} == file
+        assert {c: v["planTokens"] for c, v in listed.items()} == {"chat": 500, "code-gen": 100}
+        assert gate == {"reason": f"scripted for {g}", "pending": False, "classes": 2, "reserving": 2}
+        assert w.gates()[g]["reason"] == gate["reason"]
     assert w.cond(C.ENGINE_KNOBS)["reason"] == C.KNOBS_IN_FORCE
 
 
@@ -80,7 +82,8 @@ def test_the_work_budget_leaves_pairs_pending_and_keeps_what_is_in_force():
     assert w.flag("--max-num-seqs") == "64"
     gate = w.kube.status["plan"]["groups"]["big"]["gate"]
     assert gate["pending"] is True and "in force stays" in gate["reason"]
-    assert {c: v["source"] for c, v in gate["classes"].items()} == {"chat": "in force", "code-gen": "in force"}
+    assert {c: v["source"] for c, v in w.gates()["big"]["classes"].items()} == {"chat": "in force",
+                                                                                "code-gen": "in force"}
     assert w.engine()["rule"].startswith("pending")
     assert w.cond(C.APPLIED)["reason"] == C.APPLY_SUCCEEDED and w.cond(C.READY)["status"] == "True"
 
@@ -183,4 +186,5 @@ def test_a_groups_file_lists_only_the_classes_that_matter_there():
     assert dict(big.reserve_tokens) == {"chat": 250} and big.default_class == "chat"
     assert big.reserve("code-gen") == big.reserve("chat") == 250
     assert dict(small.reserve_tokens) == {"chat": 250, "code-gen": 50}
-    assert set(w.kube.status["plan"]["groups"]["big"]["gate"]["classes"]) == {"chat"}
+    assert set(w.gates()["big"]["classes"]) == {"chat"} and w.kube.status["plan"]["groups"]["big"]["gate"][
+        "classes"] == 1

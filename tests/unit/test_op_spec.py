@@ -106,6 +106,24 @@ def test_all_errors_at_once():
     assert "spec.groups" not in paths  # no noise from the containing list
 
 
+def test_uniqueness_the_crd_leaves_to_the_operator():
+    """The CRD has no pairwise rule (evaluated on every status write, it cost seconds at fleet size): two groups
+    naming one Deployment are refused here, naming both; duplicate names and layouts too (list-map keys in the CRD)."""
+    twice = with_("groups.1.deployment", SPEC["groups"][0]["deployment"])
+    with pytest.raises(InvalidSpec) as info:
+        parse_spec(twice)
+    assert info.value.errors == [("spec.groups[1].deployment",
+                                  f"Deployment {SPEC['groups'][0]['deployment']!r} is already spec.groups[0]")]
+    names = with_("classes.1.name", SPEC["classes"][0]["name"])
+    with pytest.raises(InvalidSpec) as info:
+        parse_spec(names)
+    assert [p for p, _ in info.value.errors] == ["spec.classes[1].name"]
+    layouts = with_("groups.0.layouts", [{"tp": 4}, {"tp": 4, "pp": 1}])
+    with pytest.raises(InvalidSpec) as info:
+        parse_spec(layouts)
+    assert [p for p, _ in info.value.errors] == ["spec.groups[0].layouts[1]"]
+
+
 def test_layout_bigger_than_a_node_is_refused():
     bad = with_("groups.0.nodePool", {"gpuCount": 16, "gpusPerNode": 4})
     with pytest.raises(InvalidSpec) as info:

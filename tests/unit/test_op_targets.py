@@ -13,7 +13,7 @@ import pytest
 from kvplan_operator.build import hold_small_moves, max_num_seqs
 from kvplan_operator.desired import ANN_LAYOUT, ANN_OWNED, ANN_OWNER, ClassTarget, Desired, GroupTarget, plan_id
 from kvplan_operator.spec import parse_spec
-from kvplan_operator.targets.deployment import build_deployment_patch
+from kvplan_operator.targets.deployment import build_deployment_patch, deployment_drift
 from kvplan_operator.targets.httproute import build_httproute_patch, fleet_shares, integer_weights
 from kvplan_operator.targets.router_configmap import build_router_configmap_patch, build_router_document
 from kvplan_operator.targets.state_configmap import build_state_configmap
@@ -85,8 +85,7 @@ def test_deployment_patch_layout_gpus_selector_env(spec):
     dep = deployment(["--model", "meta/llama", "--tensor-parallel-size", "2", "--enable-prefix-caching"],
                      tolerations=[{"key": "user", "operator": "Exists"}])
     patch = build_deployment_patch(dep, group=spec.groups[0], target=GroupTarget("big", 4, 1, 4, 37),
-                                   classes=spec.classes, reservations={"chat": 700, "code-gen": 300},
-                                   owner="ns/plan", generation=3, state_configmap="plan-kvplan",
+                                   classes=spec.classes, owner="ns/plan", generation=3, state_configmap="plan-kvplan",
                                    manage_replicas=True, stale_env=["KVPLAN_RESERVE_OLD"])
     pod = patch["spec"]["template"]["spec"]
     c = pod["containers"][0]
@@ -105,7 +104,13 @@ def test_deployment_patch_layout_gpus_selector_env(spec):
     ann = patch["metadata"]["annotations"]
     assert ann[ANN_OWNER] == "ns/plan" and ann[ANN_LAYOUT] == "tp=4,pp=1,replicas=4"
     assert ann["kvplan.io/generation"] == "3" and "kvplan.io/plan" not in ann
-    assert json.loads(ann["kvplan.io/reservations"]) == {"chat": 700, "code-gen": 300}
+    assert "kvplan.io/reservations" not in ann  # reservations live in the state ConfigMap only
+    dep["metadata"]["annotations"] = {"kvplan.io/reservations": '{"chat":700}'}  # an older operator's copy: removed
+    again = build_deployment_patch(dep, group=spec.groups[0], target=GroupTarget("big", 4, 1, 4, 37),
+                                   classes=spec.classes, owner="ns/plan", generation=3, state_configmap="plan-kvplan",
+                                   manage_replicas=True)
+    assert again["metadata"]["annotations"]["kvplan.io/reservations"] is None
+    assert "metadata.annotations[kvplan.io/reservations]" in deployment_drift(dep, again)
     assert "replicas" in ann[ANN_OWNED].split(",")
     assert dep["spec"]["template"]["spec"]["containers"][0]["args"][3] == "2"  # input untouched
 
@@ -113,7 +118,7 @@ def test_deployment_patch_layout_gpus_selector_env(spec):
 def test_deployment_patch_pool_tolerations_added_and_autoscaler_leaves_replicas(spec):
     dep = deployment(["--model", "m"])
     patch = build_deployment_patch(dep, group=spec.groups[1], target=GroupTarget("small", 2, 1, 4),
-                                   classes=spec.classes, reservations={"chat": 1, "code-gen": 2}, owner="o",
+                                   classes=spec.classes, owner="o",
                                    generation=1, state_configmap="s", manage_replicas=False)
     pod = patch["spec"]["template"]["spec"]
     assert "replicas" not in patch["spec"]
@@ -129,7 +134,7 @@ def test_deployment_patch_container_not_found(spec, containers, name):
     group = spec.groups[0].model_copy(update={"container": name})
     with pytest.raises(LookupError):
         build_deployment_patch(deployment([], containers=containers), group=group, target=GroupTarget("big", 1, 1, 1),
-                               classes=spec.classes, reservations={"chat": 1, "code-gen": 1}, owner="o", generation=1,
+                               classes=spec.classes, owner="o", generation=1,
                                state_configmap="s", manage_replicas=True)
 
 
@@ -159,8 +164,9 @@ def test_router_document_and_configmap_patch(spec):
     doc = build_router_document(owner="ns/p", plan_id="id1", spec=spec, desired=desired(groups))
     assert doc["format"] == "kvplan.v1"
     assert doc["classes"]["chat"]["weights"] == {"big": 0.75, "small": 0.25}
-    assert doc["classes"]["code-gen"] == {"admit": 1.0, "reserveTokens": 300, "weights": {"big": 0.0, "small": 1.0},
-                                          "prefixCacheFraction": {"big": 0.0, "small": 0.0}}
+    # sparse: a group with weight (or prefix fraction) 0 is not listed
+    assert doc["classes"]["code-gen"] == {"admit": 1.0, "reserveTokens": 300, "weights": {"small": 1.0},
+                                          "prefixCacheFraction": {}}
     assert doc["groups"]["small"] == {"service": "small-svc", "deployment": "vllm-small", "tp": 1, "pp": 1, "replicas": 8}
     patch = build_router_configmap_patch(doc, key="routing.json")
     assert json.loads(patch["data"]["routing.json"]) == doc

@@ -108,7 +108,7 @@ def main() -> int:
         from replan_fleet import run, summarise
 
         res = run(classes=args.classes, groups=args.groups, small=args.small, cycles=args.cycles,
-                  scrape_s=args.scrape, knobs=args.knobs)
+                  scrape_s=args.scrape, knobs=args.knobs, rule_work=args.rule_work)
         lines, ok = summarise(res)
         print("\n".join(lines))
         if args.json:

@@ -52,8 +52,8 @@ def _old_status_bytes(status: dict[str, Any], doc: dict[str, Any], plan: Any) ->
     return len(json.dumps(old))
 
 
-def run(*, classes: int, groups: int, small: int, cycles: int, scrape_s: float, knobs: str = "Auto"
-        ) -> dict[str, Any]:
+def run(*, classes: int, groups: int, small: int, cycles: int, scrape_s: float, knobs: str = "Auto",
+        rule_work: int | None = None) -> dict[str, Any]:
     from kubernetes import client, config
 
     from kvcore.knobs import knobs_for_plan
@@ -137,7 +137,8 @@ def run(*, classes: int, groups: int, small: int, cycles: int, scrape_s: float, 
                 now = end + 30 - (600.0 * (k - cycles) if kind == "slid" else 0.0)
                 knob_s[0] = 0.0
                 deps = Deps(kube=kube, prom_factory=factory, planner=planner, clock=lambda now=now: now,
-                            knobs=knob_rule, knob_cache=cache)
+                            knobs=knob_rule, knob_cache=cache,
+                            **({} if rule_work is None else {"rule_work": rule_work}))
                 before = sum(c.requests_sent for c in clients)
                 http_before = sum(getattr(c, "seconds", 0.0) for c in clients)
                 body = kube.get_kvplan(ns, "fleet")
@@ -157,7 +158,8 @@ def run(*, classes: int, groups: int, small: int, cycles: int, scrape_s: float, 
                              "gap": (total - bound) / total if bound is not None else None,
                              "queries": sum(c.requests_sent for c in clients) - before, "writes": len(result.changed),
                              "status_bytes": len(json.dumps(after["status"])), "object_bytes": len(json.dumps(after)),
-                             "method": after["status"]["plan"]["method"]})
+                             "method": after["status"]["plan"]["method"],
+                             "rules": dict(after["status"]["plan"].get("rules") or {})})
             detail = read_detail(kube, ns, "fleet")
             assert detail.doc is not None, detail.problem
             cms = client.CoreV1Api(api).list_namespaced_config_map(ns).items
@@ -228,6 +230,13 @@ def summarise(res: dict[str, Any]) -> tuple[list[str], bool]:
     ratio = [f"{kind} {medians[(big['classes'], kind)] / medians[(res['small'], kind)]:.1f}x"
              for kind in ("cold", "warm", "slid") if (res["small"], kind) in medians]
     lines.append("")
+    for run in res["runs"].values():  # the engine-model rules' work budget (operator/engine_rules.py)
+        rules = [(r["cycle"], r.get("rules") or {}) for r in run["rows"]]
+        lines.append(f"{run['classes']} classes, engine-model rules per cycle (simulated requests, pairs run, pairs "
+                     "pending): " + "; ".join(f"{kind} {rl.get('work', 0):,}, {len(rl.get('ran') or [])}, "
+                                              f"{sum(len(v) for v in (rl.get('pending') or {}).values())}"
+                                              for kind, rl in rules)
+                     + (f" (budget {rules[0][1]['budget']:,})" if rules and "budget" in rules[0][1] else ""))
     lines.append(f"{big['classes']} vs {res['small']} classes, median cycle: " + ", ".join(ratio)
                  + f"; Prometheus queries per cycle: {sorted(queries[big['classes']])} vs "
                  f"{sorted(queries[res['small']])}")

@@ -17,10 +17,11 @@ from .kube import KubeApi
 from .prom import PromApi, PromConnection, UrlPolicy
 
 #: Work budget of kvcore's engine-model rules per re-plan cycle, simulated requests (:mod:`.engine_rules`): about
-#: 4.5-6 s of one core of the development VM at 22-29 us per request (docs/benchmarks.md, "The engine-model
-#: rules"). A group under no memory pressure costs both rules 4,000 (stock vLLM's two replays, shared); one under
+#: 2.2-2.9 s of one core of the development VM at 22-29 us per request (docs/benchmarks.md, "The engine-model
+#: rules"), so that the cycle at 256 classes x 64 groups stays within its 10 s (8.6 s worst measured; 11.3 s at
+#: 200,000). A group under no memory pressure costs both rules 4,000 (stock vLLM's two replays, shared); one under
 #: pressure 34,000-86,000 (15-class fleet groups with a cut KV cache).
-DEFAULT_RULE_WORK = 200_000
+DEFAULT_RULE_WORK = 100_000
 
 #: Top-level status keys the operator owns (kopf keeps its own, e.g. ``status.kopf``).
 OWNED_STATUS = ("observedGeneration", "plannedGeneration", "lastPlanTime", "lastAttemptTime", "mode", "conditions",

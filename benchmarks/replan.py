@@ -133,8 +133,8 @@ def main() -> int:
         for name, *_ in GROUPS:
             client.AppsV1Api(api).create_namespaced_deployment(ns, deployment(f"vllm-{name}"))
         client.CustomObjectsApi(api).create_namespaced_custom_object(
-            "kvplan.io", "v1alpha1", ns, "kvplans",
-            {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan", "metadata": {"name": "fleet"}, "spec": spec(prom.url, args.rates)})
+            "kvplan.io", "v1beta1", ns, "kvplans",
+            {"apiVersion": "kvplan.io/v1beta1", "kind": "KVPlan", "metadata": {"name": "fleet"}, "spec": spec(prom.url, args.rates)})
         end = time.time() - 90
         backfill(prom, end=end)
         kube = Kube(api)

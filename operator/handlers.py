@@ -22,7 +22,7 @@ from .kube import GROUP, PLURAL, VERSION, Kube, KubeError
 from .metrics import Metrics
 from .prom import UrlPolicy, default_prom_factory
 from .reconcile import Deps, Outcome, reconcile
-from .spec import parse_duration
+from .spec_base import parse_duration
 from .status import parse_iso
 
 

@@ -141,8 +141,9 @@ def main() -> int:
         for name, *_ in GROUPS:
             client.AppsV1Api(api).create_namespaced_deployment(ns, deployment(f"vllm-{name}"))
         client.CustomObjectsApi(api).create_namespaced_custom_object(
-            "kvplan.io", "v1alpha1", ns, "kvplans",
-            {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan", "metadata": {"name": "fleet"}, "spec": spec(prom.url, args.rates, args.plugin)})
+            "kvplan.io", "v1beta1", ns, "kvplans",
+            {"apiVersion": "kvplan.io/v1beta1", "kind": "KVPlan", "metadata": {"name": "fleet"},
+             "spec": spec(prom.url, args.rates, args.plugin)})
         end = time.time() - 90
         backfill(prom, end=end)
         kube = Kube(api)

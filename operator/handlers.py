@@ -23,7 +23,7 @@ from .metrics import Metrics
 from .prom import UrlPolicy, default_prom_factory
 from .reconcile import Deps, Outcome, reconcile
 from .run import DEFAULT_RULE_WORK
-from .spec import parse_duration
+from .spec_base import parse_duration
 from .status import parse_iso
 
 

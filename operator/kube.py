@@ -62,7 +62,7 @@ def split_removals(patch: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     body, removals = walk(patch)
     return body, removals
 
-GROUP, VERSION, PLURAL = "kvplan.io", "v1alpha1", "kvplans"
+GROUP, VERSION, PLURAL = "kvplan.io", "v1beta1", "kvplans"
 GATEWAY = ("gateway.networking.k8s.io", "v1", "httproutes")
 INFERENCE = ("inference.networking.k8s.io", "v1", "inferencepools")
 #: Client-side timeout of one API call, seconds. 15 s: far above a healthy apiserver's latency, short enough that a

@@ -13,7 +13,7 @@ from typing import Any
 from kvcore.planmodel import Plan
 
 from .knob_cache import KnobCache
-from .kube import KubeApi
+from .kube import GROUP, VERSION, KubeApi
 from .prom import PromApi, PromConnection, UrlPolicy
 
 #: Work budget of kvcore's engine-model rules per re-plan cycle, simulated requests (:mod:`.engine_rules`): about
@@ -106,7 +106,7 @@ class RunContext:
 
     @property
     def owner_reference(self) -> dict[str, Any]:
-        return {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan", "name": self.name, "uid": self.uid,
+        return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "KVPlan", "name": self.name, "uid": self.uid,
                 "controller": True, "blockOwnerDeletion": False}
 
     def previous_plan(self) -> Plan | None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from kvcore.catalogue import HistorySource as SourceName  # the history sources' names (one catalogue)
 
+from .spec_base import CONFIGMAP_KEY, DNS_SUBDOMAIN, HEADER_NAME, HEADER_VALUE, SpecModel, parse_duration
 from .spec_engine import Engine, Plugin, class_rule_errors
+from .spec_prometheus import Prometheus, prometheus_errors
 
 #: Default node selector per GPU type (the NVIDIA GPU feature-discovery product label).
 DEFAULT_NODE_SELECTORS: dict[str, dict[str, str]] = {
@@ -24,25 +25,9 @@ DEFAULT_NODE_SELECTORS: dict[str, dict[str, str]] = {
     "A100-40GB": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"},
 }
 
-_DURATION = re.compile(r"^([0-9]+)(s|m|h|d)$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DNS_SUBDOMAIN = r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$"
-#: A ConfigMap data key (``[-._a-zA-Z0-9]+``, as the apiserver requires).
-CONFIGMAP_KEY = r"^[-._a-zA-Z0-9]+$"
-#: An HTTP header name (RFC 9110 token).
-HEADER_NAME = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$"
-#: ``http(s)://host[:port][/path]``: no userinfo (``@`` before the path), no query, no fragment.
-PROMETHEUS_URL = r"^https?://[^/@#?\s]+(/[^#?\s]*)?$"
 #: A Prometheus metric name (a histogram family, without ``_bucket``) and a label name.
 METRIC_NAME = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
 LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
-#: A header value: printable ASCII and spaces only (no CR/LF: no header injection).
-HEADER_VALUE = r"^[ -~]*$"
-#: Headers ``spec.prometheus.headers`` may not set: credentials go through the auth fields (so they stay on the
-#: Prometheus host and out of the spec), and the rest belong to HTTP itself.
-FORBIDDEN_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "host", "content-length",
-                               "transfer-encoding", "connection", "accept", "te", "upgrade"})
-
 #: Sane bounds of the durations, seconds (the CRD's CEL rules say the same). A re-plan more often than every 10 s
 #: would only re-read the same scrape; a lookback under 5 min has too few requests for a tail, over 30 d makes each
 #: query scan a month of samples.
@@ -59,19 +44,7 @@ class InvalidSpec(ValueError):
         super().__init__("; ".join(f"{path}: {msg}" for path, msg in errors))
 
 
-def parse_duration(text: str) -> float:
-    """``"90s"``, ``"5m"``, ``"6h"``, ``"1d"`` -> seconds."""
-    m = _DURATION.match(text.strip())
-    if not m or int(m.group(1)) <= 0:
-        raise ValueError(f"not a positive duration like 30s, 5m, 6h: {text!r}")
-    return float(int(m.group(1)) * _UNIT_S[m.group(2)])
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
-
-
-class Toleration(_Model):
+class Toleration(SpecModel):
     key: str | None = None
     operator: Literal["Exists", "Equal"] | None = None
     value: str | None = None
@@ -79,7 +52,7 @@ class Toleration(_Model):
     toleration_seconds: int | None = None
 
 
-class NodePool(_Model):
+class NodePool(SpecModel):
     gpu_type: Literal["A100-80GB", "A100-40GB"] = "A100-80GB"
     gpu_count: int = Field(ge=1, le=4096, description="GPUs of the pool given to the group (G_k).")
     gpus_per_node: int = Field(8, ge=1, le=16, description="GPUs per node; 8 is the A100 HGX/DGX node.")
@@ -91,7 +64,7 @@ class NodePool(_Model):
         return dict(self.node_selector) if self.node_selector else dict(DEFAULT_NODE_SELECTORS[self.gpu_type])
 
 
-class Layout(_Model):
+class Layout(SpecModel):
     tp: Literal[1, 2, 4, 8, 16]
     pp: int = Field(1, ge=1, le=16)
 
@@ -102,12 +75,12 @@ class Layout(_Model):
 
 _DEFAULT_LAYOUTS = (Layout(tp=1), Layout(tp=2), Layout(tp=4), Layout(tp=8))
 
-class Group(_Model):
+class Group(SpecModel):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
     deployment: str = Field(pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", max_length=253)
     container: str | None = None
     service: str | None = Field(None, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
-    inference_pool: str | None = Field(None, pattern=_DNS_SUBDOMAIN, max_length=253,
+    inference_pool: str | None = Field(None, pattern=DNS_SUBDOMAIN, max_length=253,
                                        description="InferencePool standing for this group in HTTPRoute backendRefs.")
     metrics_selector: str | None = Field(None, max_length=1024, description="PromQL label matchers (no braces) for "
                                          "this group's vLLM series; default: namespace and pod of its Deployment.")
@@ -122,7 +95,7 @@ class Group(_Model):
         return self.service or self.deployment
 
 
-class History(_Model):
+class History(SpecModel):
     """Where a class's output-length history comes from (:mod:`kvplan_operator.sources`)."""
 
     source: SourceName = Field("vllm", description="vllm (default: stock vLLM, one Deployment's traffic), kvplan, "
@@ -136,7 +109,7 @@ class History(_Model):
     min_samples: int = Field(50, ge=1, description="Requests in the lookback below which the class is Degraded.")
 
 
-class HistorySource(_Model):
+class HistorySource(SpecModel):
     """Settings of one history source for this KVPlan (every field optional except for ``custom``)."""
 
     name: SourceName
@@ -155,18 +128,18 @@ MAX_VALUE = 1e9
 MAX_TOKENS = 10_000_000
 
 
-class Costs(_Model):
+class Costs(SpecModel):
     preemption: float = Field(gt=0, le=MAX_VALUE, description="c_p, per under-reserved token.")
     waste: float = Field(gt=0, le=MAX_VALUE, description="c_w, per wasted reserved token.")
 
 
-class Slo(_Model):
+class Slo(SpecModel):
     mu: float = Field(gt=0, le=1000)
     sigma: float = Field(gt=0, le=1000)
     lambda_: float = Field(gt=1, le=1e12, alias="lambda")
 
 
-class Robustness(_Model):
+class Robustness(SpecModel):
     policy: Literal["absolute", "fraction", "drift"] = "drift"
     eps: float | None = Field(None, ge=0, le=MAX_VALUE)
     frac: float | None = Field(None, ge=0, le=10)
@@ -188,7 +161,7 @@ class Robustness(_Model):
         return self
 
 
-class RequestClass(_Model):
+class RequestClass(SpecModel):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
     input_tokens: int = Field(ge=0, le=MAX_TOKENS)
     max_output_tokens: int = Field(ge=1, le=MAX_TOKENS)
@@ -211,7 +184,7 @@ class RequestClass(_Model):
         return "KVPLAN_RESERVE_" + self.name.upper().replace("-", "_")
 
 
-class FleetCosts(_Model):
+class FleetCosts(SpecModel):
     kappa: float = Field(0.2, ge=0, le=MAX_VALUE, description="Layout cost weight; the paper's 0.2.")
     c_slo: float = Field(5.0, ge=0, le=MAX_VALUE, description="Queueing-delay cost per request-second; the paper's "
                          "c_slo/c_w = 5.")
@@ -219,82 +192,25 @@ class FleetCosts(_Model):
                          "c_rej/c_w = 5000.")
 
 
-class SecretRef(_Model):
-    name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
-    key: str = Field("token", pattern=CONFIGMAP_KEY, max_length=253)
-
-
-class KeyRef(_Model):
-    """A key of a Secret or ConfigMap in the KVPlan's namespace (the CA bundle)."""
-
-    name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
-    key: str = Field("ca.crt", pattern=CONFIGMAP_KEY, max_length=253)
-
-
-class BasicAuth(_Model):
-    """Basic auth from a Secret in the KVPlan's namespace (never a password in the spec)."""
-
-    secret_ref: SecretRef
-    username_key: str = Field("username", pattern=CONFIGMAP_KEY, max_length=253)
-    password_key: str = Field("password", pattern=CONFIGMAP_KEY, max_length=253)
-
-
-class Tls(_Model):
-    """TLS to an ``https://`` Prometheus: a CA bundle (PEM) from a Secret or a ConfigMap, or an explicit
-    insecureSkipVerify (no certificate check: anyone on the path can read the credential)."""
-
-    ca_secret_ref: KeyRef | None = None
-    ca_config_map_ref: KeyRef | None = None
-    insecure_skip_verify: bool = False
-
-
-class Prometheus(_Model):
-    url: str = Field(max_length=2048, description="http(s)://host[:port][/path]; see kvplan_operator.prom.")
-    auth_secret_ref: SecretRef | None = Field(None, description="Bearer token from a Secret.")
-    bearer_token_file: str | None = Field(None, pattern=r"^/[^\x00]*$", max_length=1024,
-                                          description="Bearer token from a file in the operator's pod; only files "
-                                          "the operator allows (--prometheus-token-files).")
-    basic_auth: BasicAuth | None = None
-    headers: dict[str, str] = Field(default_factory=dict, max_length=16, description="Extra request headers, e.g. "
-                                    "X-Scope-OrgID for Mimir, Cortex or Thanos tenants.")
-    tls: Tls | None = None
-    lookback: str = Field("6h", description="History window; 6 h covers a diurnal swing without stale weeks.")
-    windows: int = Field(6, ge=1, le=48, description="Sub-windows for the drift radius; 6 x 1 h by default.")
-    timeout_seconds: float = Field(5.0, ge=1, le=60, description="Per-query timeout; 1 s is the least a loaded "
-                                   "Prometheus needs for a 6 h range query, 60 s keeps a reconcile bounded.")
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        if not re.match(PROMETHEUS_URL, value):
-            raise ValueError("needs http:// or https://, a host and an optional port and path; userinfo (user@), "
-                             "a query (?) and a fragment (#) are not allowed")
-        return value
-
-    @property
-    def lookback_seconds(self) -> float:
-        return parse_duration(self.lookback)
-
-
-class ConfigMapRef(_Model):
-    name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
+class ConfigMapRef(SpecModel):
+    name: str = Field(pattern=DNS_SUBDOMAIN, max_length=253)
     key: str = Field("routing.json", pattern=CONFIGMAP_KEY, max_length=253)
     format: Literal["kvplan.v1"] = "kvplan.v1"
 
 
-class HttpRouteRef(_Model):
-    name: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
+class HttpRouteRef(SpecModel):
+    name: str = Field(pattern=DNS_SUBDOMAIN, max_length=253)
     class_header: str = Field("x-kvplan-class", pattern=HEADER_NAME, max_length=256)
 
 
-class Router(_Model):
+class Router(SpecModel):
     config_map: ConfigMapRef | None = None
     http_route: HttpRouteRef | None = None
     min_weight_change: float = Field(0.01, ge=0, le=1, description="Routing hysteresis: weights move only when "
                                      "one moves by this much; 0.01 ignores re-plan noise, not traffic shifts.")
 
 
-class Replan(_Model):
+class Replan(SpecModel):
     interval: str = Field("5m", description="Re-plan period; 5 m follows traffic drift without churn.")
     min_improvement: float = Field(0.05, ge=0, le=1, description="Relative gain a re-layout must bring.")
     max_layout_changes_per_hour: int = Field(2, ge=0, le=60, description="Rolling restarts allowed per hour.")
@@ -304,7 +220,7 @@ class Replan(_Model):
         return parse_duration(self.interval)
 
 
-class Capacity(_Model):
+class Capacity(SpecModel):
     """Where M(z), the KV capacity of a replica, comes from."""
 
     from_engine: bool = Field(True, description="True: vLLM's own vllm:cache_config_info for the running layout, "
@@ -312,7 +228,7 @@ class Capacity(_Model):
                               "spec.profiles) only.")
 
 
-class ProfileOverride(_Model):
+class ProfileOverride(SpecModel):
     gpu_type: Literal["A100-80GB", "A100-40GB"]
     model: str
     tp: int = Field(ge=1, le=16)
@@ -321,7 +237,7 @@ class ProfileOverride(_Model):
     throughput_tokens_per_second: float = Field(gt=0, le=10**12)
 
 
-class KVPlanSpec(_Model):
+class KVPlanSpec(SpecModel):
     mode: Literal["Apply", "DryRun"] = "Apply"
     groups: tuple[Group, ...] = Field(min_length=1, max_length=64)
     classes: tuple[RequestClass, ...] = Field(min_length=1, max_length=256)
@@ -383,7 +299,7 @@ def _semantic_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:
             continue
         if not low <= seconds <= high:
             errs.append((field, f"{text} is outside [{_human(low)}, {_human(high)}]"))
-    errs += _prometheus_errors(spec.prometheus)
+    errs += prometheus_errors(spec.prometheus)
     if not errs and spec.prometheus.lookback_seconds / spec.prometheus.windows < 60:
         errs.append(("spec.prometheus.windows", "each sub-window must span at least 1m (lookback / windows)"))
     return errs
@@ -468,33 +384,6 @@ def _human(seconds: float) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
     return f"{int(seconds)}s"
-
-
-def _prometheus_errors(prom: Prometheus) -> list[tuple[str, str]]:
-    errs: list[tuple[str, str]] = []
-    given = [name for name, v in (("authSecretRef", prom.auth_secret_ref), ("bearerTokenFile", prom.bearer_token_file),
-                                  ("basicAuth", prom.basic_auth)) if v is not None]
-    if len(given) > 1:
-        errs.append(("spec.prometheus", f"give at most one credential, got {' and '.join(given)}"))
-    for name, value in prom.headers.items():
-        path = f"spec.prometheus.headers.{name}"
-        if not re.match(HEADER_NAME, name) or len(name) > 256:
-            errs.append((path, "not an HTTP header name"))
-        elif name.lower() in FORBIDDEN_HEADERS:
-            errs.append((path, "not allowed here" + (": use authSecretRef, bearerTokenFile or basicAuth"
-                                                     if "authorization" in name.lower() else "")))
-        if not re.match(HEADER_VALUE, value) or len(value) > 1024:
-            errs.append((path, "value must be printable ASCII, at most 1024 characters"))
-    tls = prom.tls
-    if tls is not None:
-        if not prom.url.startswith("https://"):
-            errs.append(("spec.prometheus.tls", "only for an https:// url"))
-        if tls.ca_secret_ref is not None and tls.ca_config_map_ref is not None:
-            errs.append(("spec.prometheus.tls", "give caSecretRef or caConfigMapRef, not both"))
-        if tls.insecure_skip_verify and (tls.ca_secret_ref or tls.ca_config_map_ref):
-            errs.append(("spec.prometheus.tls.insecureSkipVerify", "a CA bundle is pointless when nothing is "
-                         "verified: give one or the other"))
-    return errs
 
 
 def layout_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:

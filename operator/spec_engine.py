@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
+
+from .spec_base import SpecModel
 
 #: The vLLM version assumed when ``engine.vllmVersion`` is not given and the container's image is not an official
 #: ``vllm/vllm-openai:vX.Y.Z`` (:func:`kvplan_operator.engine_knobs.engine_version`): the one kvplan's engine model,
@@ -19,11 +20,7 @@ DEFAULT_VLLM_VERSION = "0.33.0"
 VLLM_VERSION = r"^[0-9]+\.[0-9]+(\.[0-9]+)?(\+[A-Za-z0-9.]+)?$"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
-
-
-class Engine(_Model):
+class Engine(SpecModel):
     """The group's serving engine and the stock vLLM knobs kvplan may set on it (docs/operator.md, "Engine knobs")."""
 
     vllm_version: str | None = Field(None, pattern=VLLM_VERSION, max_length=64,
@@ -41,7 +38,7 @@ def parse_version(text: str) -> tuple[int, int, int]:
     return (parts[0], parts[1], parts[2] if len(parts) > 2 else 0)
 
 
-class Plugin(_Model):
+class Plugin(SpecModel):
     """kvplan's reservation-gated scheduler (``kvplan_vllm``) on the group's engines (docs/vllm-plugins.md)."""
 
     enabled: bool = Field(False, description="Add --scheduler-cls and mount the reservation file.")

@@ -103,8 +103,8 @@ def setup(kube_api, namespace, spec, *, deployments=("vllm-a", "vllm-b")) -> dic
     for d in deployments:
         apps.create_namespaced_deployment(namespace, deployment(d))
     return client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
-        "kvplan.io", "v1alpha1", namespace, "kvplans",
-        {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan", "metadata": {"name": "fleet"}, "spec": spec})
+        "kvplan.io", "v1beta1", namespace, "kvplans",
+        {"apiVersion": "kvplan.io/v1beta1", "kind": "KVPlan", "metadata": {"name": "fleet"}, "spec": spec})
 
 
 def detail(kube: Kube, namespace: str, name: str = "fleet") -> dict:

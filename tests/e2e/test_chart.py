@@ -32,16 +32,6 @@ WATCHED = "serving"
 UNWATCHED = "elsewhere"
 
 
-@pytest.fixture(scope="module")
-def tools() -> Any:
-    from kvplan_dev.tools import locate_tools
-
-    try:
-        return locate_tools()
-    except Exception as exc:  # a missing tool is a loud failure, never a skip
-        pytest.fail(f"project tools not built ({exc}); run `make tools`")
-
-
 def helm(tools: Any, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     done = subprocess.run([str(tools.helm), *args], capture_output=True, text=True, timeout=120)
     if check:

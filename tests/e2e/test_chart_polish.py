@@ -34,16 +34,6 @@ DIGEST = "sha256:" + "ab" * 32
 
 
 @pytest.fixture(scope="module")
-def tools() -> Any:
-    from kvplan_dev.tools import locate_tools
-
-    try:
-        return locate_tools()
-    except Exception as exc:  # a missing tool is a loud failure, never a skip
-        pytest.fail(f"project tools not built ({exc}); run `make tools`")
-
-
-@pytest.fixture(scope="module")
 def cluster(tools: Any) -> Iterator[Any]:
     from kvplan_dev.cluster import LocalCluster
 

@@ -36,16 +36,6 @@ CRD = "kvplans.kvplan.io"
 RELEASE, NS, APP_NS = "kvp", "kvplan-system", "llm"
 
 
-@pytest.fixture(scope="module")
-def tools() -> Any:
-    from kvplan_dev.tools import locate_tools
-
-    try:
-        return locate_tools()
-    except Exception as exc:  # a missing tool is a loud failure, never a skip
-        pytest.fail(f"project tools not built ({exc}); run `make tools`")
-
-
 def _variant(tmp: Path, name: str, change: Any) -> Path:
     """A copy of the chart whose KVPlan CRD went through ``change(crd_dict)``."""
     chart = tmp / name / "kvplan-operator"
@@ -60,6 +50,8 @@ def _only(version: str) -> Any:
     def change(crd: dict[str, Any]) -> None:
         kept = [v for v in crd["spec"]["versions"] if v["name"] == version]
         kept[0]["storage"] = True
+        for key in ("deprecated", "deprecationWarning"):  # 0.1.0's only version was not deprecated
+            kept[0].pop(key, None)
         crd["spec"]["versions"] = kept
     return change
 
@@ -103,8 +95,15 @@ def kvplan(cluster: Any, version: str, name: str = "llama-70b") -> dict[str, Any
                                            "-o", "json").stdout))
 
 
-def _probe_manifest(name: str) -> str:
+def _example(version: str) -> dict[str, Any]:
+    """examples/kvplan-70b.yaml as ``kvplan.io/<version>`` (0.1.0's example said v1alpha1, today's v1beta1)."""
     doc = yaml.safe_load((REPO / "examples" / "kvplan-70b.yaml").read_text())
+    doc["apiVersion"] = f"kvplan.io/{version}"
+    return dict(doc)
+
+
+def _probe_manifest(name: str, version: str) -> str:
+    doc = _example(version)
     doc["metadata"]["name"] = name
     doc["spec"]["upgradeProbe"] = "reached the cluster"
     return json.dumps(doc)
@@ -129,7 +128,7 @@ def test_crd_rendering_follows_the_values(tools: Any) -> None:
 @pytest.fixture(scope="module")
 def old_install(tools: Any, cluster: Any, charts: dict[str, Path]) -> dict[str, Any]:
     helm(tools, cluster, "install", RELEASE, str(charts["old"]), "-n", NS, "--create-namespace")
-    cluster.kubectl("-n", APP_NS, "apply", "-f", str(REPO / "examples" / "kvplan-70b.yaml"))
+    cluster.kubectl("-n", APP_NS, "apply", "-f", "-", input_text=json.dumps(_example("v1alpha1")))
     return kvplan(cluster, "v1alpha1")
 
 
@@ -138,7 +137,7 @@ def test_old_chart_stores_v1alpha1(cluster: Any, old_install: dict[str, Any]) ->
     assert [v["name"] for v in live["spec"]["versions"]] == ["v1alpha1"]
     assert live["status"]["storedVersions"] == ["v1alpha1"]
     refused = cluster.kubectl("-n", APP_NS, "create", "--validate=strict", "-f", "-", check=False,
-                              input_text=_probe_manifest("before-upgrade"))
+                              input_text=_probe_manifest("before-upgrade", "v1alpha1"))
     assert refused.returncode != 0 and "upgradeProbe" in refused.stderr, refused.stderr
 
 
@@ -156,14 +155,16 @@ def test_upgrade_brings_the_new_version_and_schema(cluster: Any, upgraded: dict[
     assert upgraded["spec"].get("conversion", {}).get("strategy", "None") == "None"
     assert sorted(upgraded["status"]["storedVersions"]) == ["v1alpha1", "v1beta1"]
     created = cluster.kubectl("-n", APP_NS, "create", "--validate=strict", "-f", "-",
-                              input_text=_probe_manifest("after-upgrade"))
-    assert "created" in created.stdout
+                              input_text=_probe_manifest("after-upgrade", "v1beta1"))
+    assert "created" in created.stdout and "deprecated" not in created.stderr
     assert kvplan(cluster, "v1beta1", "after-upgrade")["spec"]["upgradeProbe"] == "reached the cluster"
 
 
 def test_existing_kvplan_survives_in_both_versions(cluster: Any, old_install: dict[str, Any],
                                                    upgraded: dict[str, Any]) -> None:
     alpha, beta = kvplan(cluster, "v1alpha1"), kvplan(cluster, "v1beta1")
+    old = cluster.kubectl("-n", APP_NS, "get", "kvplans.v1alpha1.kvplan.io", "llama-70b", "-o", "name")
+    assert "kvplan.io/v1alpha1 KVPlan is deprecated" in old.stderr, old.stderr  # the apiserver's warning
     assert alpha["metadata"]["uid"] == beta["metadata"]["uid"] == old_install["metadata"]["uid"]
     assert alpha["spec"] == beta["spec"] == old_install["spec"]
     assert beta["apiVersion"] == "kvplan.io/v1beta1"

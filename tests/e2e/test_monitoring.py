@@ -29,16 +29,6 @@ CHART = REPO / "charts" / "kvplan-operator"
 TESTS = Path(__file__).resolve().parent / "data" / "kvplan-alerts.test.yml"
 
 
-@pytest.fixture(scope="module")
-def tools() -> Any:
-    from kvplan_dev.tools import locate_tools
-
-    try:
-        return locate_tools()
-    except Exception as exc:  # a missing tool is a loud failure, never a skip
-        pytest.fail(f"project tools not built ({exc}); run `make tools`")
-
-
 def render(tools: Any, template: str, *sets: str) -> dict[str, Any]:
     argv = [str(tools.helm), "template", "r", str(CHART), "-s", f"templates/{template}"]
     for item in sets:

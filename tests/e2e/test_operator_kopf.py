@@ -150,7 +150,7 @@ def test_two_replicas_only_one_acts(operator_env, kube_api, namespace, prometheu
         assert f'kvplan_replans_total{{name="fleet",namespace="{namespace}"}}' in metrics
         assert "kvplan_solve_seconds_bucket" in metrics and "kvplan_objective" in metrics
         stop(100)
-        kube.custom.patch_namespaced_custom_object("kvplan.io", "v1alpha1", namespace, "kvplans", "fleet",
+        kube.custom.patch_namespaced_custom_object("kvplan.io", "v1beta1", namespace, "kvplans", "fleet",
                                                    {"spec": {"replan": {"interval": "45s"}}})
         wait_for(lambda: "reconcile (update)" in logs[50].read_text(), 90, "the standby replica to take over")
     finally:

@@ -218,7 +218,7 @@ def dep(name: str, args: list[str] | None = None) -> dict:
 
 def kvplan(spec: dict, kube: FakeKube, generation: int = 1, name: str = "fleet") -> dict:
     """The KVPlan as the apiserver would return it, with the fake's stored status."""
-    return {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan",
+    return {"apiVersion": "kvplan.io/v1beta1", "kind": "KVPlan",
             "metadata": {"name": name, "namespace": "ns", "uid": "u1", "generation": generation},
             "spec": spec, "status": copy.deepcopy(kube.status)}
 

@@ -59,6 +59,16 @@ def test_both_versions_served_v1beta1_stored() -> None:
     assert [name for name, v in versions.items() if v["storage"]] == ["v1beta1"]
 
 
+def test_the_operator_uses_the_storage_version_and_the_other_is_deprecated() -> None:
+    from kvplan_operator.kube import GROUP, VERSION
+
+    versions = {v["name"]: v for v in _kvplan_versions()}
+    assert versions[VERSION]["storage"] and not versions[VERSION].get("deprecated", False)
+    old = [v for name, v in versions.items() if name != VERSION]
+    assert old and all(v["deprecated"] and VERSION in v["deprecationWarning"] for v in old)
+    assert GROUP == "kvplan.io"
+
+
 @pytest.mark.parametrize("part", ["schema", "subresources", "additionalPrinterColumns"])
 def test_versions_share_one_schema(part: str) -> None:
     alpha, beta = sorted(_kvplan_versions(), key=lambda v: v["name"])

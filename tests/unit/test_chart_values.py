@@ -1,13 +1,13 @@
 """The chart's ``values.yaml``: every key has a comment, and the defaults are the restricted, least-privilege ones.
 
-A key counts as commented when the nearest non-blank line above it is a comment at the same indentation, or the
-key's line ends in an inline comment. The keys the line scanner finds are checked against the keys the YAML parser
+A key counts as commented when the lines right above it are comments at the same indentation, or the key's line
+ends in an inline comment (the comment the chart README shows for it). The keys the line scanner finds are checked against the keys the YAML parser
 finds, so a key the scanner misses is a failure too.
 """
 
 from __future__ import annotations
 
-import re
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,6 @@ import pytest
 import yaml
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "kvplan-operator"
-KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_.-]+):(?:\s|$)")
 
 
 def _values() -> dict[str, Any]:
@@ -35,23 +34,13 @@ def _parsed_paths(node: Any, prefix: str = "") -> set[str]:
 
 
 def _scanned_keys() -> dict[str, bool]:
-    """Dotted key path -> whether it carries a comment, from the raw lines."""
-    lines = (CHART / "values.yaml").read_text().splitlines()
-    stack: list[tuple[int, str]] = []
-    found: dict[str, bool] = {}
-    for i, line in enumerate(lines):
-        match = KEY.match(line)
-        if not match:
-            continue
-        indent = len(match["indent"])
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        path = ".".join([k for _, k in stack] + [match["key"]])
-        stack.append((indent, match["key"]))
-        above = next((prev for prev in reversed(lines[:i]) if prev.strip()), "")
-        commented_above = above.strip().startswith("#") and len(above) - len(above.lstrip()) == indent
-        found[path] = commented_above or " # " in line
-    return found
+    """Dotted key path -> whether it carries a comment, from the raw lines: the comments the chart README shows
+    (``scripts/chart_readme.py``'s scanner, one scanner for both)."""
+    spec = importlib.util.spec_from_file_location("chart_readme", CHART.parents[1] / "scripts" / "chart_readme.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {path: bool(text.strip()) for path, text in module.comments().items()}
 
 
 def test_scanner_sees_every_key() -> None:

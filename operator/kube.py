@@ -273,16 +273,21 @@ class Kube:
     # build the operator's whole owned intent; what they mark for removal (`$patch: delete` env entries, `None` map
     # values) is removed by a separate patch first, since an apply removes only fields the same manager applied
     # before, and fields written by kvplan-operator's earlier patches (operation Update) are not among them.
-    def patch_deployment(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+    def _remove_then_apply(self, kind: str, api_version: str, namespace: str, name: str, patch: Mapping[str, Any],
+                           send: Callable[..., Any], removal_type: str) -> None:
+        """The removals ``patch`` marks (a patch of content type ``removal_type``), then the apply of the rest.
+        ``send(body, **kw)`` makes the object's patch call as kvplan-operator."""
         body, removals = split_removals(patch)
         if removals is not None:
-            self._write(f"patch Deployment/{name} (removals)", lambda: self.apps.patch_namespaced_deployment(
-                name, namespace, removals, field_manager=FIELD_MANAGER, _request_timeout=self.timeout_s,
-                _content_type="application/strategic-merge-patch+json", _preload_content=False))
-        intent = _intent("apps/v1", "Deployment", namespace, name, body)
-        self._write(f"apply Deployment/{name}", lambda: self.apps.patch_namespaced_deployment(
-            name, namespace, intent, field_manager=FIELD_MANAGER, force=True, _request_timeout=self.timeout_s,
-            _content_type=APPLY, _preload_content=False))
+            self._write(f"patch {kind}/{name} (removals)", lambda: send(removals, _content_type=removal_type))
+        intent = _intent(api_version, kind, namespace, name, body)
+        self._write(f"apply {kind}/{name}", lambda: send(intent, force=True, _content_type=APPLY))
+
+    def patch_deployment(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        self._remove_then_apply("Deployment", "apps/v1", namespace, name, patch, lambda body, **kw: (
+            self.apps.patch_namespaced_deployment(name, namespace, body, field_manager=FIELD_MANAGER,
+                                                  _request_timeout=self.timeout_s, _preload_content=False, **kw)),
+            "application/strategic-merge-patch+json")
 
     def create_configmap(self, namespace: str, body: Mapping[str, Any]) -> None:
         name = body.get("metadata", {}).get("name")
@@ -291,26 +296,17 @@ class Kube:
             _request_timeout=self.timeout_s, _preload_content=False))
 
     def patch_configmap(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        body, removals = split_removals(patch)
-        if removals is not None:
-            self._write(f"patch ConfigMap/{name} (removals)", lambda: self.core.patch_namespaced_config_map(
-                name, namespace, removals, field_manager=FIELD_MANAGER, _request_timeout=self.timeout_s,
-                _content_type="application/merge-patch+json", _preload_content=False))
-        intent = _intent("v1", "ConfigMap", namespace, name, body)
-        self._write(f"apply ConfigMap/{name}", lambda: self.core.patch_namespaced_config_map(
-            name, namespace, intent, field_manager=FIELD_MANAGER, force=True, _request_timeout=self.timeout_s,
-            _content_type=APPLY, _preload_content=False))
+        self._remove_then_apply("ConfigMap", "v1", namespace, name, patch, lambda body, **kw: (
+            self.core.patch_namespaced_config_map(name, namespace, body, field_manager=FIELD_MANAGER,
+                                                  _request_timeout=self.timeout_s, _preload_content=False, **kw)),
+            "application/merge-patch+json")
 
     def patch_httproute(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        body, removals = split_removals(patch)
-        if removals is not None:
-            self._call(f"patch HTTPRoute/{name} (removals)", lambda: self.custom.patch_namespaced_custom_object(
-                *GATEWAY[:2], namespace, GATEWAY[2], name, removals, field_manager=FIELD_MANAGER,
-                _request_timeout=self.timeout_s, _content_type="application/merge-patch+json"))
-        intent = _intent(f"{GATEWAY[0]}/{GATEWAY[1]}", "HTTPRoute", namespace, name, body)
-        self._call(f"apply HTTPRoute/{name}", lambda: self.custom.patch_namespaced_custom_object(
-            *GATEWAY[:2], namespace, GATEWAY[2], name, intent, field_manager=FIELD_MANAGER, force=True,
-            _request_timeout=self.timeout_s, _content_type=APPLY))
+        self._remove_then_apply("HTTPRoute", f"{GATEWAY[0]}/{GATEWAY[1]}", namespace, name, patch, lambda body, **kw: (
+            self.custom.patch_namespaced_custom_object(*GATEWAY[:2], namespace, GATEWAY[2], name, body,
+                                                       field_manager=FIELD_MANAGER, _request_timeout=self.timeout_s,
+                                                       _preload_content=False, **kw)),
+            "application/merge-patch+json")
 
     def patch_kvplan_status(self, namespace: str, name: str, status_patch: Mapping[str, Any]) -> None:
         self._call(f"patch KVPlan/{name}/status", lambda: self.custom.patch_namespaced_custom_object_status(

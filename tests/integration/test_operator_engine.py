@@ -28,24 +28,13 @@ from kvcore.reservation_file import parse_reservations
 from kvplan_operator import conditions as C
 from kvplan_operator.kube import Kube
 from operator_checks import file_disagreements, knob_disagreements  # type: ignore[import-not-found]
-from operator_world import REPO, apply_crds, backfill, cond, detail, fetch, kvplan_spec, run, setup
+from operator_world import REPO, backfill, cond, detail, fetch, kvplan_spec, run, setup
 from test_operator_httproute import crds  # type: ignore[import-not-found]  # noqa: F401 - the upstream CRDs fixture
 
 pytestmark = pytest.mark.integration
 
 ASYNC, SYNC = "kvplan_vllm.scheduler.AsyncReservationScheduler", "kvplan_vllm.scheduler.ReservationScheduler"
 GROUPS = {"pool-a": "vllm-a", "pool-b": "vllm-b"}
-
-
-@pytest.fixture(scope="module")
-def crd(cluster):
-    apply_crds(cluster, REPO / "crds" / "kvplans.kvplan.io.yaml")
-    return True
-
-
-@pytest.fixture
-def kube(kube_api) -> Kube:
-    return Kube(kube_api)
 
 
 def vllm(kube: Kube, namespace: str, name: str) -> dict[str, Any]:

@@ -26,21 +26,10 @@ import pytest
 from kvplan_operator import conditions as C
 from kvplan_operator.kube import Kube
 from operator_checks import detail_document, disagreements, router_document
-from operator_world import REPO, apply_crds, backfill, cond, detail, fetch, kvplan_spec, run, setup, versions
+from operator_world import REPO, backfill, cond, detail, fetch, kvplan_spec, run, setup, versions
 
 pytestmark = pytest.mark.integration
 GROUPS = {"pool-a": "vllm-a", "pool-b": "vllm-b"}
-
-
-@pytest.fixture(scope="module")
-def crd(cluster):
-    apply_crds(cluster, REPO / "crds" / "kvplans.kvplan.io.yaml")
-    return True
-
-
-@pytest.fixture
-def kube(kube_api) -> Kube:
-    return Kube(kube_api)
 
 
 def found_disagreements(kube: Kube, namespace: str) -> list[str]:

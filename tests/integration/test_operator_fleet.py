@@ -35,19 +35,13 @@ from kvplan_operator.kube import Kube
 from kvplan_operator.prom import PromClient, PromConnection
 from kvplan_operator.reconcile import Deps, reconcile
 from operator_checks import detail_document
-from operator_world import REPO, apply_crds
+
 
 pytestmark = pytest.mark.integration
 
 CLASSES, GROUPS, SMALL = 256, 64, 16
 STATUS_LIMIT = 256 * 1024
 CONFIGMAP_LIMIT = 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def crd(cluster):
-    apply_crds(cluster, REPO / "crds" / "kvplans.kvplan.io.yaml")
-    return True
 
 
 class World:

@@ -71,11 +71,6 @@ def crds(cluster):
     return files
 
 
-@pytest.fixture
-def kube(kube_api) -> Kube:
-    return Kube(kube_api)
-
-
 def route_body(namespace: str) -> dict:
     def svc(name: str, weight: int | None = None) -> dict:
         return {"name": name, "port": 8000} | ({} if weight is None else {"weight": weight})

@@ -17,8 +17,6 @@ import pytest
 from kvplan_operator import conditions as C
 from kvplan_operator.kube import Kube
 from operator_world import (
-    REPO,
-    apply_crds,
     backfill,
     detail,
     cond,
@@ -32,17 +30,6 @@ from operator_world import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def crd(cluster):
-    apply_crds(cluster, REPO / "crds" / "kvplans.kvplan.io.yaml")
-    return True
-
-
-@pytest.fixture
-def kube(kube_api) -> Kube:
-    return Kube(kube_api)
 
 
 def test_apply_plan_to_two_pools(crd, cluster, kube_api, kube, namespace, prometheus, traces_dir):

@@ -35,7 +35,7 @@ from kvplan_operator.prom import PromClient, PromConnection, PromError
 from kvplan_operator.reconcile import Deps, reconcile
 from kvplan_operator.sources import observe_histories
 from kvplan_operator.spec import parse_spec
-from operator_world import REPO, apply_crds, cond, detail
+from operator_world import REPO, cond, detail
 
 pytestmark = pytest.mark.integration
 
@@ -74,12 +74,6 @@ def servers() -> Iterator[list[LocalPrometheus]]:
         for server in started:
             server.stop()
             pytest_fixtures.STARTED.extend(server.history)
-
-
-@pytest.fixture(scope="module")
-def crd(cluster):
-    apply_crds(cluster, REPO / "crds" / "kvplans.kvplan.io.yaml")
-    return True
 
 
 class Counting:

@@ -22,17 +22,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kvplan_operator.kube import FIELD_MANAGER, Kube
-from operator_world import REPO, apply_crds, backfill, deployment, kvplan_spec, run, setup, versions
+from operator_world import backfill, deployment, kvplan_spec, run, setup, versions
 
 pytestmark = pytest.mark.integration
 
 GITOPS = "argocd-controller"
-
-
-@pytest.fixture(scope="module")
-def crd(cluster):
-    apply_crds(cluster, REPO / "crds" / "kvplans.kvplan.io.yaml")
-    return True
 
 
 def _managers(body: dict) -> dict[tuple[str, str], str]:

@@ -5,10 +5,11 @@ process can "die" right after a write)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import http.server
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -265,6 +266,20 @@ def serve(script: Script) -> tuple[http.server.ThreadingHTTPServer, str]:
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@contextlib.contextmanager
+def scripted_prometheus() -> Iterator[tuple[Script, str]]:
+    """A :class:`Script` served on 127.0.0.1 for the block (script, base URL); afterwards hung requests are released
+    and the server is closed."""
+    script = Script()
+    server, url = serve(script)
+    try:
+        yield script, url
+    finally:
+        script.release.set()
+        server.shutdown()
+        server.server_close()
 
 
 class ScriptedKnobs:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from kvplan_operator import conditions as C
-from op_fakes import Script, serve  # type: ignore[import-not-found]
+from op_fakes import Script, scripted_prometheus  # type: ignore[import-not-found]
 from operator_checks import detail_document  # type: ignore[import-not-found]
 from test_op_faults import (BUDGET, T0, World, baseline, busy, check,  # type: ignore[import-not-found]
                             recover, report, spec)
@@ -80,14 +80,8 @@ PROM_FAULTS = {
 
 @pytest.fixture
 def prometheus_script() -> Iterator[tuple[Script, str]]:
-    script = Script()
-    server, url = serve(script)
-    try:
-        yield script, url
-    finally:
-        script.release.set()
-        server.shutdown()
-        server.server_close()
+    with scripted_prometheus() as served:
+        yield served
 
 
 def test_prometheus_fault_matrix(prometheus_script):

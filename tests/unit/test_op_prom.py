@@ -13,7 +13,7 @@ import pytest
 
 from kvplan_operator import conditions as C
 from kvplan_operator.prom import PromClient, PromError, UrlPolicy, check_url
-from op_fakes import SECRET_BODY, Script, serve  # type: ignore[import-not-found]
+from op_fakes import SECRET_BODY, Script, scripted_prometheus  # type: ignore[import-not-found]
 
 def resolver(table: dict[str, list[str]]):
     return lambda host: table.get(host, ["10.1.2.3"])
@@ -62,16 +62,8 @@ def test_policy_from_environment(monkeypatch):
 
 @pytest.fixture
 def servers() -> Iterator[tuple[Script, str, Script, str]]:
-    a, b = Script(), Script()
-    sa, url_a = serve(a)
-    sb, url_b = serve(b)
-    try:
+    with scripted_prometheus() as (a, url_a), scripted_prometheus() as (b, url_b):
         yield a, url_a, b, url_b
-    finally:
-        a.release.set()
-        for s in (sa, sb):
-            s.shutdown()
-            s.server_close()
 
 
 def ok(result: object) -> bytes:

@@ -20,7 +20,7 @@ from kvplan_operator.observe import CredentialRefused, connection
 from kvplan_operator.prom import PromClient, PromConnection, PromError, UrlPolicy
 from kvplan_operator.reconcile import Deps, reconcile
 from kvplan_operator.spec import InvalidSpec, parse_spec
-from op_fakes import FakeKube, Script, dep, kvplan, serve  # type: ignore[import-not-found]
+from op_fakes import FakeKube, Script, dep, kvplan, scripted_prometheus  # type: ignore[import-not-found]
 from test_op_targets import SPEC  # type: ignore[import-not-found]
 
 EMPTY = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
@@ -28,15 +28,9 @@ EMPTY = json.dumps({"status": "success", "data": {"resultType": "vector", "resul
 
 @pytest.fixture
 def server() -> Iterator[tuple[Script, str]]:
-    script = Script()
-    srv, url = serve(script)
-    script.answers["/api/v1/query"] = (200, {}, EMPTY)
-    try:
+    with scripted_prometheus() as (script, url):
+        script.answers["/api/v1/query"] = (200, {}, EMPTY)
         yield script, url
-    finally:
-        script.release.set()
-        srv.shutdown()
-        srv.server_close()
 
 
 def test_basic_auth_and_headers_on_the_wire(server):

@@ -102,9 +102,26 @@ def setup(kube_api, namespace, spec, *, deployments=("vllm-a", "vllm-b")) -> dic
     apps = client.AppsV1Api(kube_api)
     for d in deployments:
         apps.create_namespaced_deployment(namespace, deployment(d))
+    return create_kvplan(kube_api, namespace, spec)
+
+
+def create_kvplan(kube_api, namespace, spec, *, name: str = "fleet", version: str = "v1beta1") -> dict:
+    """Create a KVPlan as ``kvplan.io/<version>``: the object the apiserver stored (its ApiException if refused)."""
+    from kubernetes import client
+
     return client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
-        "kvplan.io", "v1beta1", namespace, "kvplans",
-        {"apiVersion": "kvplan.io/v1beta1", "kind": "KVPlan", "metadata": {"name": "fleet"}, "spec": spec})
+        "kvplan.io", version, namespace, "kvplans",
+        {"apiVersion": f"kvplan.io/{version}", "kind": "KVPlan", "metadata": {"name": name}, "spec": spec})
+
+
+def refused(kube_api, namespace, spec, *, version: str = "v1beta1"):
+    """The apiserver's refusal (ApiException) of a KVPlan with ``spec``; fails the test if it is accepted."""
+    import pytest
+    from kubernetes import client
+
+    with pytest.raises(client.ApiException) as info:
+        create_kvplan(kube_api, namespace, spec, name="bad", version=version)
+    return info.value
 
 
 def detail(kube: Kube, namespace: str, name: str = "fleet") -> dict:

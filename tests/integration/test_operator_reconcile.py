@@ -18,11 +18,13 @@ from kvplan_operator import conditions as C
 from kvplan_operator.kube import Kube
 from operator_world import (
     backfill,
+    create_kvplan,
     detail,
     cond,
     deployment,
     fetch,
     kvplan_spec,
+    refused,
     router_weights,
     run,
     setup,
@@ -143,31 +145,22 @@ def test_dry_run_changes_nothing(crd, kube_api, kube, namespace, prometheus, tra
     ],
 )
 def test_schema_violation_refused_by_apiserver(crd, kube_api, namespace, mutate, needle):
-    from kubernetes import client
-
     spec = kvplan_spec("http://127.0.0.1:9")
     mutate(spec)
-    with pytest.raises(client.ApiException) as info:
-        client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
-            "kvplan.io", "v1alpha1", namespace, "kvplans",
-            {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan", "metadata": {"name": "bad"}, "spec": spec})
-    assert info.value.status == 422
-    assert needle in info.value.body
+    error = refused(kube_api, namespace, spec, version="v1alpha1")  # the deprecated version: the same schema
+    assert error.status == 422
+    assert needle in error.body
 
 
 @pytest.mark.parametrize(("lookback", "interval"), [("5m", "10s"), ("30d", "24h"), ("720h", "1h"), ("300s", "30s")])
 def test_duration_bounds_accept_their_ends(crd, kube_api, namespace, lookback, interval):
     """The CEL rules accept the bounds themselves in every unit the pattern allows (and parse_spec agrees)."""
-    from kubernetes import client
-
     from kvplan_operator.spec import parse_spec
 
     spec = kvplan_spec("http://127.0.0.1:9")
     spec["prometheus"].update(lookback=lookback, windows=1)
     spec["replan"].update(interval=interval)
-    created = client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
-        "kvplan.io", "v1alpha1", namespace, "kvplans",
-        {"apiVersion": "kvplan.io/v1alpha1", "kind": "KVPlan", "metadata": {"name": "edge"}, "spec": spec})
+    created = create_kvplan(kube_api, namespace, spec, name="edge", version="v1alpha1")
     parse_spec(created["spec"])
 
 

@@ -44,7 +44,6 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
-from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvcore.errors import InputError
@@ -342,7 +341,3 @@ def frontier_rows(setup: EngineSetup, name: str, load: float, workload: Workload
             rows.append(measure_row(setup, name, load, f"stock-w={w:g},s={s}", rho, workload, policy, res, False,
                              _describe(engine)))
     return rows
-
-
-def as_array(rows: Sequence[EngineRow], field: str) -> NDArray[np.float64]:
-    return np.array([np.nan if getattr(r, field) is None else float(getattr(r, field)) for r in rows])

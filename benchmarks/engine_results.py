@@ -59,10 +59,11 @@ def slo_rows(setup: EngineSetup, name: str, load: float, seed: int) -> list[Engi
     gate = EngineConfig(admission="gate")
     rho_e = engine_rho(setup.replays(load, seed))
     rho_8 = cost_ratio(SLO_EXAMPLE)
-    variants = [("slo-engine", setup.rule(load, None, seed).reserves),
-                ("slo-eq8", setup.rule(load, rho_8, seed).reserves),
-                ("slo-engine-dro", dict(zip(CLASSES, setup.reserves([rho_e[c] for c in CLASSES])))),
-                ("slo-eq8-dro", dict(zip(CLASSES, setup.reserves(rho_8))))]
+    variants: list[tuple[str, dict[str, float]]] = [
+        ("slo-engine", dict(setup.rule(load, None, seed).reserves)),
+        ("slo-eq8", dict(setup.rule(load, rho_8, seed).reserves)),
+        ("slo-engine-dro", dict(zip(CLASSES, setup.reserves([rho_e[c] for c in CLASSES])))),
+        ("slo-eq8-dro", dict(zip(CLASSES, setup.reserves(rho_8))))]
     rows = []
     for method, ys in variants:
         y = [float(ys[c]) for c in CLASSES]

@@ -10,8 +10,9 @@ With ``--engine vllm`` the output is one table (or ``{"rows": [...]}`` with ``--
 method, preemptions, recomputed_tokens, ttft_p50_s, ttft_p99_s, e2e_p50_s, e2e_p99_s, stall_p99_s, stalled_frac,
 goodput_rps, cost`` for the methods ``vllm-default``, ``kvplan-knobs``, ``kvplan-plugin`` (the reservations that pay)
 and ``kvplan-plugin-dro`` (the plan's raw reservations) at each load
-(:mod:`kvcore.evaluate.engine` states the protocol, fleet and measures); ``--frontier`` adds the plugin's rho sweep
-and stock vLLM's watermark x max_num_seqs grid (and, with ``--out``, the frontier plot).
+(:mod:`kvcore.evaluate.engine` states the protocol, fleet and measures); ``--frontier`` adds the plugin's rho sweep,
+stock vLLM's watermark x max_num_seqs grid and the gate's per-class reservation x max_num_seqs grid (and, with
+``--out``, the frontier plot).
 
 Prints a table of mean cost per request (c_w = 1, c_p = rho) per policy, rho and shift, or with ``--json`` one
 object ``{"trace", "protocol", "observe", "lmax", "requests", "plans", "rows": [{"observe", "rho", "shift",
@@ -90,7 +91,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    "vs kvplan's plugin through the vLLM engine model")
     p.add_argument("--load", default="0.7,0.9", help="--engine vllm: loads, fractions of the profile's capacity")
     p.add_argument("--frontier", action="store_true",
-                   help="--engine vllm: also sweep rho (plugin) and watermark x max_num_seqs (stock vLLM)")
+                   help="--engine vllm: also sweep rho (plugin), watermark x max_num_seqs (stock vLLM) "
+                   "and per-class reservation x max_num_seqs (the plugin's gate)")
     p.add_argument("--replay-requests", type=int_arg(low=20, high=100_000), default=3000,
                    help="--engine vllm: requests per history replay of the knob and reservation rules (default 3000)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")

@@ -34,8 +34,10 @@ TTFT <= ``ttft_slo_s`` and mean time per output token <= ``tpot_slo_s``, per sec
 gate, 0 otherwise; overflow = tokens recomputed after preemption).
 
 The frontier sweeps rho for the plugin (the rule's and the raw DRO reservations, and ``rho=engine``: the rule with
-the engine's preemption price, :mod:`kvcore.preemption`) and (watermark, max_num_seqs) for stock vLLM
-(:func:`frontier_rows`).
+the engine's preemption price, :mod:`kvcore.preemption`) and (watermark, max_num_seqs) for stock vLLM; and, to
+compare the two instruments themselves rather than a rule's choice, the gate's own setting as a grid the size of
+stock's: per class, nothing or each of the history's output quantiles :data:`FRONTIER_QUANTILES`, at every
+max_num_seqs of stock's grid (:func:`frontier_rows`). Every point is measured on the replay; none is chosen from it.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ METHODS = ("vllm-default", "kvplan-knobs", "kvplan-plugin", "kvplan-plugin-dro")
 FRONTIER_RHOS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 FRONTIER_WATERMARKS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2)
 FRONTIER_SEQS = (256, 128, 64, 32)
+FRONTIER_QUANTILES = (0.25, 0.5, 0.75, 0.9)
+"""The gate's grid on the frontier: per class, nothing or these quantiles of the class's history outputs."""
 CLASSES = ("short", "long")
 
 
@@ -176,6 +180,15 @@ class EngineSetup:
         train = self.out[: self.half][self.cls[: self.half] == c]
         parts = np.array_split(train, max(1, min(4, train.size)))
         return History(tuple(Samples.from_arrays(p, field=f"history[{CLASSES[c]}][{i}]") for i, p in enumerate(parts)))
+
+    def grid(self) -> list[list[float]]:
+        """Per class: 0 and each of :data:`FRONTIER_QUANTILES` of its history outputs (whole tokens, distinct)."""
+        out = []
+        for c in (0, 1):
+            train = self.out[: self.half][self.cls[: self.half] == c]
+            qs = np.rint(np.quantile(train, FRONTIER_QUANTILES)) if train.size else np.zeros(0)
+            out.append(sorted({0.0, *(float(q) for q in qs)}))
+        return out
 
     def reserves(self, rho: float | Sequence[float]) -> list[float]:
         """The plan's reservation of each class at ``rho`` (one for both, or one each)."""
@@ -317,7 +330,8 @@ def frontier_rows(setup: EngineSetup, name: str, load: float, workload: Workload
     """At every rho of :data:`FRONTIER_RHOS` (cost priced at each): the plugin with the reservations that pay
     (``plugin-rho=``) and with the plan's raw reservations (``plugin-dro-rho=``); the rule priced by the engine
     (``plugin-rho=engine``, cost priced at the report's rho); stock vLLM at every watermark x max_num_seqs (cost
-    priced at the report's rho)."""
+    priced at the report's rho); the gate at every reservation vector of :meth:`EngineSetup.grid` and max_num_seqs of
+    stock's grid (``plugin-y=<short>,<long>,s=<max_num_seqs>``, cost priced at the report's rho)."""
     rows = []
     base = EngineConfig()
     gate = base.model_copy(update={"admission": "gate"})
@@ -340,4 +354,12 @@ def frontier_rows(setup: EngineSetup, name: str, load: float, workload: Workload
             policy, res = run_variant(setup, workload, [0.0, 0.0], rho, engine, seed)
             rows.append(measure_row(setup, name, load, f"stock-w={w:g},s={s}", rho, workload, policy, res, False,
                              _describe(engine)))
+    grid = setup.grid()
+    for s in FRONTIER_SEQS:
+        engine = gate.model_copy(update={"max_num_seqs": s})
+        for a in grid[0]:
+            for b in grid[1]:
+                policy, res = run_variant(setup, workload, [a, b], rho, engine, seed)
+                rows.append(measure_row(setup, name, load, f"plugin-y={a:g},{b:g},s={s}", rho, workload, policy, res,
+                                        True, f"{_describe(engine)} y={a:g},{b:g}"))
     return rows

@@ -42,18 +42,39 @@ def table_markdown(ev: EngineEvaluation) -> str:
     return "\n".join(out)
 
 
+GRID = "plugin-y="
+"""Method prefix of the gate's reservation grid on the frontier (``plugin-y=<short>,<long>,s=<max_num_seqs>``)."""
+
+
+def seqs_of(method: str) -> int | None:
+    """The max_num_seqs of a ``stock-`` or ``plugin-y=`` frontier point (``...,s=<n>``), else None."""
+    _, sep, tail = method.rpartition(",s=")
+    return int(tail) if sep and tail.isdigit() else None
+
+
+def matches(plugin: EngineRow, stock: EngineRow, goodput: bool = False) -> bool:
+    """``plugin`` reaches ``stock``'s stalled share with a P99 e2e no worse (with ``goodput``: and goodput no lower)."""
+    return ((plugin.stalled_frac or 0) <= (stock.stalled_frac or 0)
+            and (plugin.e2e_p99_s or math.inf) <= (stock.e2e_p99_s or 0)
+            and (not goodput or plugin.goodput_rps >= stock.goodput_rps))
+
+
 def frontier_check(rows: Sequence[EngineRow], load: float, prefix: str = "plugin-rho=") -> tuple[int, int]:
     """(stock points, stock points the plugin matches): a stock (watermark, max_num_seqs) point is matched when some
     plugin point (methods starting with ``prefix``: the reservations that pay at every rho by default,
     ``plugin-dro-rho=`` for the raw DRO reservations) reaches a stalled share no higher with a P99 e2e no worse."""
     stock = [r for r in rows if r.load == load and r.method.startswith("stock-")]
     plugin = [r for r in rows if r.load == load and r.method.startswith(prefix)]
-    matched = 0
-    for s in stock:
-        if any((p.stalled_frac or 0) <= (s.stalled_frac or 0) and (p.e2e_p99_s or math.inf) <= (s.e2e_p99_s or 0)
-               for p in plugin):
-            matched += 1
-    return len(stock), matched
+    return len(stock), sum(any(matches(p, s) for p in plugin) for s in stock)
+
+
+def grid_check(rows: Sequence[EngineRow], load: float, goodput: bool = False) -> tuple[int, int]:
+    """(stock points, stock points the gate's grid matches at the same max_num_seqs): the two instruments compared,
+    the reservation vector against the watermark. With ``goodput`` a match must also keep goodput no lower."""
+    stock = [r for r in rows if r.load == load and r.method.startswith("stock-")]
+    grid = [r for r in rows if r.load == load and r.method.startswith(GRID)]
+    return len(stock), sum(any(matches(p, s, goodput) for p in grid if seqs_of(p.method) == seqs_of(s.method))
+                           for s in stock)
 
 
 def write_csv(ev: EngineEvaluation, path: Path) -> Path:
@@ -71,7 +92,8 @@ SWEEPS = (("plugin-rho=", "tab:orange", "kvplan plugin, reservations that pay: r
 
 def plot_frontier(ev: EngineEvaluation, path: Path) -> Path:
     """Stalled share against P99 e2e and against goodput, one row of panels per load: stock vLLM's (watermark,
-    max_num_seqs) grid, the plugin's rho sweeps (reservations that pay, raw DRO) and the variants."""
+    max_num_seqs) grid, the gate's (reservation vector, max_num_seqs) grid, the plugin's rho sweeps (reservations
+    that pay, raw DRO) and the variants."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -86,12 +108,17 @@ def plot_frontier(ev: EngineEvaluation, path: Path) -> Path:
         stock = [r for r in rows if r.method.startswith("stock-")]
         sweeps = [(sorted((r for r in rows if r.method.startswith(p) and not r.method.endswith("engine")),
                           key=lambda r: r.rho), color, label) for p, color, label in SWEEPS]
+        grid = [r for r in rows if r.method.startswith(GRID)]
         for j, (field, label) in enumerate((("e2e_p99_s", "P99 end-to-end latency (s)"),
                                             ("goodput_rps", "goodput (requests/s within SLO)"))):
             ax = axes[i][j]
             if stock:
                 ax.scatter([getattr(r, field) for r in stock], [r.stalled_frac or 0 for r in stock], s=18,
                            color="tab:blue", alpha=0.6, label="stock vLLM: watermark x max_num_seqs")
+            if grid:
+                ax.scatter([getattr(r, field) for r in grid], [r.stalled_frac or 0 for r in grid], s=14,
+                           marker="x", color="tab:red", alpha=0.45,
+                           label="kvplan gate: per-class reservation grid x max_num_seqs")
             for sweep, color, name in sweeps:
                 if sweep:
                     ax.plot([getattr(r, field) for r in sweep], [r.stalled_frac or 0 for r in sweep], "-o",

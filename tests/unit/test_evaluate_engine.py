@@ -1,8 +1,9 @@
 """`kvcore evaluate --engine vllm` (kvcore.evaluate.engine): the four variants at two loads on a real (small)
 vendored trace, with the issue's row keys; the knobs row really runs the knobs the rule chose; the plugin row runs
 the gate with the reservations that pay (kvcore.reserve_rule) and the plugin-dro row with the plan's raw
-reservations (no preemption can survive a reservation of L_max); the frontier adds the plugin's rho sweeps and stock
-vLLM's grid; bad flags exit 2 naming the flag."""
+reservations (no preemption can survive a reservation of L_max); the frontier adds the plugin's rho sweeps, stock
+vLLM's grid and the gate's reservation grid, and the grid is compared with stock only at the same max_num_seqs; bad
+flags exit 2 naming the flag."""
 
 from __future__ import annotations
 
@@ -12,8 +13,16 @@ from pathlib import Path
 import pytest
 
 from kvcore.cli import main
-from kvcore.evaluate.engine import FRONTIER_RHOS, FRONTIER_SEQS, FRONTIER_WATERMARKS, METHODS, evaluate_engine
-from kvcore.evaluate.engine_report import ROW_KEYS, frontier_check
+from kvcore.evaluate.engine import (
+    FRONTIER_QUANTILES,
+    FRONTIER_RHOS,
+    FRONTIER_SEQS,
+    FRONTIER_WATERMARKS,
+    METHODS,
+    EngineRow,
+    evaluate_engine,
+)
+from kvcore.evaluate.engine_report import GRID, ROW_KEYS, frontier_check, grid_check, seqs_of
 from kvcore.traces import load_trace
 
 
@@ -46,12 +55,37 @@ def test_cli_json_and_frontier(traces_dir: Path, capsys: pytest.CaptureFixture[s
     rows = obj["rows"]
     assert all(tuple(r) == ROW_KEYS for r in rows)
     per_load = len(METHODS) + 2 * len(FRONTIER_RHOS) + 1 + len(FRONTIER_WATERMARKS) * len(FRONTIER_SEQS)
-    assert len(rows) == 2 * per_load and {r["load"] for r in rows} == {0.7, 0.9}
+    grid = [r["method"] for r in rows if r["method"].startswith(GRID)]
+    assert len(set(grid)) * 2 == len(grid)  # one row per (vector, s) at each of the two loads
+    per_seqs = {s: len({m for m in grid if seqs_of(m) == s}) for s in FRONTIER_SEQS}
+    # per class: nothing, or each distinct quantile (outputs are >= 1 token): 2 to len(FRONTIER_QUANTILES) + 1 values
+    n_grid = per_seqs[FRONTIER_SEQS[0]]
+    assert set(per_seqs.values()) == {n_grid} and 4 <= n_grid <= (len(FRONTIER_QUANTILES) + 1) ** 2
+    assert {f"{GRID}0,0,s={s}" for s in FRONTIER_SEQS} <= set(grid)
+    assert len(rows) == 2 * (per_load + n_grid * len(FRONTIER_SEQS)) and {r["load"] for r in rows} == {0.7, 0.9}
     assert {p.rsplit(".", 1)[-1] for p in obj["files"]} == {"csv", "md", "png"}
     ev = evaluate_engine(load_trace(trace), loads=(0.7,), frontier=True, replay_requests=400)
     n, matched = frontier_check(ev.rows, 0.7)
     assert n == len(FRONTIER_WATERMARKS) * len(FRONTIER_SEQS) and 0 <= matched <= n
     assert {r.method for r in ev.rows} >= {"plugin-rho=engine", "plugin-rho=10", "plugin-dro-rho=10"}
+
+
+def _row(method: str, stalled: float, p99: float, goodput: float) -> EngineRow:
+    return EngineRow(trace="t", load=0.9, method=method, preemptions=0, recomputed_tokens=0, ttft_p50_s=1.0,
+                     ttft_p99_s=1.0, e2e_p50_s=1.0, e2e_p99_s=p99, stall_p99_s=0.1, stalled_frac=stalled,
+                     goodput_rps=goodput, cost=0.0, rho=10.0)
+
+
+def test_grid_check_compares_at_the_same_max_num_seqs() -> None:
+    rows = [_row("stock-w=0.05,s=64", 0.001, 100.0, 1.0), _row("stock-w=0.05,s=256", 0.001, 90.0, 1.0),
+            # better than both stock points on every measure, but at s=256: matches only the s=256 one
+            _row(f"{GRID}10,20,s=256", 0.0, 80.0, 2.0),
+            # at s=64: no more stalls, P99 no worse, less goodput
+            _row(f"{GRID}30,40,s=64", 0.001, 100.0, 0.5)]
+    assert grid_check(rows, 0.9) == (2, 2)
+    assert grid_check(rows, 0.9, goodput=True) == (2, 1)
+    assert grid_check([*rows[:3], _row(f"{GRID}30,40,s=64", 0.002, 50.0, 3.0)], 0.9) == (2, 1)
+    assert seqs_of("stock-w=0.1,s=32") == 32 and seqs_of("plugin-rho=10") is None
 
 
 @pytest.mark.parametrize(("args", "flag"), [

@@ -282,10 +282,9 @@ Written from the run of 2026-11-30 19:46 UTC (the tables above and below); re-re
   setting, and watermarks of 0.02-0.2 at max_num_seqs 32, or 0.2 at any, reorder admissions: 0.2-1.6% lower P99,
   which no reservation is for); BurstGPT all and GPT-4 conv at 0.9 (2 each: a 2% watermark at stalled
   0.0001-0.0007, 0.6-1.2% lower P99 than the best plugin point that stalls no more); GPT-4 conv at 0.7 (w=0.2, s=64,
-  0.3%, at a lower goodput: 1.08 against 1.09 req/s). The rho sweeps
-  alone meet it on 4 rows (the rule's) or 7 (with the raw DRO reservations), because the rule's sweep plateaus: on
-  ShareGPT at 0.9 it keeps (200, 258) tokens from rho 5 to 100, since on the history's replays that already leaves
-  1-4 preemptions per 3,000 requests. The replayed half is heavier (stock stalls 2.0% of it, 1.7% and 0.7% of the
+  0.3%, at a lower goodput: 1.08 against 1.09 req/s). The rho sweeps alone meet it on 4 rows (the rule's) or 7
+  (with the raw DRO reservations), because the rule's sweep plateaus: on ShareGPT at 0.9 it keeps (200, 258) tokens
+  from rho 5 to 100, since on the history's replays that already leaves 1-4 preemptions per 3,000 requests. The replayed half is heavier (stock stalls 2.0% of it, 1.7% and 0.7% of the
   history's two replays), so its remaining stalls are ones the history did not show; no rule chosen on the history
   sees them. The instrument reaches them: the grid's (0, 420) stalls 0.0001 at P99 88.7 s and goodput 0.80, against
   stock's w=0.05 at 89.7 s and 0.76; (200, 420) stalls none at 89.0 s and 0.79, against w=0.1 at 93.9 s and 0.58.

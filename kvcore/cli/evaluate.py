@@ -123,7 +123,7 @@ def _run_engine(args: argparse.Namespace) -> int:
     if args.json:
         obj: dict[str, object] = {"rows": [row_dict(r) for r in rows], "capacity_rps": ev.capacity_rps,
                                   "reserves": ev.reserves, "knobs": ev.knobs, "plugin": ev.plugin,
-                                  "engine_rho": ev.engine_rho}
+                                  "plugin_knobs": ev.plugin_knobs, "engine_rho": ev.engine_rho}
         if written:
             obj["files"] = [str(p) for p in written]
         print_json(obj, sys.stdout)
@@ -134,6 +134,8 @@ def _run_engine(args: argparse.Namespace) -> int:
         print(f"knobs at load {load}: {note}")
     for load, note in ev.plugin.items():
         print(f"plugin reservations at load {load}: {note}")
+    for load, note in ev.plugin_knobs.items():
+        print(f"plugin+knobs at load {load}: {note}")
     print(format_table(list(ROW_KEYS[1:]), [[row_dict(r)[k] for k in ROW_KEYS[1:]] for r in rows]))
     for p in written:
         print(f"wrote {p}")

@@ -25,7 +25,10 @@ timestamps are rescaled to it (keeping its burstiness), or Poisson when it has n
   full search, the rule as designed: the operator's fast search keeps 89-101% of its gain on fresh replays,
   ``benchmarks/rule_agreement.py``);
 - ``kvplan-plugin-dro``: kvplan's gate with each class's plan reservation as it is (DRO, default radius, on its
-  history at rho), kept so the comparison with the rule stays honest.
+  history at rho), kept so the comparison with the rule stays honest;
+- ``kvplan-plugin+knobs``: what the operator deploys for a group with the plugin on and ``knobs: Auto`` (the
+  default): the knob rule's settings, and the gate with the reservations that pay chosen on top of them (the
+  reservation rule replays the history with the knobs the engines run, as the operator does: docs/operator.md).
 
 **Measures** per row: preemptions, recomputed tokens, TTFT and e2e P50/P99 (s), ``stall_p99_s`` (P99 over requests
 of the longest gap between two tokens), ``stalled_frac`` (share with a gap > 1 s), ``goodput_rps`` (requests with
@@ -60,7 +63,7 @@ from kvcore.sim.engine import EngineConfig, EngineResult, simulate_engine
 from kvcore.traces import Trace
 
 DEFAULT_LOADS = (0.7, 0.9)
-METHODS = ("vllm-default", "kvplan-knobs", "kvplan-plugin", "kvplan-plugin-dro")
+METHODS = ("vllm-default", "kvplan-knobs", "kvplan-plugin", "kvplan-plugin-dro", "kvplan-plugin+knobs")
 FRONTIER_RHOS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
 FRONTIER_WATERMARKS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2)
 FRONTIER_SEQS = (256, 128, 64, 32)
@@ -124,6 +127,8 @@ class EngineEvaluation(BaseModel):
                                        "(tokens): kvplan-plugin-dro's.")
     knobs: dict[str, str] = Field(default_factory=dict, description="Per load: the knobs chosen and why.")
     plugin: dict[str, str] = Field(default_factory=dict, description="Per load: the reservations that pay and why.")
+    plugin_knobs: dict[str, str] = Field(default_factory=dict, description=(
+        "Per load: the reservations that pay on top of the knob rule's settings (kvplan-plugin+knobs) and why."))
     engine_rho: dict[str, dict[str, float]] = Field(default_factory=dict, description=(
         "Per load, per class: rho_e = C h, the engine's price of a token past the reservation (kvcore.preemption)."))
     rows: list[EngineRow]
@@ -154,21 +159,25 @@ class EngineSetup:
         self.arrival = None if self.arrival_all is None else self.arrival_all[test]
         self.lmax = float(out.max())
         self.replay_requests = replay_requests
-        self._replays: dict[float, ReplaySet] = {}
+        self._replays: dict[tuple[float, EngineConfig | None], ReplaySet] = {}
 
-    def replays(self, load: float, seed: int) -> ReplaySet:
-        """The reservation rule's replays of the history at ``load`` (one set for every rho)."""
-        if load not in self._replays:
+    def replays(self, load: float, seed: int, base: EngineConfig | None = None) -> ReplaySet:
+        """The reservation rule's replays of the history at ``load`` (one set for every rho), on vLLM's defaults or
+        on ``base`` (the engine settings the gate runs with)."""
+        if (load, base) not in self._replays:
             history_t = None if self.arrival_all is None else self.arrival_all[: self.half]
-            self._replays[load] = ReplaySet(self.group, self.knob_classes(load, self.reserves(1.0), 1.0),
-                                            requests=self.replay_requests, seed=seed, arrivals_s=history_t,
-                                            ttft_slo_s=self.fleet.ttft_slo_s, tpot_slo_s=self.fleet.tpot_slo_s)
-        return self._replays[load]
+            self._replays[load, base] = ReplaySet(self.group, self.knob_classes(load, self.reserves(1.0), 1.0),
+                                                  base=base, requests=self.replay_requests, seed=seed,
+                                                  arrivals_s=history_t, ttft_slo_s=self.fleet.ttft_slo_s,
+                                                  tpot_slo_s=self.fleet.tpot_slo_s)
+        return self._replays[load, base]
 
-    def rule(self, load: float, rho: float | Sequence[float] | None, seed: int) -> ReserveChoice:
+    def rule(self, load: float, rho: float | Sequence[float] | None, seed: int, base: EngineConfig | None = None,
+             ) -> ReserveChoice:
         """The reservations that pay at ``load``, the classes at ``rho`` (one for both, or one each); None: priced by
-        the engine (the plan's reservations at the engine's rho_e, harm at its price in token slots)."""
-        rs = self.replays(load, seed)
+        the engine (the plan's reservations at the engine's rho_e, harm at its price in token slots). ``base``: the
+        engine settings the gate runs with (vLLM's defaults when None)."""
+        rs = self.replays(load, seed, base)
         if rho is None:
             rho_e = engine_rho(rs)
             ys = [self.reserves_at(c, rho_e[CLASSES[c]]) for c in (0, 1)]
@@ -296,6 +305,7 @@ def evaluate_engine(trace: Trace, *, loads: Sequence[float] = DEFAULT_LOADS, rho
     rows: list[EngineRow] = []
     knob_notes: dict[str, str] = {}
     plugin_notes: dict[str, str] = {}
+    both_notes: dict[str, str] = {}
     rho_e: dict[str, dict[str, float]] = {}
     for load in (wrap(loads) if wrap is not None else loads):
         workload = setup.workload(load, seed)
@@ -307,8 +317,13 @@ def evaluate_engine(trace: Trace, *, loads: Sequence[float] = DEFAULT_LOADS, rho
         paying = [float(rule.reserves[c]) for c in CLASSES]
         plugin_notes[f"{load:g}"] = f"{_reserves_text(rule)}: {rule.reason}"
         rho_e[f"{load:g}"] = engine_rho(setup.replays(load, seed))
-        variants = [("vllm-default", base, reserves), ("kvplan-knobs", choice.engine_config(base, CLASSES), reserves),
-                    ("kvplan-plugin", gate, paying), ("kvplan-plugin-dro", gate, reserves)]
+        knobs = choice.engine_config(base, CLASSES)
+        both = setup.rule(load, rho, seed, base=knobs)
+        both_notes[f"{load:g}"] = f"{_describe(knobs)}; {_reserves_text(both)}: {both.reason}"
+        variants = [("vllm-default", base, reserves), ("kvplan-knobs", knobs, reserves),
+                    ("kvplan-plugin", gate, paying), ("kvplan-plugin-dro", gate, reserves),
+                    ("kvplan-plugin+knobs", knobs.model_copy(update={"admission": "gate"}),
+                     [float(both.reserves[c]) for c in CLASSES])]
         for method, engine, ys in variants:
             policy, res = run_variant(setup, workload, ys, rho, engine, seed)
             text = _describe(engine) + (f" y={ys[0]:.0f},{ys[1]:.0f}" if engine.admission == "gate" else "")
@@ -318,7 +333,8 @@ def evaluate_engine(trace: Trace, *, loads: Sequence[float] = DEFAULT_LOADS, rho
             rows += frontier_rows(setup, name, load, workload, rho, seed)
     return EngineEvaluation(trace=name, requests=len(trace) - setup.half, replicas=fleet.replicas,
                             capacity_rps=setup.capacity_rps, reserves=dict(zip(CLASSES, reserves)),
-                            knobs=knob_notes, plugin=plugin_notes, engine_rho=rho_e, rows=rows)
+                            knobs=knob_notes, plugin=plugin_notes, plugin_knobs=both_notes, engine_rho=rho_e,
+                            rows=rows)
 
 
 def _reserves_text(rule: ReserveChoice) -> str:

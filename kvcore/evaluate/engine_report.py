@@ -102,7 +102,7 @@ def plot_frontier(ev: EngineEvaluation, path: Path) -> Path:
     loads = sorted({r.load for r in ev.rows})
     fig, axes = plt.subplots(len(loads), 2, figsize=(11, 4 * len(loads)), squeeze=False)
     styles = {"vllm-default": ("k", "s"), "kvplan-knobs": ("tab:green", "D"), "kvplan-plugin": ("tab:red", "*"),
-              "kvplan-plugin-dro": ("tab:purple", "P")}
+              "kvplan-plugin-dro": ("tab:purple", "P"), "kvplan-plugin+knobs": ("tab:brown", "X")}
     for i, load in enumerate(loads):
         rows = [r for r in ev.rows if r.load == load]
         stock = [r for r in rows if r.method.startswith("stock-")]

@@ -28,10 +28,14 @@ from kvcore.traces import load_trace
 
 def test_rows_and_variants(traces_dir: Path) -> None:
     ev = evaluate_engine(load_trace(traces_dir / "burstgpt_first7d_gpt4_conv.csv"), loads=(0.9,), rho=10.0)
-    assert [r.method for r in ev.rows] == ["vllm-default", "kvplan-knobs", "kvplan-plugin", "kvplan-plugin-dro"]
-    default, knobs, plugin, dro = ev.rows
+    assert [r.method for r in ev.rows] == ["vllm-default", "kvplan-knobs", "kvplan-plugin", "kvplan-plugin-dro",
+                                           "kvplan-plugin+knobs"]
+    default, knobs, plugin, dro, both = ev.rows
     assert default.knobs == "watermark=0 max_num_seqs=256 policy=fcfs"
     assert knobs.knobs in ev.knobs["0.9"] and "gate" in plugin.knobs and "gate" in dro.knobs
+    # the deployed combination: the knobs row's engine settings, with the gate on top
+    assert both.knobs.startswith(knobs.knobs + " gate") and ev.plugin_knobs["0.9"].startswith(knobs.knobs + ";")
+    assert both.preemptions < default.preemptions
     assert default.preemptions > 0  # memory binds on this trace at load 0.9: the comparison is not vacuous
     assert plugin.preemptions < default.preemptions and dro.preemptions < default.preemptions
     assert set(ev.reserves) == {"short", "long"} and all(v > 0 for v in ev.reserves.values())

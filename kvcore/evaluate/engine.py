@@ -146,6 +146,10 @@ class EngineSetup:
         out = np.maximum(np.rint(np.asarray(trace.output_tokens, dtype=np.float64)), 1)
         cut = float(np.median(inp[: self.half]))
         self.cls = (inp > cut).astype(np.int64)
+        if not self.cls[: self.half].any():
+            raise InputError(trace.source or "trace", f"no prompt of the history (first {self.half} requests) is "
+                             f"longer than its median, {cut:.0f} tokens: the engine comparison splits its two classes "
+                             "there, so the long class would be empty", hint="needs prompts of more than one length")
         self.inp, self.out = inp, out
         self.group = fleet.group()
         self.fleet = fleet

@@ -92,6 +92,14 @@ def test_grid_check_compares_at_the_same_max_num_seqs() -> None:
     assert seqs_of("stock-w=0.1,s=32") == 32 and seqs_of("plugin-rho=10") is None
 
 
+def test_prompts_of_one_length_are_refused_with_the_cause(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    trace = tmp_path / "flat.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens\n" + "".join(f"{i},100,{1 + 7 * i}\n" for i in range(40)))
+    assert main(["evaluate", "--trace", str(trace), "--engine", "vllm", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "flat.csv" in err and "longer than its median, 100 tokens" in err and "long class would be empty" in err
+
+
 @pytest.mark.parametrize(("args", "flag"), [
     (["--rho", "2,3"], "--rho"), (["--load", "3"], "--load"), (["--load", "x"], "--load"),
     (["--replay-requests", "5"], "--replay-requests"),

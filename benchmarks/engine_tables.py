@@ -113,24 +113,31 @@ def plugin_table(evs: Sequence[EngineEvaluation], load: float) -> list[str]:
 
 
 def _unmatched(rows: Sequence[EngineRow], load: float, prefixes: Sequence[str], same_seqs: bool = False,
-               ) -> list[tuple[EngineRow, EngineRow]]:
+               ) -> list[tuple[EngineRow, EngineRow | None]]:
     """Stock points no plugin point matches (stalled no higher, P99 no worse; with ``same_seqs`` only plugin points
     at the stock point's max_num_seqs count), each with the plugin point of lowest P99 among those with a stalled
-    share no higher, worst first (by that point's P99 over the stock point's)."""
+    share no higher (None when no plugin point stalls that little), worst first (by that point's P99 over the stock
+    point's; None first)."""
     stock = [r for r in rows if r.load == load and r.method.startswith("stock-")]
     plugin = [r for r in rows if r.load == load and r.method.startswith(tuple(prefixes))]
-    out = []
+    out: list[tuple[EngineRow, EngineRow | None]] = []
     for s in stock:
         ok = [p for p in plugin if (p.stalled_frac or 0) <= (s.stalled_frac or 0)
               and (not same_seqs or seqs_of(p.method) == seqs_of(s.method))]
-        if ok and not any(matches(p, s) for p in ok):
-            out.append((s, min(ok, key=lambda p: p.e2e_p99_s or math.inf)))
-    return sorted(out, key=lambda sp: -((sp[1].e2e_p99_s or 0) / (sp[0].e2e_p99_s or 1)))
+        if not any(matches(p, s) for p in ok):
+            out.append((s, min(ok, key=lambda p: p.e2e_p99_s or math.inf, default=None)))
+    return sorted(out, key=lambda sp: -_gap(*sp))
 
 
-def _worst(pairs: Sequence[tuple[EngineRow, EngineRow]]) -> str:
-    return "; ".join(f"{s.method[6:]} {s.e2e_p99_s:.1f} s, {s.goodput_rps:.3g} -> {p.method} {p.e2e_p99_s:.1f} s, "
-                     f"{p.goodput_rps:.3g}" for s, p in pairs[:2]) or "-"
+def _gap(s: EngineRow, p: EngineRow | None) -> float:
+    """How much worse the best plugin point's P99 is than the stock point's (inf: no plugin point stalls so little)."""
+    return math.inf if p is None else (p.e2e_p99_s or 0) / (s.e2e_p99_s or 1) - 1
+
+
+def _worst(pairs: Sequence[tuple[EngineRow, EngineRow | None]]) -> str:
+    return "; ".join(f"{s.method[6:]} {s.e2e_p99_s:.1f} s, {s.goodput_rps:.3g} -> " + (
+        "no plugin point stalls so little" if p is None else f"{p.method} {p.e2e_p99_s:.1f} s, {p.goodput_rps:.3g}")
+        for s, p in pairs[:2]) or "-"
 
 
 def frontier_table(evs: Sequence[EngineEvaluation], loads: Sequence[float]) -> list[str]:
@@ -162,13 +169,16 @@ def frontier_table(evs: Sequence[EngineEvaluation], loads: Sequence[float]) -> l
             sweeps = _worst(_unmatched(ev.rows, load, ("plugin-rho=", "plugin-dro-rho=")))
             grid = _worst(_unmatched(ev.rows, load, (GRID,), same_seqs=True))
             every = _unmatched(ev.rows, load, ("plugin-",))
-            gaps += [(p.e2e_p99_s or 0) / (s.e2e_p99_s or 1) - 1 for s, p in every]
+            gaps += [_gap(s, p) for s, p in every]
             total, rows_n, met_rows = total + n, rows_n + 1, met_rows + (not every)
             if (_get(ev.rows, load, "vllm-default").stalled_frac or 0) > 0:
                 stalls = [stalls[0] + n, stalls[1] + mg, stalls[2] + mgg]
             out.append(f"| {_stem(ev)} | {load:g} | {m} of {n} | {m2} of {n} | {mg} of {n} | {mgg} of {n} | "
                        f"{n - len(every)} of {n} | {mp} of {n} | {sweeps} | {grid} |")
-    worst = f"; the unmatched ones by {min(gaps):.2%} to {max(gaps):.2%} of P99" if gaps else ""
+    finite = [g for g in gaps if g != math.inf]
+    worst = f"; the unmatched ones by {min(finite):.2%} to {max(finite):.2%} of P99" if finite else ""
+    if len(finite) < len(gaps):
+        worst += f", {len(gaps) - len(finite)} at a stall level no plugin point reaches"
     return out + ["", f"Every plugin point together matches {total - len(gaps)} of {total} stock points and every "
                   f"stock point on {met_rows} of {rows_n} rows{worst}. Per-class reservations against one "
                   f"watermark, on the rows where stock vLLM stalls any request: the gate's grid at the same "

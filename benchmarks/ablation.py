@@ -22,8 +22,8 @@ from kvcore.instance import ClassSpec, CostSpec, GroupSpec, Instance, Layout
 from kvcore.planmodel import Plan
 from kvcore.profiles import ProfileOverride, resolve, roofline
 from kvcore.radius import RadiusPolicy
-from kvcore.samples import History, Samples
-from kvcore.traces import load_trace
+from kvcore.history.samples import History, Samples
+from kvcore.history.traces import load_trace
 
 RHO = 20.0
 SHIFT = 2.5

@@ -8,7 +8,7 @@ test outputs; geometric mean over (trace, rho), per protocol and shift. Targets 
 through vLLM's 1-2-5 buckets, <= 1.01 through kvplan's fine layout, at every shift under split and rolling.
 
 It measures, in one run: the shipped configuration on every layout (with per-trace numbers), every within-bucket
-model of :mod:`kvcore.binned_model` (for the default policy and for SAA, the critical fractile), and the radius's
+model of :mod:`kvcore.history.bucket_model` (for the default policy and for SAA, the critical fractile), and the radius's
 binning term (``RadiusPolicy.binning`` none / open / all, and the true distance between the model and the requests
 in place of the worst case, which no rule can know). ``--mixture LAYOUT`` adds a fitted two-component lognormal
 mixture per window as the within-bucket shape (binned maximum likelihood, Nelder-Mead from three starts): slow
@@ -29,8 +29,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 
-from kvcore.binned import Buckets, bin_lengths  # noqa: E402
-from kvcore.binned_model import DEFAULT_MODEL, MODELS, Shape, bucket_samples  # noqa: E402
+from kvcore.history.buckets import Buckets, bin_lengths  # noqa: E402
+from kvcore.history.bucket_model import DEFAULT_MODEL, MODELS, Shape, bucket_samples  # noqa: E402
 from kvcore.evaluate import DEFAULT_RHOS, DEFAULT_SHIFTS, Evaluation, evaluate, register_policy  # noqa: E402
 from kvcore.evaluate.harness import request_cost  # noqa: E402
 from kvcore.evaluate.observe import binned_history  # noqa: E402
@@ -39,9 +39,9 @@ from kvcore.evaluate.protocols import episodes_for, resolve_lmax  # noqa: E402
 from kvcore.radius import DEFAULT_RADIUS, RadiusPolicy, with_horizon  # noqa: E402
 from kvcore.reservation import ReservationResult, reserve  # noqa: E402
 from kvcore.radius_drift import wasserstein1_side  # noqa: E402
-from kvcore.samples import BinningBound, History, Samples  # noqa: E402
-from kvcore.series import LAYOUTS  # noqa: E402
-from kvcore.traces import Trace, load_trace  # noqa: E402
+from kvcore.history.samples import BinningBound, History, Samples  # noqa: E402
+from kvcore.history.series import LAYOUTS  # noqa: E402
+from kvcore.history.traces import Trace, load_trace  # noqa: E402
 
 LAYOUT_NAMES = ("vllm", "powers-of-4", "kvplan")
 LAYOUT_LABELS = {"vllm": "vLLM 1-2-5", "powers-of-4": "powers of 4", "kvplan": "kvplan fine (<= 10 %)"}
@@ -160,7 +160,7 @@ def markdown(costs: dict[tuple[str, str, str], dict[Key, float]], paths: Sequenc
         out.append(f"- {LAYOUT_LABELS[lay]}: gm <= {target:g} at every shift, split and rolling: **"
                    + ("met" if ok else "not met") + "** (" + ", ".join(f"{p} {s:g}: {gm:.3f}"
                                                                        for p, s, gm, _w in cells) + ").")
-    out += ["", "Size of the binning bound (`kvcore/binned_bound.py`) on each trace's split training half (four "
+    out += ["", "Size of the binning bound (`kvcore/history/bucket_bound.py`) on each trace's split training half (four "
             "windows, pooled), as a fraction of its mean output: every bucket's / the open +Inf bucket's, on the "
             "side that overflows a reservation (up):", "", "| trace | " + " | ".join(LAYOUT_LABELS[lay] for lay in
                                                                                  LAYOUT_NAMES) + " |",
@@ -197,7 +197,7 @@ def markdown(costs: dict[tuple[str, str, str], dict[Key, float]], paths: Sequenc
 
 def lognormal_mixture_shape(b: Buckets, components: int = 2) -> Shape:
     """A ``components``-lognormal mixture fitted to the bucket counts by binned maximum likelihood (Nelder-Mead
-    from three starts), returned as a shape (its CDF); :func:`kvcore.binned_model.bucket_samples` keeps each
+    from three starts), returned as a shape (its CDF); :func:`kvcore.history.bucket_model.bucket_samples` keeps each
     bucket's count and takes only the shape inside buckets from it."""
     from scipy import optimize, stats
 

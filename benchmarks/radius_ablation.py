@@ -35,8 +35,8 @@ from kvcore.evaluate import evaluate, ratio_cells, register_policy
 from kvcore.radius import RadiusPolicy
 from kvcore.radius_drift import Side, drift_radius, exposed_side
 from kvcore.reservation import ReservationResult, reserve
-from kvcore.samples import History, Samples
-from kvcore.traces import load_trace
+from kvcore.history.samples import History, Samples
+from kvcore.history.traces import load_trace
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINES = ("saa", "dro-paper", "dro-0.02", "p95", "p99")

@@ -142,7 +142,7 @@ What the operator sees is not the output lengths but, per history window, how ma
 of the exporter's layout: vLLM's 1-2-5 buckets (`vllm:request_generation_tokens`), the Envoy AI Gateway's powers
 of 4, or kvplan's plugin's fine layout (buckets at most 10 % wide). `kvcore evaluate --observe LAYOUT` trains every
 policy on exactly that (`kvcore/evaluate/observe.py`): each history window binned into the layout up to L_max, plus
-`+Inf` closed at L_max, and read back with a within-bucket model (`kvcore/binned_model.py`). The model and the
+`+Inf` closed at L_max, and read back with a within-bucket model (`kvcore/history/bucket_model.py`). The model and the
 radius's binning term are explained in `docs/model.md`, "Histogram buckets"; `python benchmarks/binning.py`
 regenerates this section alone.
 

@@ -37,7 +37,7 @@ from kvcore.knobs import KnobClass, choose_knobs, plan_groups
 from kvcore.reserve_rule import ReplaySet, ReserveChoice, choose_reserves, class_rho
 from kvcore.rule_replays import GroupReplays
 from kvcore.sim import SimGroup
-from kvcore.traces import load_trace
+from kvcore.history.traces import load_trace
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Peak memory of trace loading: ``kvcore.traces.load_trace`` streams, so its peak RSS should follow the arrays it
+"""Peak memory of trace loading: ``kvcore.history.traces.load_trace`` streams, so its peak RSS should follow the arrays it
 keeps (3 x 8 bytes per request), not the size of the file's text.
 
 For each line count (default 1M and 10M) a trace CSV ``arrival_s,input_tokens,output_tokens`` is generated (seeded,
@@ -35,7 +35,7 @@ CHILD = r"""
 import csv, json, sys, time
 from pathlib import Path
 import numpy as np
-from kvcore.traces import load_trace
+from kvcore.history.traces import load_trace
 
 def whole_text(path):
     text = Path(path).read_text(encoding="utf-8")

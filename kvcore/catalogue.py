@@ -27,7 +27,7 @@ RADIUS_KINDS: tuple[str, ...] = get_args(RadiusKind)
 HistorySource = Literal["vllm", "kvplan", "llm-d", "envoy-ai-gateway", "custom"]
 HISTORY_SOURCES: tuple[str, ...] = get_args(HistorySource)
 """Where a class's output-length history comes from (docs/operator.md, "History sources"): vLLM's own
-``vllm:request_generation_tokens`` histogram; kvplan's fine-bucket histogram (``kvcore.series``, exported by the
+``vllm:request_generation_tokens`` histogram; kvplan's fine-bucket histogram (``kvcore.history.series``, exported by the
 ``kvplan_vllm`` stat logger); llm-d's and Envoy AI Gateway's token metrics; ``custom`` for a PromQL the user gives."""
 
 RouterTarget = Literal["configmap", "httproute", "inferencepool"]

@@ -1,7 +1,7 @@
 """The Wasserstein radius eps: how it is chosen, and why.
 
 A :class:`RadiusPolicy` says which rule picks eps (in tokens: the radius of a type-1 Wasserstein ball over output
-lengths has the units of the lengths). :func:`choose_radius` applies it to a :class:`~kvcore.samples.History` and
+lengths has the units of the lengths). :func:`choose_radius` applies it to a :class:`~kvcore.history.samples.History` and
 returns a :class:`RadiusChoice` carrying eps, the rule's name and a one-line human reason, so every plan can say
 where its eps came from.
 
@@ -32,7 +32,7 @@ from kvcore.radius_drift import (
     drift_radius,
     exposed_side,
 )
-from kvcore.samples import History, Samples, as_history
+from kvcore.history.samples import History, Samples, as_history
 
 
 class RadiusPolicy(BaseModel):

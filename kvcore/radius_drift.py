@@ -71,7 +71,7 @@ from typing import Literal
 
 import numpy as np
 
-from kvcore.samples import FloatArray, History, Samples
+from kvcore.history.samples import FloatArray, History, Samples
 
 DEFAULT_FLOOR_SCALE = 3.0
 """How many of the N observed requests the ball may relocate across the spread S (floor = count x S / N_eff).

@@ -1,7 +1,7 @@
 """The reservation file ``kvplan.reservations.v1``: per-class reservations, the fleet default and the class rules
 that kvplan's vLLM plugins (``kvplan_vllm``) read, and its validation.
 
-One definition for both sides, like :mod:`kvcore.series`: the operator writes the document
+One definition for both sides, like :mod:`kvcore.history.series`: the operator writes the document
 (:func:`render_reservations`) into the KVPlan's state ConfigMap, one per group running the plugin (key
 ``reservations-<group>.json``); the group's pods mount that ConfigMap as a volume and the plugins parse it (:func:`parse_reservations`; ``docs/vllm-plugins.md``). Pure:
 no I/O (``kvplan_vllm.source`` reads the file).

@@ -50,7 +50,7 @@ from kvcore.planmodel import Plan
 from kvcore.preemption import PreemptionPrice, class_prices, context_tokens, harm_tokens, token_interval_s
 from kvcore.rule_replays import REPLAYS, REQUESTS, GroupReplays, ReplayStore
 from kvcore.reserve_search import fast_search, full_search
-from kvcore.samples import weighted_quantile
+from kvcore.history.samples import weighted_quantile
 from kvcore.sim.engine import EngineConfig
 from kvcore.sim.types import SimGroup, SimPolicy, Workload
 

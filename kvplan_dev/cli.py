@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from kvcore.cli.args import OneLineParser, float_arg, remember_parsers, report, unknown_arguments
 from kvcore.errors import InputError
-from kvcore.traces import load_trace
+from kvcore.history.traces import load_trace
 from kvplan_dev import cluster as cluster_mod
 from kvplan_dev import prom as prom_mod
 from kvplan_dev.gobuild import BuildError
@@ -82,7 +82,7 @@ def _summary(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def backfill_rows(path: Path) -> list[TraceRow]:
-    """The rows of a trace to backfill, read and checked by :func:`kvcore.traces.load_trace` (every error names the
+    """The rows of a trace to backfill, read and checked by :func:`kvcore.history.traces.load_trace` (every error names the
     file, line and column) before anything is started; the backfill needs arrival times."""
     trace = load_trace(path)
     if trace.arrival_s is None:

@@ -14,7 +14,7 @@ Per pod, as a Kubernetes scrape of the pod sees it (labels ``namespace``, ``pod`
   (a gauge at 1 labelled with the cache configuration), ``vllm:kv_cache_usage_perc`` and
   ``vllm:num_preemptions_total``;
 - kvplan's stat-logger plugin: ``kvplan_request_output_tokens{kvplan_class, model_name}``, buckets
-  ``kvcore.series.kvplan_buckets(max_model_len)``, one series per class the pod served.
+  ``kvcore.history.series.kvplan_buckets(max_model_len)``, one series per class the pod served.
 
 Nothing is labelled per class except by the plugin: no ``model_name="<model>-<class>"`` series exist.
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvcore.profiles import roofline
-from kvcore.series import (KVPLAN_CLASS_LABEL, KVPLAN_OUTPUT_TOKENS, VLLM_CACHE_CONFIG_INFO, VLLM_GENERATION_TOKENS,
+from kvcore.history.series import (KVPLAN_CLASS_LABEL, KVPLAN_OUTPUT_TOKENS, VLLM_CACHE_CONFIG_INFO, VLLM_GENERATION_TOKENS,
                            VLLM_KV_CACHE_USAGE, VLLM_PREEMPTIONS, kvplan_buckets, vllm_buckets)
 from kvplan_dev.openmetrics import AnySeries, HistogramSeries, ScalarSeries, Window
 

@@ -13,7 +13,7 @@ node); one class ``c<i>`` per class with ``inputTokens``, ``prefixTokens``, ``ma
 **Series**, in the shape the real exporters produce (:mod:`kvplan_dev.demo_series` for the demo's three classes):
 every class is served by ``pods_per_class`` groups' pods (one pod per Deployment, named as a ReplicaSet names
 them), its requests split evenly; per pod and class the kvplan plugin's ``kvplan_request_output_tokens
-{kvplan_class, model_name}`` histogram with :func:`kvcore.series.kvplan_buckets` buckets up to
+{kvplan_class, model_name}`` histogram with :func:`kvcore.history.series.kvplan_buckets` buckets up to
 :data:`MAX_MODEL_LEN`, and per pod vLLM's ``cache_config_info``, ``kv_cache_usage_perc`` and
 ``num_preemptions_total``, each with the labels a Kubernetes scrape adds. Counts are drawn, not replayed (the
 fleet serves thousands of requests a second): per scrape interval a Poisson number of requests at the class's
@@ -35,7 +35,7 @@ import numpy as np
 
 from kvcore.instance import Instance
 from kvcore.profiles import resolve
-from kvcore.series import (KVPLAN_CLASS_LABEL, KVPLAN_OUTPUT_TOKENS, VLLM_CACHE_CONFIG_INFO, VLLM_KV_CACHE_USAGE,
+from kvcore.history.series import (KVPLAN_CLASS_LABEL, KVPLAN_OUTPUT_TOKENS, VLLM_CACHE_CONFIG_INFO, VLLM_KV_CACHE_USAGE,
                            VLLM_PREEMPTIONS, kvplan_buckets)
 from kvplan_dev.openmetrics import AnySeries, CountedHistogramSeries, ScalarSeries, Window
 

@@ -3,10 +3,10 @@ own ``/metrics``.
 
 vLLM loads it from the entry-point group ``vllm.stat_logger_plugins`` (declared in ``pyproject.toml``) in the
 API-server process (``AsyncLLM``); nothing needs to be passed on the command line. Series (names from
-:mod:`kvcore.series`; labels ``kvplan_class``, ``model_name``):
+:mod:`kvcore.history.series`; labels ``kvplan_class``, ``model_name``):
 
 - ``kvplan_request_output_tokens`` histogram: output tokens of each finished request, buckets
-  :func:`kvcore.series.kvplan_buckets` up to ``max_model_len`` (at most 10 % relative width);
+  :func:`kvcore.history.series.kvplan_buckets` up to ``max_model_len`` (at most 10 % relative width);
 - ``kvplan_requests_total`` counter: finished requests;
 - ``kvplan_request_preemptions_total`` counter: preemptions, summed over finished requests.
 
@@ -26,7 +26,7 @@ from vllm.config import VllmConfig
 from vllm.v1.metrics.loggers import StatLoggerBase
 from vllm.v1.metrics.stats import IterationStats, SchedulerStats
 
-from kvcore import series
+from kvcore.history import series
 from kvplan_vllm.classify import class_in_api_server
 from kvplan_vllm.source import ReservationSource, logger
 

@@ -11,7 +11,7 @@ reason (the last good plan stays in force):
 
 - ``InvalidHistogram``: a count that is NaN, infinite, negative or above :data:`MAX_COUNT`; an ``le`` that is not a
   number or is negative; cumulative counts that *decrease* with ``le`` by more than scrape skew explains
-  (kvcore's own tolerance: ``kvcore.binned.SKEW_REQUESTS`` requests plus ``SKEW_FRACTION`` of the window's
+  (kvcore's own tolerance: ``kvcore.history.buckets.SKEW_REQUESTS`` requests plus ``SKEW_FRACTION`` of the window's
   total) -- reversed buckets would put every request in the lowest bucket and shrink reservations to nothing --
   named specially when the ``+Inf`` bucket is the one below the last finite bucket. A dip within that tolerance is
   repaired by kvcore's running max;
@@ -23,7 +23,7 @@ reason (the last good plan stays in force):
 - ``PrometheusBadResponse``: a result of the wrong type or values that are not numbers.
 
 Binning: :func:`class_histories` is the one place where bucket counts become samples:
-:func:`kvcore.binned_history.class_histories` reads each window with the within-bucket model and gives every
+:func:`kvcore.history.bucketed.class_histories` reads each window with the within-bucket model and gives every
 window its binning bound for the radius rule. A class whose windows kvcore still refuses is ``InvalidHistogram``
 naming the class, the window and the bucket.
 """
@@ -35,10 +35,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvcore.binned import SKEW_FRACTION, SKEW_REQUESTS
-from kvcore.binned_history import ClassHistory
-from kvcore.binned_history import class_histories as _binned_histories
-from kvcore.samples import History
+from kvcore.history.buckets import SKEW_FRACTION, SKEW_REQUESTS
+from kvcore.history.bucketed import ClassHistory
+from kvcore.history.bucketed import class_histories as _binned_histories
+from kvcore.history.samples import History
 
 from . import conditions as C
 from .prom import PromError
@@ -175,7 +175,7 @@ def windows_from_matrix(data: Mapping[str, Any], *, what: str = "histogram") -> 
 def class_histories(windows_by_class: Mapping[str, Sequence[Mapping[str, float]]], *,
                     max_model_len: Mapping[str, float]) -> dict[str, ClassHistory]:
     """THE adapter from the range-query shape (per class, per window, ``le`` -> cumulative count; windows oldest
-    first, ``le`` strings as Prometheus writes them) to per-class histories: :func:`kvcore.binned_history.
+    first, ``le`` strings as Prometheus writes them) to per-class histories: :func:`kvcore.history.bucketed.
     class_histories` (the within-bucket model, each window's binning bound; empty windows skipped). The counts were
     checked by :func:`windows_by_key`; anything kvcore still refuses is ``InvalidHistogram`` naming the class."""
     out = _binned_histories(windows_by_class, max_model_len=dict(max_model_len))

@@ -34,14 +34,14 @@ from pathlib import Path
 
 from kvcore.bounds import MAX_RATIO, MAX_SEED, MAX_TOKENS
 from kvcore.cli.args import int_arg
-from kvcore.binned_model import DEFAULT_MODEL, MODELS
+from kvcore.history.bucket_model import DEFAULT_MODEL, MODELS
 from kvcore.cli.output import format_table, print_json, progress
 from kvcore.errors import InputError
 from kvcore.evaluate import DEFAULT_METHODS, DEFAULT_RHOS, DEFAULT_SHIFTS, PROTOCOLS, evaluate
 from kvcore.evaluate.observe import OBSERVE
 from kvcore.evaluate.report import write_report
 from kvcore.slo import RHO_MAX
-from kvcore.traces import load_trace
+from kvcore.history.traces import load_trace
 
 #: Largest --load (a fraction of the profile's capacity): past a few times capacity every queue only grows.
 MAX_LOAD = 10.0

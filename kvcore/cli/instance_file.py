@@ -25,8 +25,8 @@ from kvcore.cli.yaml_guard import safe_yaml_load
 from kvcore.errors import InputError
 from kvcore.instance import Instance, load_instance
 from kvcore.planner.limits import check_counts
-from kvcore.samples import History, Samples
-from kvcore.traces import histogram_to_samples, load_lengths
+from kvcore.history.samples import History, Samples
+from kvcore.history.traces import histogram_to_samples, load_lengths
 
 
 def short(value: Any) -> str:

@@ -22,8 +22,8 @@ from kvcore.bounds import MAX_RATIO, MAX_TOKENS, MAX_WEIGHT
 from kvcore.errors import InputError
 from kvcore.radius import RadiusPolicy, with_horizon
 from kvcore.reservation import METHODS, SolverStatus, reserve
-from kvcore.samples import Samples
-from kvcore.traces import load_lengths
+from kvcore.history.samples import Samples
+from kvcore.history.traces import load_lengths
 
 # Field names used by kvcore.reservation, as the flags a CLI user typed.
 _FLAG_OF = {"cp": "--cp", "cw": "--cw", "lmax": "--lmax", "eps": "--eps", "samples": "--samples"}

@@ -57,10 +57,10 @@ from kvcore.knobs import KnobChoice, KnobClass, choose_knobs
 from kvcore.preemption import context_tokens, operating_batch, token_interval_s
 from kvcore.profiles import roofline
 from kvcore.reserve_rule import ReplaySet, ReserveChoice, choose_reserves, engine_rho
-from kvcore.samples import History, Samples
+from kvcore.history.samples import History, Samples
 from kvcore.sim import SimGroup, SimPolicy, Workload
 from kvcore.sim.engine import EngineConfig, EngineResult, simulate_engine
-from kvcore.traces import Trace
+from kvcore.history.traces import Trace
 
 DEFAULT_LOADS = (0.7, 0.9)
 METHODS = ("vllm-default", "kvplan-knobs", "kvplan-plugin", "kvplan-plugin-dro", "kvplan-plugin+knobs")

@@ -18,14 +18,14 @@ from typing import TypeVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvcore.binned_model import DEFAULT_MODEL, check_model
+from kvcore.history.bucket_model import DEFAULT_MODEL, check_model
 from kvcore.errors import InputError
 from kvcore.evaluate.observe import check_observe, observe_episodes
 from kvcore.evaluate.policies import DEFAULT_METHODS, get_policy
 from kvcore.evaluate.protocols import PROTOCOLS, Episode, episodes_for, resolve_lmax, rolling_schedule
 from kvcore.evaluate.simulate import SimFleet, simulate_episodes
-from kvcore.samples import FloatArray
-from kvcore.traces import Trace
+from kvcore.history.samples import FloatArray
+from kvcore.history.traces import Trace
 
 T = TypeVar("T")
 Wrap = Callable[[Sequence[T], str], Iterable[T]]

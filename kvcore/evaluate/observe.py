@@ -2,9 +2,9 @@
 
 The operator reads output lengths from a Prometheus histogram: per history window, how many requests fell in each
 bucket of the exporter's layout. ``--observe LAYOUT`` replays exactly that: each window of every plan's history
-is binned into :data:`kvcore.series.LAYOUTS` ``[LAYOUT](L_max)`` (plus ``+Inf``, closed at L_max, the evaluation's
-max_model_len) and read back through :func:`kvcore.binned_model.bucket_samples` with the chosen within-bucket model,
-as :func:`kvcore.traces.histogram_to_samples` does for the operator. Costs are still measured on the raw test
+is binned into :data:`kvcore.history.series.LAYOUTS` ``[LAYOUT](L_max)`` (plus ``+Inf``, closed at L_max, the evaluation's
+max_model_len) and read back through :func:`kvcore.history.bucket_model.bucket_samples` with the chosen within-bucket model,
+as :func:`kvcore.history.traces.histogram_to_samples` does for the operator. Costs are still measured on the raw test
 outputs. ``raw`` (the default) leaves the histories as they are.
 
 Layouts: ``vllm`` (vLLM's 1-2-5 buckets of ``vllm:request_generation_tokens``), ``powers-of-4`` (the Envoy AI
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvcore.binned import bin_lengths
-from kvcore.binned_model import DEFAULT_MODEL, bucket_samples, check_model
+from kvcore.history.buckets import bin_lengths
+from kvcore.history.bucket_model import DEFAULT_MODEL, bucket_samples, check_model
 from kvcore.errors import InputError
 from kvcore.evaluate.protocols import Episode
-from kvcore.samples import History
-from kvcore.series import LAYOUTS
+from kvcore.history.samples import History
+from kvcore.history.series import LAYOUTS
 
 OBSERVE: tuple[str, ...] = ("raw", *LAYOUTS)
 """What ``--observe`` accepts: raw samples, or one of the bucket layouts by name."""

@@ -58,7 +58,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvcore.errors import InputError
-from kvcore.samples import FloatArray, as_float_array, check_finite_nonnegative
+from kvcore.history.samples import FloatArray, as_float_array, check_finite_nonnegative
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]

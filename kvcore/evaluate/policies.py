@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from kvcore.errors import InputError
 from kvcore.radius import RadiusPolicy, with_horizon
 from kvcore.reservation import ReservationResult, reserve
-from kvcore.samples import History
+from kvcore.history.samples import History
 
 PolicyFn = Callable[[History, float, float, float], ReservationResult]
 """(history, rho, lmax, horizon_ratio) -> reservation; cp = rho, cw = 1."""

@@ -1,7 +1,7 @@
 """The two evaluation protocols: which history each plan sees, and which (shifted) requests it is scored on.
 
-Both turn a :class:`~kvcore.traces.Trace` into a list of :class:`Episode` s. An episode is one plan: the
-:class:`~kvcore.samples.History` it is fitted on and the requests served under it, with their output lengths
+Both turn a :class:`~kvcore.history.traces.Trace` into a list of :class:`Episode` s. An episode is one plan: the
+:class:`~kvcore.history.samples.History` it is fitted on and the requests served under it, with their output lengths
 already multiplied by the shift and capped at ``lmax``.
 
 **split.** Train on the first half of the requests (time order; a trace without timestamps keeps file order),
@@ -33,8 +33,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kvcore.errors import InputError
-from kvcore.samples import FloatArray, History, Samples
-from kvcore.traces import Trace
+from kvcore.history.samples import FloatArray, History, Samples
+from kvcore.history.traces import Trace
 
 Protocol = Literal["split", "rolling"]
 PROTOCOLS: tuple[Protocol, ...] = ("split", "rolling")

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvcore.evaluate.protocols import Episode
 from kvcore.profiles import roofline
-from kvcore.traces import Trace
+from kvcore.history.traces import Trace
 
 
 class SimFleet(BaseModel):

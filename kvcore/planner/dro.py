@@ -39,7 +39,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvcore.reservation.exact import solve_dro_exact
-from kvcore.samples import Samples
+from kvcore.history.samples import Samples
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from kvcore.instance import ClassSpec, CostSpec, GroupSpec, Instance, Layout
 from kvcore.profiles import resolve
-from kvcore.samples import History, Samples
+from kvcore.history.samples import History, Samples
 
 LAYOUTS: tuple[tuple[int, int], ...] = (
     (2, 1), (4, 1), (2, 2), (4, 2), (8, 1), (1, 2), (2, 4), (1, 4), (4, 4), (8, 2), (1, 8), (8, 4),

@@ -22,7 +22,7 @@ from kvcore.reservation.exact import solve_dro_exact
 from kvcore.reservation.lp import solve_dro_lp
 from kvcore.reservation.objective import check_problem, cost, dro_objective, expected_cost
 from kvcore.reservation.result import DRO_METHODS, METHODS, Method, ReservationResult, SolverStatus
-from kvcore.samples import History, Samples, as_history
+from kvcore.history.samples import History, Samples, as_history
 
 __all__ = [
     "DEFAULT_RADIUS",

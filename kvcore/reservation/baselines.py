@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from kvcore.samples import Samples
+from kvcore.history.samples import Samples
 
 BaselineFn = Callable[[Samples, float, float, float], float]
 """(samples, cp, cw, lmax) -> unclipped reservation in output tokens."""

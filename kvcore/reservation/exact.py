@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvcore.reservation.objective import dro_objective
-from kvcore.samples import Samples, sorted_quantile_index, uniform_quantile_index
+from kvcore.history.samples import Samples, sorted_quantile_index, uniform_quantile_index
 
 # Relative tolerance for preferring a smaller gamma among candidates with (numerically) equal objective.
 _TIE_RTOL = 1e-12

@@ -28,7 +28,7 @@ from kvcore.highs import silent_highs
 
 from kvcore.reservation.objective import dro_objective
 from kvcore.reservation.result import SolverStatus
-from kvcore.samples import FloatArray, Samples
+from kvcore.history.samples import FloatArray, Samples
 
 _RECHECK_RTOL = 1e-6
 _BOUND_TOL = 1e-7

@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from kvcore.bounds import MAX_COST, MAX_TOKENS
 from kvcore.errors import InputError
-from kvcore.samples import FloatArray, Samples
+from kvcore.history.samples import FloatArray, Samples
 
 
 @overload

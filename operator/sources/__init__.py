@@ -2,7 +2,7 @@
 
 A class names its source in ``spec.classes[].history.source``; ``spec.historySources`` may override a source's
 metric, class label and selector. Each :class:`Source` knows its metric names (every spelling), its class label,
-its bucket layout (a name in :data:`kvcore.series.SOURCE_LAYOUTS`) and its default selector, and turns the classes
+its bucket layout (a name in :data:`kvcore.history.series.SOURCE_LAYOUTS`) and its default selector, and turns the classes
 that name it into **one** range query (:class:`SourceQuery`):
 
     sum by (le, <class label>) (increase({__name__=~"<metric>_bucket", <selector>}[W]))
@@ -55,7 +55,7 @@ class Source(Protocol):
 
     @property
     def layout(self) -> str:
-        """The bucket layout its exporter uses (:data:`kvcore.series.SOURCE_LAYOUTS`; empty for ``custom``)."""
+        """The bucket layout its exporter uses (:data:`kvcore.history.series.SOURCE_LAYOUTS`; empty for ``custom``)."""
         ...
 
     def metrics(self, settings: HistorySource | None) -> tuple[str, ...]:

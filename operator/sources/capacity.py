@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvcore.series import VLLM_CACHE_CONFIG_INFO, VLLM_KV_CACHE_USAGE, VLLM_PREEMPTIONS
+from kvcore.history.series import VLLM_CACHE_CONFIG_INFO, VLLM_KV_CACHE_USAGE, VLLM_PREEMPTIONS
 
 from .. import conditions as C
 from ..history import KEY_LABEL

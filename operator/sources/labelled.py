@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvcore.series import ENVOY_TOKEN_TYPE, ENVOY_TOKEN_USAGE, KVPLAN_CLASS_LABEL, KVPLAN_OUTPUT_TOKENS, \
+from kvcore.history.series import ENVOY_TOKEN_TYPE, ENVOY_TOKEN_USAGE, KVPLAN_CLASS_LABEL, KVPLAN_OUTPUT_TOKENS, \
     LLMD_OUTPUT_TOKENS
 
 from ..spec import HistorySource, KVPlanSpec

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from kvcore.series import VLLM_GENERATION_TOKENS, VLLM_GENERATION_TOKENS_ESCAPED
+from kvcore.history.series import VLLM_GENERATION_TOKENS, VLLM_GENERATION_TOKENS_ESCAPED
 
 from ..history import KEY_LABEL
 from ..spec import Group, HistorySource, KVPlanSpec

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from kvcore.radius_drift import drift_radius
-from kvcore.traces import build_1_2_5_buckets
+from kvcore.history.traces import build_1_2_5_buckets
 from kvplan_dev import pytest_fixtures
 from kvplan_dev.openmetrics import VLLM_UNDERSCORE, Window
 from kvplan_dev.prom import LocalPrometheus, series_from_trace
@@ -77,7 +77,7 @@ def test_history_matches_trace(backfilled, cls_index):
     # increase() extrapolates at window edges; totals agree to a few percent.
     assert obs.requests == pytest.approx(len(truth), rel=0.05)
     pooled = obs.history.pooled()
-    # Inside each bucket the within-bucket model (kvcore.binned_model) spreads the requests over whole tokens; each
+    # Inside each bucket the within-bucket model (kvcore.history.bucket_model) spreads the requests over whole tokens; each
     # quantile stays in (or at the edge of) the bucket that holds the trace's own.
     expect = bucketed(truth)
     assert (pooled.values == np.round(pooled.values)).all() and pooled.max() <= LMAX

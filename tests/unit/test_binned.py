@@ -1,4 +1,4 @@
-"""Histogram buckets (kvcore.binned, kvcore.binned_model, kvcore.binned_bound): parsing cumulative counts and its
+"""Histogram buckets (kvcore.history.buckets, kvcore.history.bucket_model, kvcore.history.bucket_bound): parsing cumulative counts and its
 bad-input refusals, the within-bucket models (bucket counts kept exactly, whole tokens, monotone), and the binning
 bound checked against scipy's brute-force 1-Wasserstein distance on synthetic requests, including the placements
 that attain it."""
@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from scipy.stats import wasserstein_distance
 
-from kvcore.binned import SKEW_FRACTION, SKEW_REQUESTS, Buckets, bin_lengths, buckets_from_cumulative, cumulative_from_lengths
-from kvcore.binned_bound import support_floor
-from kvcore.binned_model import MODELS, bucket_samples, shape, slice_edges
+from kvcore.history.buckets import SKEW_FRACTION, SKEW_REQUESTS, Buckets, bin_lengths, buckets_from_cumulative, cumulative_from_lengths
+from kvcore.history.bucket_bound import support_floor
+from kvcore.history.bucket_model import MODELS, bucket_samples, shape, slice_edges
 from kvcore.errors import InputError
 from kvcore.reservation import reserve
-from kvcore.samples import Samples
-from kvcore.series import kvplan_buckets, powers_of_4_buckets, vllm_buckets
+from kvcore.history.samples import Samples
+from kvcore.history.series import kvplan_buckets, powers_of_4_buckets, vllm_buckets
 
 INF = math.inf
 

@@ -1,4 +1,4 @@
-"""Per-class histories from one ``sum by (le, <class label>)`` range query (kvcore.binned_history): regrouping
+"""Per-class histories from one ``sum by (le, <class label>)`` range query (kvcore.history.bucketed): regrouping
 the matrix by class and window, empty windows skipped, request counts, a bad class isolated with a named error
 (decreasing counts, NaN, +Inf below the last finite bucket, a missing bucket), refusal of malformed series and of a
 class label with too many values, and per-class max_model_len."""
@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvcore.binned_history import class_histories, windows_from_matrix
+from kvcore.history.bucketed import class_histories, windows_from_matrix
 from kvcore.errors import InputError
-from kvcore.traces import histogram_to_samples
+from kvcore.history.traces import histogram_to_samples
 
 T = [1700000000, 1700003600, 1700007200]
 LES = ["10", "100", "1000", "+Inf"]

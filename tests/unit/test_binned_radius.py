@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from scipy.stats import wasserstein_distance
 
-from kvcore.binned import bin_lengths
-from kvcore.binned_model import bucket_samples
+from kvcore.history.buckets import bin_lengths
+from kvcore.history.bucket_model import bucket_samples
 from kvcore.radius import DEFAULT_RADIUS, RadiusPolicy, choose_radius
 from kvcore.radius_drift import drift_radius
-from kvcore.samples import History, Samples
-from kvcore.series import powers_of_4_buckets
+from kvcore.history.samples import History, Samples
+from kvcore.history.series import powers_of_4_buckets
 
 LMAX = 8192.0
 RATIO = 300.0 / 21600.0  # the operator's default horizon ratio: the horizon term is negligible

@@ -14,7 +14,7 @@ from collections import Counter, namedtuple
 
 import yaml
 
-from kvcore.series import kvplan_buckets, vllm_buckets
+from kvcore.history.series import kvplan_buckets, vllm_buckets
 from kvplan_dev import demo, demo_series
 from kvplan_dev.demo_report import parse_args
 from kvplan_dev.openmetrics import HistogramSeries, ScalarSeries, Window, read_trace, write_openmetrics

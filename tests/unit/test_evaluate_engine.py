@@ -23,7 +23,7 @@ from kvcore.evaluate.engine import (
     evaluate_engine,
 )
 from kvcore.evaluate.engine_report import GRID, ROW_KEYS, frontier_check, grid_check, seqs_of
-from kvcore.traces import load_trace
+from kvcore.history.traces import load_trace
 
 
 def test_rows_and_variants(traces_dir: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 from kvcore.cli import main
 from kvcore.errors import InputError
 from kvcore.evaluate import POLICIES, Evaluation, Row, evaluate, ratio_cells, request_cost
-from kvcore.traces import Trace
+from kvcore.history.traces import Trace
 
 
 @pytest.mark.parametrize(
@@ -66,7 +66,7 @@ def test_default_policy_is_told_the_episode_horizon() -> None:
     # The same history and costs: a plan that must hold as long as its history (ratio 1) gets at least the paper's
     # radius, one re-made after a quarter of it gets a sixteenth of that horizon term.
     from kvcore.evaluate.policies import get_policy
-    from kvcore.samples import History, Samples
+    from kvcore.history.samples import History, Samples
 
     rng = np.random.default_rng(4)
     hist = History.of([Samples.from_arrays(np.round(rng.gamma(2.0, 100.0, 500))) for _ in range(4)])

@@ -15,9 +15,9 @@ from kvcore.errors import InputError
 from kvcore.evaluate import evaluate, request_cost
 from kvcore.evaluate.observe import OBSERVE, binned_history
 from kvcore.reservation import reserve
-from kvcore.samples import History, Samples
-from kvcore.series import vllm_buckets
-from kvcore.traces import Trace, histogram_to_samples
+from kvcore.history.samples import History, Samples
+from kvcore.history.series import vllm_buckets
+from kvcore.history.traces import Trace, histogram_to_samples
 
 
 def _trace(n: int, top: int, seed: int = 0) -> Trace:

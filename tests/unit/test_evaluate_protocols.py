@@ -14,7 +14,7 @@ from kvcore.evaluate.protocols import (
     shift_outputs,
     split_episodes,
 )
-from kvcore.traces import Trace
+from kvcore.history.traces import Trace
 
 
 def _trace(outputs: list[float] | np.ndarray, arrivals: list[float] | np.ndarray | None = None) -> Trace:

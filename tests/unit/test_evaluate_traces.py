@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvcore.cli import main
-from kvcore.traces import load_trace
+from kvcore.history.traces import load_trace
 
 TRACES = sorted(p.name for p in (Path(__file__).resolve().parents[2] / "kvcore" / "data" / "traces").glob("*.csv"))
 

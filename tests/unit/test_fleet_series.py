@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from kvcore.series import KVPLAN_OUTPUT_TOKENS, kvplan_buckets
+from kvcore.history.series import KVPLAN_OUTPUT_TOKENS, kvplan_buckets
 from kvplan_dev.fleet import MAX_MODEL_LEN, Fleet
 from kvplan_dev.openmetrics import CountedHistogramSeries, ScalarSeries, Window, write_openmetrics
 from kvplan_operator.sources import plan_queries

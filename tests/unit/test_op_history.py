@@ -43,7 +43,7 @@ def matrix(result) -> dict:
 
 
 def _shares(window, edges):
-    """Each bucket's share of a window: the within-bucket model (kvcore.binned_model) spreads a bucket's requests
+    """Each bucket's share of a window: the within-bucket model (kvcore.history.bucket_model) spreads a bucket's requests
     inside it, and keeps its count exactly."""
     return [float(window.weights[(window.values > lo) & (window.values <= hi)].sum())
             for lo, hi in zip(edges[:-1], edges[1:])]
@@ -224,7 +224,7 @@ def test_rate_from_the_newest_windows_inf_bucket():
 
 
 def test_what_kvcore_refuses_is_a_named_reason():
-    """The adapter to kvcore.binned_history: a class whose windows kvcore refuses (here one window lacks a bucket
+    """The adapter to kvcore.history.bucketed: a class whose windows kvcore refuses (here one window lacks a bucket
     the other has) is InvalidHistogram naming the class and the bucket, never skipped silently."""
     from kvplan_operator.history import class_histories
 

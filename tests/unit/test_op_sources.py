@@ -14,7 +14,7 @@ import pytest
 from kvplan_operator import conditions as C
 from kvplan_operator.prom import PromError
 from kvcore import catalogue
-from kvcore.series import SOURCE_LAYOUTS
+from kvcore.history.series import SOURCE_LAYOUTS
 from kvplan_operator.sources import observe_histories, plan_queries, registry
 from kvplan_operator.spec import InvalidSpec, parse_spec
 from test_op_history import MATRIX, T, RecordedProm  # type: ignore[import-not-found]

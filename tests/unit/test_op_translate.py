@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from kvcore.radius import DEFAULT_RADIUS
-from kvcore.samples import History, Samples
+from kvcore.history.samples import History, Samples
 from kvplan_operator.history import ClassObservation
 from kvplan_operator.spec import Robustness, parse_spec
 from kvplan_operator.translate import build_instance, horizon_ratio, radius_policy

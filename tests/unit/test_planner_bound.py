@@ -24,7 +24,7 @@ from kvcore.planner.problem import compile_problem
 from kvcore.planner.synthetic import LAYOUTS, MODEL, generate
 from kvcore.planner.synthetic_fleet import generate_fleet
 from kvcore.profiles import ProfileOverride, roofline
-from kvcore.samples import Samples
+from kvcore.history.samples import Samples
 
 SMALL = [(c, z, n, seed) for (c, z, n) in [(3, 4, 100), (4, 4, 150), (5, 5, 200)] for seed in range(4)]
 

@@ -10,7 +10,7 @@ import pytest
 from kvcore.planner.dro import DroCurve, dro_eval
 from kvcore.planner.queueing import lam_t, lam_t_grad_s, waiting_time
 from kvcore.reservation.exact import solve_dro_exact
-from kvcore.samples import Samples
+from kvcore.history.samples import Samples
 
 
 def _lp_value(y: float, xi: np.ndarray, w: np.ndarray, cp: float, cw: float, lmax: float, eps: float) -> float:

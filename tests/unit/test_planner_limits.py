@@ -26,7 +26,7 @@ from kvcore.errors import InputError
 from kvcore.instance import ClassSpec, GroupSpec, Instance, Layout
 from kvcore.planner import limits
 from kvcore.planner.limits import PlanSize, check_size, estimate, reference_estimate
-from kvcore.samples import Samples
+from kvcore.history.samples import Samples
 
 ALLOWED = [
     ("reference", PlanSize(256, 64, 12, 2_000, 256 * 2_000)),

@@ -18,7 +18,7 @@ from kvcore.planner import compile_problem, plan
 from kvcore.planner.continuous import solve_continuous
 from kvcore.planner.exact import exact_objective, solve_exact
 from kvcore.planner.synthetic import generate
-from kvcore.samples import Samples
+from kvcore.history.samples import Samples
 
 RNG = np.random.default_rng(7)
 OUT = np.minimum(RNG.lognormal(5.0, 0.8, 200), 4000.0)

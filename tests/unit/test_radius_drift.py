@@ -20,8 +20,8 @@ from kvcore.errors import InputError
 from kvcore.radius import DEFAULT_RADIUS, RadiusPolicy, choose_radius, with_horizon
 from kvcore.radius_drift import drift_radius, saturation_radius, spread, wasserstein1, wasserstein1_side
 from kvcore.reservation import reserve
-from kvcore.samples import History, Samples
-from kvcore.traces import build_1_2_5_buckets, histogram_to_samples
+from kvcore.history.samples import History, Samples
+from kvcore.history.traces import build_1_2_5_buckets, histogram_to_samples
 
 
 OPERATOR_RATIO = 300.0 / 21600.0  # spec.replan.interval 5m / spec.prometheus.lookback 6h

@@ -12,7 +12,7 @@ from kvcore.errors import InputError
 from kvcore.radius import RadiusPolicy
 from kvcore.reservation import METHODS, SolverStatus, cost, reserve
 from kvcore.reservation.lp import map_status
-from kvcore.samples import History, Samples
+from kvcore.history.samples import History, Samples
 
 RNG_SEED = 7
 

@@ -17,7 +17,7 @@ from kvcore.radius import RadiusPolicy
 from kvcore.reservation import SolverStatus, expected_cost, reserve
 from kvcore.reservation.exact import solve_dro_exact
 from kvcore.reservation.lp import solve_dro_lp
-from kvcore.samples import Samples
+from kvcore.history.samples import Samples
 
 REL = 1e-6
 

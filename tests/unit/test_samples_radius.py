@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from kvcore.errors import InputError
 from kvcore.radius import RULES, RadiusChoice, RadiusPolicy, choose_radius, register_rule
-from kvcore.samples import History, Samples, weighted_mean, weighted_quantile, weighted_std
+from kvcore.history.samples import History, Samples, weighted_mean, weighted_quantile, weighted_std
 
 
 @pytest.mark.parametrize(

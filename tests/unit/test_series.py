@@ -1,12 +1,12 @@
 """Bucket layouts and series names shared by the history sources, the vLLM plugin and the harness
-(``kvcore.series``): each layout's defining property checked directly, and bad maxima named."""
+(``kvcore.history.series``): each layout's defining property checked directly, and bad maxima named."""
 
 from __future__ import annotations
 
 import pytest
 
 from kvcore.errors import InputError
-from kvcore.series import KVPLAN_MAX_RELATIVE_WIDTH, LAYOUTS, kvplan_buckets, powers_of_4_buckets, vllm_buckets
+from kvcore.history.series import KVPLAN_MAX_RELATIVE_WIDTH, LAYOUTS, kvplan_buckets, powers_of_4_buckets, vllm_buckets
 
 
 @pytest.mark.parametrize("top", [1, 2, 10, 11, 100, 2048, 8192, 131072], ids=lambda t: f"max{t}")

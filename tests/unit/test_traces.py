@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kvcore.errors import InputError
-from kvcore.traces import build_1_2_5_buckets, histogram_to_samples, load_lengths, load_trace
+from kvcore.history.traces import build_1_2_5_buckets, histogram_to_samples, load_lengths, load_trace
 
 # vLLM's request_generation_tokens buckets for max_model_len = 4096 (vllm/v1/metrics/loggers.py,
 # build_1_2_5_buckets(max_model_len); its docstring example is build_1_2_5_buckets(100) = [1, 2, 5, 10, 20, 50, 100]).

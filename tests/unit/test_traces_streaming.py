@@ -1,4 +1,4 @@
-"""Streaming trace loading (``kvcore.csvstream`` under ``kvcore.traces.load_trace`` / ``load_lengths``):
+"""Streaming trace loading (``kvcore.history.csvstream`` under ``kvcore.history.traces.load_trace`` / ``load_lengths``):
 
 1. memory: the tracemalloc peak of loading a generated 200,000-line trace whose lines carry a long ignored column
    (about 47 MB of text) stays below twice the arrays kept plus a fixed 4 MiB, i.e. far below the text: the
@@ -18,9 +18,9 @@ from typing import cast
 import numpy as np
 import pytest
 
-from kvcore import csvstream
+from kvcore.history import csvstream
 from kvcore.errors import InputError
-from kvcore.traces import Trace, load_lengths, load_trace
+from kvcore.history.traces import Trace, load_lengths, load_trace
 
 LINES = 200_000
 SLACK = 4 * 1024**2  # bytes in transit: one read block, its decoded lines, one chunk of pending floats per column
@@ -89,7 +89,7 @@ def test_chunked_columns_match_numpy(tmp_path: Path, monkeypatch: pytest.MonkeyP
     path = tmp_path / "t.csv"
     rows = "".join(f"{a:.0f},{b:.0f},{c:.0f}\n" for a, b, c in data)
     path.write_text("arrival_s,input_tokens,output_tokens\n" + rows)
-    monkeypatch.setattr("kvcore.traces.CHUNK", 333)  # several chunks and a partial one
+    monkeypatch.setattr("kvcore.history.traces.CHUNK", 333)  # several chunks and a partial one
     t = load_trace(path)
     assert t.arrival_s is not None
     np.testing.assert_array_equal(np.stack([t.arrival_s, t.input_tokens, t.output_tokens], axis=1), data)

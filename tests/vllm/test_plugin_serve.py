@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvcore import series
+from kvcore.history import series
 from kvplan_dev.mounted_configmap import remove_configmap_key, write_configmap_volume
 from kvplan_dev.process import wait_until
 from kvplan_dev.vllm_cpu import VllmServer

@@ -6,7 +6,7 @@ into :class:`Buckets`: per-bucket request counts on explicit edges ``(lower, upp
 bucket closed at ``max_model_len`` (no output is longer). :func:`bin_lengths` does what an exporter does to raw
 lengths, so the evaluation can train a policy on exactly what the operator would see.
 
-What to place inside each bucket is the job of :mod:`kvcore.binned_model`.
+What to place inside each bucket is the job of :mod:`kvcore.history.bucket_model`.
 
 Bad input is an :class:`~kvcore.errors.InputError` naming the field; nothing is repaired except scrape
 skew (see :data:`SKEW_REQUESTS`).
@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvcore.errors import InputError
-from kvcore.samples import FloatArray, as_float_array
+from kvcore.history.samples import FloatArray, as_float_array
 
 SKEW_REQUESTS = 1.0
 """A cumulative count may sit this many requests below a lower bucket's ...

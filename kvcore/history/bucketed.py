@@ -6,9 +6,9 @@ A history source issues one range query per re-plan, for every class at once:
 
 Its ``result`` (``resultType: matrix``) is one series per (le, class) with one value per window.
 :func:`windows_from_matrix` regroups it as ``{class: [{le: cumulative count}, ...]}`` (windows oldest first), and
-:func:`class_histories` turns that into one :class:`ClassHistory` per class: a :class:`~kvcore.samples.History` of
-the windows that counted requests, read with a within-bucket model (:mod:`kvcore.binned_model`), each window
-carrying its binning bound (:mod:`kvcore.binned_bound`) for the radius rule.
+:func:`class_histories` turns that into one :class:`ClassHistory` per class: a :class:`~kvcore.history.samples.History` of
+the windows that counted requests, read with a within-bucket model (:mod:`kvcore.history.bucket_model`), each window
+carrying its binning bound (:mod:`kvcore.history.bucket_bound`) for the radius rule.
 
 A class whose data are wrong (counts that fall as ``le`` grows, NaN, a ``+Inf`` bucket below the last finite one,
 a window missing a bucket the others have) gets its :class:`~kvcore.errors.InputError` in
@@ -23,10 +23,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvcore.binned import buckets_from_cumulative
-from kvcore.binned_model import DEFAULT_MODEL, bucket_samples, check_model
+from kvcore.history.buckets import buckets_from_cumulative
+from kvcore.history.bucket_model import DEFAULT_MODEL, bucket_samples, check_model
 from kvcore.errors import InputError
-from kvcore.samples import History, Samples
+from kvcore.history.samples import History, Samples
 
 Windows = dict[str, list[dict[str, float]]]
 """``{class: [{le: cumulative count}, ...]}``, windows oldest first."""

@@ -2,7 +2,7 @@
 
 :class:`Samples` is what every reservation solver consumes: output lengths in tokens (finite, >= 0) with weights
 (>= 0, normalised to sum 1). Weights are uniform for raw traces and proportional to bucket counts when the samples
-come from a Prometheus histogram (:func:`kvcore.traces.histogram_to_samples`).
+come from a Prometheus histogram (:func:`kvcore.history.traces.histogram_to_samples`).
 
 :class:`History` is a time-ordered tuple of :class:`Samples` windows, oldest first. SAA and DRO fit the pooled
 union; the data-driven radius measures drift between the windows.
@@ -66,7 +66,7 @@ def check_at_most(a: FloatArray, top: float, field: str, what: str, bound: str) 
 class BinningBound:
     """How far (1-Wasserstein, tokens) samples read from histogram buckets can be from the requests they stand for:
     the largest distance over every placement of each bucket's requests inside its bucket (computed and proved in
-    :mod:`kvcore.binned_bound`).
+    :mod:`kvcore.history.bucket_bound`).
 
     Attributes:
         up: the largest ``integral (F_samples - F_requests)^+ dx``: requests sitting higher than the samples.

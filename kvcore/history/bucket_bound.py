@@ -1,7 +1,7 @@
 """How far samples read from histogram buckets can be from the requests they stand for (1-Wasserstein, tokens).
 
 Let the buckets be ``(lo_b, hi_b]`` with request shares p_b (summing to 1), let P be the requests' true length
-distribution and P^ the samples a within-bucket model produced (:mod:`kvcore.binned_model`). Both put exactly p_b
+distribution and P^ the samples a within-bucket model produced (:mod:`kvcore.history.bucket_model`). Both put exactly p_b
 in every bucket, so their CDFs F and F^ agree at every bucket edge, and
 
     W1(P^, P) = integral |F^ - F| dx = sum_b p_b W1(P^_b, P_b)                                        [tokens]
@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvcore.binned import Buckets
-from kvcore.samples import BinningBound, FloatArray
+from kvcore.history.buckets import Buckets
+from kvcore.history.samples import BinningBound, FloatArray
 
 
 def support_floor(buckets: Buckets) -> FloatArray:

@@ -1,6 +1,6 @@
 """Within-bucket models: where inside each histogram bucket its requests are placed, and the samples that result.
 
-A histogram tells how many requests fell in each bucket ``(lower, upper]`` (:class:`~kvcore.binned.Buckets`), not
+A histogram tells how many requests fell in each bucket ``(lower, upper]`` (:class:`~kvcore.history.buckets.Buckets`), not
 where inside it. A model fills that in with a *shape*: a nondecreasing function G of the length x (tokens), used
 inside bucket b only through ``(G(x) - G(lower_b)) / (G(upper_b) - G(lower_b))``, the fraction of the bucket's
 requests at or below x. Every model therefore keeps each bucket's count exactly; they differ only inside buckets.
@@ -20,8 +20,8 @@ buckets and lets the density inside a bucket follow its neighbours' trend instea
 Samples: each bucket is cut into at most :data:`MAX_SLICES` slices whose edges are whole tokens when the bucket's
 edges are (output lengths are whole tokens, so a bucket up to MAX_SLICES tokens wide is represented token by
 token, exactly), and each slice's share of the bucket goes to one sample at the slice's upper edge. The open
-``+Inf`` bucket is closed at ``max_model_len`` (:mod:`kvcore.binned`) and gets the same treatment: the spline
-continues the trend of the last finite buckets towards ``max_model_len``; :mod:`kvcore.binned_bound` bounds what
+``+Inf`` bucket is closed at ``max_model_len`` (:mod:`kvcore.history.buckets`) and gets the same treatment: the spline
+continues the trend of the last finite buckets towards ``max_model_len``; :mod:`kvcore.history.bucket_bound` bounds what
 that may hide.
 """
 
@@ -34,10 +34,10 @@ from typing import Literal, get_args
 import numpy as np
 from scipy.interpolate import PchipInterpolator
 
-from kvcore.binned import Buckets
-from kvcore.binned_bound import binning_bound
+from kvcore.history.buckets import Buckets
+from kvcore.history.bucket_bound import binning_bound
 from kvcore.errors import InputError
-from kvcore.samples import FloatArray, Samples
+from kvcore.history.samples import FloatArray, Samples
 
 Model = Literal["log-spline", "spline", "log-linear", "linear", "upper"]
 MODELS: tuple[Model, ...] = get_args(Model)
@@ -154,7 +154,7 @@ def bucket_samples(buckets: Buckets, model: Model = DEFAULT_MODEL, *, field: str
                    max_slices: int = MAX_SLICES, shape_fn: Shape | None = None) -> Samples:
     """Weighted samples for these buckets under ``model`` (or ``shape_fn``, see :func:`slice_weights`), carrying the number of requests counted
     (:attr:`Samples.observations`, so the radius rule's sampling error scales with requests, not samples) and the
-    worst-case distance from them to those requests (:attr:`Samples.binning`, :mod:`kvcore.binned_bound`)."""
+    worst-case distance from them to those requests (:attr:`Samples.binning`, :mod:`kvcore.history.bucket_bound`)."""
     values, weights, index = slice_weights(buckets, model, max_slices=max_slices, shape_fn=shape_fn)
     bound = binning_bound(buckets, values, weights, index)
     return Samples.from_arrays(values, weights, field=field, observations=buckets.total, binning=bound)

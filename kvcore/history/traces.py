@@ -5,7 +5,7 @@
 - :func:`load_lengths` reads one column of lengths for the CLI: a trace CSV (column by name) or a file with one
   number per line (an optional non-numeric header line is skipped).
 - :func:`histogram_to_samples` turns cumulative histogram buckets (``le`` bounds and counts, e.g. ``increase()``
-  of ``vllm:request_generation_tokens_bucket`` per ``le``) into weighted :class:`~kvcore.samples.Samples`.
+  of ``vllm:request_generation_tokens_bucket`` per ``le``) into weighted :class:`~kvcore.history.samples.Samples`.
 
 Every error is an :class:`~kvcore.errors.InputError` whose field names the file and line (and column).
 """
@@ -21,12 +21,12 @@ import numpy as np
 import numpy.typing as npt
 
 from kvcore.bounds import MAX_SECONDS, MAX_TOKENS
-from kvcore.csvstream import CHUNK, FloatColumn, csv_rows
-from kvcore.binned import buckets_from_cumulative
-from kvcore.binned_model import DEFAULT_MODEL, bucket_samples, check_model
+from kvcore.history.csvstream import CHUNK, FloatColumn, csv_rows
+from kvcore.history.buckets import buckets_from_cumulative
+from kvcore.history.bucket_model import DEFAULT_MODEL, bucket_samples, check_model
 from kvcore.errors import InputError
-from kvcore.samples import FloatArray, Samples
-from kvcore.series import vllm_buckets
+from kvcore.history.samples import FloatArray, Samples
+from kvcore.history.series import vllm_buckets
 
 TRACE_COLUMNS: tuple[str, ...] = ("arrival_s", "input_tokens", "output_tokens")
 
@@ -93,7 +93,7 @@ def _header(rows: Iterator[tuple[int, list[str]]], name: str) -> list[str]:
 def load_trace(path: str | Path) -> Trace:
     """Load a trace CSV with header ``arrival_s,input_tokens,output_tokens`` (any extra columns are ignored).
 
-    Streams the file (:mod:`kvcore.csvstream`): memory is the three float64 arrays kept, not the file's text."""
+    Streams the file (:mod:`kvcore.history.csvstream`): memory is the three float64 arrays kept, not the file's text."""
     p = Path(path)
     rows = csv_rows(p)
     header = _header(rows, p.name)
@@ -192,25 +192,25 @@ def histogram_to_samples(
         cumulative_counts: the count at or below each bound (e.g. ``increase(..._bucket[w])`` per ``le``), same
             order as ``bounds``.
         max_model_len: the longest possible output, tokens; closes the ``+Inf`` bucket and caps larger bounds.
-        model: the within-bucket model (:data:`kvcore.binned_model.MODELS`); default ``log-spline``.
+        model: the within-bucket model (:data:`kvcore.history.bucket_model.MODELS`); default ``log-spline``.
 
-    Steps (:func:`kvcore.binned.buckets_from_cumulative`): sort the (bound, count) pairs by bound; refuse counts
+    Steps (:func:`kvcore.history.buckets.buckets_from_cumulative`): sort the (bound, count) pairs by bound; refuse counts
     that decrease as ``le`` grows (beyond floating-point noise: counts listed in another order than their bounds
     would otherwise pile every request into one bucket), then difference them into per-bucket counts. Without a
     ``+Inf`` bucket, requests above the largest bound are unknown and not counted.
 
-    Placement (:mod:`kvcore.binned_model`): each bucket's requests are spread inside it by the model, a monotone
+    Placement (:mod:`kvcore.history.bucket_model`): each bucket's requests are spread inside it by the model, a monotone
     spline of the cumulative counts in log(1 + length) by default, chosen by measurement (docs/model.md,
     "Histogram buckets"); each bucket keeps its count exactly. (Until issue 14 each bucket became one sample at
     its upper bound, which cost 1.3x the raw-sample reserve through vLLM's 1-2-5 buckets.)
 
     The result carries ``observations`` = the number of requests counted, so the radius rule's sampling error
     scales with the requests seen, not with the samples, and ``binning``, the largest 1-Wasserstein distance
-    between the samples and any requests with these counts (:mod:`kvcore.binned_bound`).
+    between the samples and any requests with these counts (:mod:`kvcore.history.bucket_bound`).
     """
     buckets = buckets_from_cumulative(bounds, cumulative_counts, max_model_len=max_model_len)
     return bucket_samples(buckets, check_model(model))
 
 
-#: vLLM's 1-2-5 layout for token histograms; the one definition is :func:`kvcore.series.vllm_buckets`.
+#: vLLM's 1-2-5 layout for token histograms; the one definition is :func:`kvcore.history.series.vllm_buckets`.
 build_1_2_5_buckets = vllm_buckets

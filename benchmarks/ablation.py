@@ -21,7 +21,7 @@ from kvcore.errors import InputError
 from kvcore.instance import ClassSpec, CostSpec, GroupSpec, Instance, Layout
 from kvcore.planmodel import Plan
 from kvcore.profiles import ProfileOverride, resolve, roofline
-from kvcore.radius import RadiusPolicy
+from kvcore.reservation.radius import RadiusPolicy
 from kvcore.history.samples import History, Samples
 from kvcore.history.traces import load_trace
 

@@ -36,9 +36,9 @@ from kvcore.evaluate.harness import request_cost  # noqa: E402
 from kvcore.evaluate.observe import binned_history  # noqa: E402
 from kvcore.evaluate.policies import get_policy  # noqa: E402
 from kvcore.evaluate.protocols import episodes_for, resolve_lmax  # noqa: E402
-from kvcore.radius import DEFAULT_RADIUS, RadiusPolicy, with_horizon  # noqa: E402
+from kvcore.reservation.radius import DEFAULT_RADIUS, RadiusPolicy, with_horizon  # noqa: E402
 from kvcore.reservation import ReservationResult, reserve  # noqa: E402
-from kvcore.radius_drift import wasserstein1_side  # noqa: E402
+from kvcore.reservation.radius_drift import wasserstein1_side  # noqa: E402
 from kvcore.history.samples import BinningBound, History, Samples  # noqa: E402
 from kvcore.history.series import LAYOUTS  # noqa: E402
 from kvcore.history.traces import Trace, load_trace  # noqa: E402

@@ -47,7 +47,7 @@ from kvcore.evaluate import (  # noqa: E402
 )
 from kvcore.evaluate import split_episodes  # noqa: E402
 from kvcore.evaluate.oracle import Scenario, ShiftBlindBound, shift_blind_bound  # noqa: E402
-from kvcore.radius import DEFAULT_RADIUS  # noqa: E402
+from kvcore.reservation.radius import DEFAULT_RADIUS  # noqa: E402
 from kvcore.history.traces import load_trace  # noqa: E402
 
 Cells = dict[tuple[str, float], dict[str, Cell]]

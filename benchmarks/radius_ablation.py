@@ -2,7 +2,7 @@
 
     python benchmarks/radius_ablation.py [--traces DIR] [--json]
 
-Variants of :func:`kvcore.radius_drift.drift_radius` (the project default, ``RadiusPolicy(kind="drift")``):
+Variants of :func:`kvcore.reservation.radius_drift.drift_radius` (the project default, ``RadiusPolicy(kind="drift")``):
 
 - ``default``: eps = min(cap, max(floor + drift towards the costly side, 0.15 E[xi] h^2));
 - ``p=1`` / ``p=3``: the horizon term's power (h = plan lifetime / history span);
@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from kvcore.evaluate import evaluate, ratio_cells, register_policy
-from kvcore.radius import RadiusPolicy
-from kvcore.radius_drift import Side, drift_radius, exposed_side
+from kvcore.reservation.radius import RadiusPolicy
+from kvcore.reservation.radius_drift import Side, drift_radius, exposed_side
 from kvcore.reservation import ReservationResult, reserve
 from kvcore.history.samples import History, Samples
 from kvcore.history.traces import load_trace

@@ -38,7 +38,7 @@ simulator), so we compare directions and ratios, not numbers.
 Each cell: gm over (trace, rho in {{2, 5, 10, 20, 50, 100}}) of a policy's cost divided by the cheapest of the
 six listed policies in that scenario, and in brackets the worst single scenario. The new default is
 `RadiusPolicy{default}`: DRO with eps = max(sampling floor + binning term + drift towards longer outputs, horizon term
-0.15 E[xi] x horizon_ratio^2), capped at saturation (`kvcore/radius_drift.py`, explained in `docs/model.md`,
+0.15 E[xi] x horizon_ratio^2), capped at saturation (`kvcore/reservation/radius_drift.py`, explained in `docs/model.md`,
 "Radius policy"). The harness hands each plan its horizon ratio, how long it is in force over the span of its
 history, as the operator does (`spec.replan.interval / spec.prometheus.lookback`): 1 under the split
 protocol (the test half is as long as the training half), 1/4 under the rolling protocol (re-planned every

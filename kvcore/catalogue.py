@@ -1,7 +1,7 @@
 """One catalogue of the names kvplan accepts: GPU types, models, radius kinds, history sources, router targets.
 
 Every other place takes its names from here: :mod:`kvcore.profiles` keys its roofline tables by :data:`GPU_TYPES`
-and :data:`MODELS` (and checks at import that they agree), :class:`kvcore.radius.RadiusPolicy` types ``kind`` as
+and :data:`MODELS` (and checks at import that they agree), :class:`kvcore.reservation.radius.RadiusPolicy` types ``kind`` as
 :data:`RadiusKind`, and the operator's history sources and router targets (issues 12 and 14) register under
 :data:`HISTORY_SOURCES` and :data:`ROUTER_TARGETS`. ``tests/unit/test_catalogue.py`` checks the CRD's enums
 (``crds/kvplans.kvplan.io.yaml`` and the chart's copy) against this module, so a name the CRD accepts is one kvcore
@@ -22,7 +22,7 @@ MODELS: tuple[str, ...] = get_args(Model)
 
 RadiusKind = Literal["absolute", "fraction", "drift"]
 RADIUS_KINDS: tuple[str, ...] = get_args(RadiusKind)
-"""Rules choosing the Wasserstein radius (:data:`kvcore.radius.RULES`): the CRD's radius ``kind`` enum."""
+"""Rules choosing the Wasserstein radius (:data:`kvcore.reservation.radius.RULES`): the CRD's radius ``kind`` enum."""
 
 HistorySource = Literal["vllm", "kvplan", "llm-d", "envoy-ai-gateway", "custom"]
 HISTORY_SOURCES: tuple[str, ...] = get_args(HistorySource)

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from kvcore.bounds import MAX_COST, MAX_COUNT, MAX_RATE, MAX_TOKENS
 from kvcore.errors import InputError
 from kvcore.profiles import ProfileOverride, check_known, check_override
-from kvcore.radius import RadiusPolicy
+from kvcore.reservation.radius import RadiusPolicy
 from kvcore.history.samples import History, Samples, as_history
 from kvcore.slo import SloSpec, cost_ratio
 

@@ -11,7 +11,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvcore.radius import RadiusChoice
+from kvcore.reservation.radius import RadiusChoice
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 

@@ -45,7 +45,7 @@ def exported_names() -> set[str]:
     from prometheus_client import generate_latest
 
     from kvcore.planmodel import ClassPlan, GroupPlan, ObjectiveTerms, Plan, PlanStatus
-    from kvcore.radius import RadiusChoice
+    from kvcore.reservation.radius import RadiusChoice
     from kvplan_operator.metrics import Metrics
 
     metrics = Metrics()

@@ -23,7 +23,7 @@ from typing import Any
 from kvcore.errors import InputError
 from kvcore.instance import ClassSpec, CostSpec, GroupSpec, Instance, Layout as KLayout
 from kvcore.profiles import ProfileOverride, resolve
-from kvcore.radius import RadiusPolicy, with_horizon
+from kvcore.reservation.radius import RadiusPolicy, with_horizon
 from kvcore.slo import SloSpec
 
 from .history import ClassObservation

@@ -18,7 +18,7 @@ from kvcore.bounds import MAX_RATIO
 from kvcore.errors import InputError
 from kvcore.instance import Instance
 from kvcore.planmodel import Plan, PlanStatus
-from kvcore.radius import with_horizon
+from kvcore.reservation.radius import with_horizon
 
 
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

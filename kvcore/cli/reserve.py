@@ -5,7 +5,7 @@
 
 ``--samples`` is a trace CSV (``--column`` picks the column, default ``output_tokens``) or a file with one length
 per line. ``--eps`` is an absolute radius in tokens, ``--eps-frac`` a fraction of the mean; neither means the
-project default (:data:`kvcore.radius.DEFAULT_RADIUS`, the drift rule), whose horizon term ``--horizon-ratio``
+project default (:data:`kvcore.reservation.radius.DEFAULT_RADIUS`, the drift rule), whose horizon term ``--horizon-ratio``
 sets: how long the reservation will be used, as a multiple of the time the samples span (default 1). Exit status:
 0 optimal, 1 the solver did not reach a trusted optimum, 2 bad input (one line naming the field, never a
 traceback).
@@ -20,7 +20,7 @@ from typing import Any
 from kvcore.cli.output import format_table, print_json
 from kvcore.bounds import MAX_RATIO, MAX_TOKENS, MAX_WEIGHT
 from kvcore.errors import InputError
-from kvcore.radius import RadiusPolicy, with_horizon
+from kvcore.reservation.radius import RadiusPolicy, with_horizon
 from kvcore.reservation import METHODS, SolverStatus, reserve
 from kvcore.history.samples import Samples
 from kvcore.history.traces import load_lengths

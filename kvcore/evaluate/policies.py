@@ -5,7 +5,7 @@ with ``cp = rho`` and ``cw = 1`` (the evaluation's cost units). Only the default
 ratio (how long the plan is in force over the span of its history); every other policy ignores it. All go
 through :func:`kvcore.reservation.reserve`, so "P95" or "DRO" mean exactly what ``kvcore reserve`` computes.
 
-- ``default``: ``reserve(method="dro")`` with the project default radius (:data:`kvcore.radius.DEFAULT_RADIUS`,
+- ``default``: ``reserve(method="dro")`` with the project default radius (:data:`kvcore.reservation.radius.DEFAULT_RADIUS`,
   the data-driven ``drift`` rule) told the episode's horizon ratio, as the operator tells it
   ``interval / lookback``;
 - ``dro-paper``: DRO with the paper's eps = 0.15 E[xi]; ``dro-0.02``: DRO with eps = 0.02 E[xi];
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvcore.errors import InputError
-from kvcore.radius import RadiusPolicy, with_horizon
+from kvcore.reservation.radius import RadiusPolicy, with_horizon
 from kvcore.reservation import ReservationResult, reserve
 from kvcore.history.samples import History
 

@@ -27,7 +27,7 @@ and each is attained by a placement of every bucket's requests at one of its end
 ``+Inf`` bucket's terms (closed at max_model_len): the one bucket whose requests may sit far from every sample.
 
 Tested against ``scipy.stats.wasserstein_distance`` on synthetic requests (``tests/unit/test_binned.py``). Which of
-these terms the radius adds, and why, is in :mod:`kvcore.radius_drift` and docs/model.md ("Histogram buckets").
+these terms the radius adds, and why, is in :mod:`kvcore.reservation.radius_drift` and docs/model.md ("Histogram buckets").
 """
 
 from __future__ import annotations

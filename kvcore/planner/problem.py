@@ -12,7 +12,7 @@ import numpy.typing as npt
 from kvcore.instance import Instance
 from kvcore.planner.dro import DroCurve
 from kvcore.profiles import Profile, resolve
-from kvcore.radius import DEFAULT_RADIUS, RadiusChoice, choose_radius
+from kvcore.reservation.radius import DEFAULT_RADIUS, RadiusChoice, choose_radius
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from kvcore.instance import ClassSpec, CostSpec, GroupSpec, Instance, Layout
 from kvcore.profiles import resolve
-from kvcore.radius import DEFAULT_RADIUS, with_horizon
+from kvcore.reservation.radius import DEFAULT_RADIUS, with_horizon
 from kvcore.history.samples import History, Samples
 from kvcore.planner.synthetic import TRACES_DIR
 

@@ -6,8 +6,8 @@ tokens (excluding input), costs in token slots per request (:func:`cost`).
 Modules: :mod:`.objective` (Q, E[Q], the DRO objective, input checks), :mod:`.exact` (O(N) DRO),
 :mod:`.lp` (HiGHS LP), :mod:`.baselines` (closed forms), :mod:`.result` (types).
 
-The radius of the DRO methods is chosen by a :class:`RadiusPolicy` (re-exported from :mod:`kvcore.radius`);
-:data:`DEFAULT_RADIUS` is the data-driven ``drift`` rule of :mod:`kvcore.radius_drift`, and every result carries
+The radius of the DRO methods is chosen by a :class:`RadiusPolicy` (re-exported from :mod:`kvcore.reservation.radius`);
+:data:`DEFAULT_RADIUS` is the data-driven ``drift`` rule of :mod:`kvcore.reservation.radius_drift`, and every result carries
 the :class:`RadiusChoice` it used (eps and the reason).
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 
 from kvcore.errors import InputError
-from kvcore.radius import DEFAULT_RADIUS, RadiusChoice, RadiusPolicy, choose_radius
+from kvcore.reservation.radius import DEFAULT_RADIUS, RadiusChoice, RadiusPolicy, choose_radius
 from kvcore.reservation.baselines import baseline_reserve, critical_fractile
 from kvcore.reservation.exact import solve_dro_exact
 from kvcore.reservation.lp import solve_dro_lp
@@ -58,7 +58,7 @@ def reserve(
         cw: cost per unused reserved token (token slots), >= 0; cp + cw > 0.
         lmax: maximum output length L_max (tokens); must be >= the largest sample.
         method: one of :data:`METHODS`. ``dro`` is the exact algorithm, ``dro-lp`` the HiGHS LP.
-        radius: how to choose eps for the DRO methods; None means :data:`kvcore.radius.DEFAULT_RADIUS`.
+        radius: how to choose eps for the DRO methods; None means :data:`kvcore.reservation.radius.DEFAULT_RADIUS`.
 
     Raises:
         InputError: a bad input, naming the field.

@@ -11,7 +11,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvcore.radius import RadiusChoice
+from kvcore.reservation.radius import RadiusChoice
 
 Method = Literal["dro", "dro-lp", "saa", "p90", "p95", "p99", "mean", "max", "mean+1sigma", "mean+2sigma"]
 METHODS: tuple[str, ...] = get_args(Method)

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from kvcore.radius_drift import drift_radius
+from kvcore.reservation.radius_drift import drift_radius
 from kvcore.history.traces import build_1_2_5_buckets
 from kvplan_dev import pytest_fixtures
 from kvplan_dev.openmetrics import VLLM_UNDERSCORE, Window

@@ -10,8 +10,8 @@ from scipy.stats import wasserstein_distance
 
 from kvcore.history.buckets import bin_lengths
 from kvcore.history.bucket_model import bucket_samples
-from kvcore.radius import DEFAULT_RADIUS, RadiusPolicy, choose_radius
-from kvcore.radius_drift import drift_radius
+from kvcore.reservation.radius import DEFAULT_RADIUS, RadiusPolicy, choose_radius
+from kvcore.reservation.radius_drift import drift_radius
 from kvcore.history.samples import History, Samples
 from kvcore.history.series import powers_of_4_buckets
 

@@ -22,7 +22,7 @@ import yaml
 
 from kvcore import catalogue
 from kvcore.profiles import GPUS, MODELS, roofline
-from kvcore.radius import RULES, RadiusPolicy
+from kvcore.reservation.radius import RULES, RadiusPolicy
 
 REPO = Path(__file__).resolve().parents[2]
 CRDS = [REPO / "crds" / "kvplans.kvplan.io.yaml",

@@ -12,7 +12,7 @@ import copy
 import numpy as np
 import pytest
 
-from kvcore.radius import DEFAULT_RADIUS
+from kvcore.reservation.radius import DEFAULT_RADIUS
 from kvcore.history.samples import History, Samples
 from kvplan_operator.history import ClassObservation
 from kvplan_operator.spec import Robustness, parse_spec

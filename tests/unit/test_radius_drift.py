@@ -17,8 +17,8 @@ import pytest
 from scipy.stats import wasserstein_distance
 
 from kvcore.errors import InputError
-from kvcore.radius import DEFAULT_RADIUS, RadiusPolicy, choose_radius, with_horizon
-from kvcore.radius_drift import drift_radius, saturation_radius, spread, wasserstein1, wasserstein1_side
+from kvcore.reservation.radius import DEFAULT_RADIUS, RadiusPolicy, choose_radius, with_horizon
+from kvcore.reservation.radius_drift import drift_radius, saturation_radius, spread, wasserstein1, wasserstein1_side
 from kvcore.reservation import reserve
 from kvcore.history.samples import History, Samples
 from kvcore.history.traces import build_1_2_5_buckets, histogram_to_samples

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kvcore.errors import InputError
-from kvcore.radius import RadiusPolicy
+from kvcore.reservation.radius import RadiusPolicy
 from kvcore.reservation import METHODS, SolverStatus, cost, reserve
 from kvcore.reservation.lp import map_status
 from kvcore.history.samples import History, Samples

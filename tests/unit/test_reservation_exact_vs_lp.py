@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from kvcore.radius import RadiusPolicy
+from kvcore.reservation.radius import RadiusPolicy
 from kvcore.reservation import SolverStatus, expected_cost, reserve
 from kvcore.reservation.exact import solve_dro_exact
 from kvcore.reservation.lp import solve_dro_lp

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from kvcore.errors import InputError
-from kvcore.radius import RULES, RadiusChoice, RadiusPolicy, choose_radius, register_rule
+from kvcore.reservation.radius import RULES, RadiusChoice, RadiusPolicy, choose_radius, register_rule
 from kvcore.history.samples import History, Samples, weighted_mean, weighted_quantile, weighted_std
 
 

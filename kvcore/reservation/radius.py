@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kvcore.bounds import MAX_POWER, MAX_RATIO, MAX_TOKENS
 from kvcore.catalogue import RadiusKind
 from kvcore.errors import InputError
-from kvcore.radius_drift import (
+from kvcore.reservation.radius_drift import (
     DEFAULT_BINNING,
     DEFAULT_DRIFT_Z,
     DEFAULT_FLOOR_SCALE,
@@ -45,7 +45,7 @@ class RadiusPolicy(BaseModel):
         default="drift",
         description=(
             "Which rule: 'absolute' uses `eps` as given; 'fraction' uses `frac` times the pooled sample mean (the "
-            "paper's eps = 0.15 E[xi]); 'drift' is the data-driven rule of kvcore.radius_drift (sampling floor + "
+            "paper's eps = 0.15 E[xi]); 'drift' is the data-driven rule of kvcore.reservation.radius_drift (sampling floor + "
             "observed drift between history windows, capped at saturation). Default 'drift': it won the evaluation "
             "(docs/results.md)."
         ),
@@ -78,7 +78,7 @@ class RadiusPolicy(BaseModel):
         description=(
             "kind='drift': how many of the N observed requests the ball may relocate across the spread S, so the "
             "sampling floor is floor_scale * S / N_eff tokens (dimensionless). Default 3, the rule of three "
-            "(see kvcore.radius_drift)."
+            "(see kvcore.reservation.radius_drift)."
         ),
     )
     drift_z: float = Field(
@@ -119,7 +119,7 @@ class RadiusPolicy(BaseModel):
         allow_inf_nan=False,
         description=(
             "kind='drift': the horizon term is horizon_frac * mean * horizon_ratio ** horizon_power "
-            "(dimensionless exponent). Default 2 (see kvcore.radius_drift)."
+            "(dimensionless exponent). Default 2 (see kvcore.reservation.radius_drift)."
         ),
     )
     binning: Binning = Field(
@@ -180,7 +180,7 @@ def register_rule(kind: str, rule: RuleFn) -> None:
 
 
 DEFAULT_RADIUS = RadiusPolicy(kind="drift")
-"""The project's default: the data-driven drift rule (:mod:`kvcore.radius_drift`), chosen by the evaluation of
+"""The project's default: the data-driven drift rule (:mod:`kvcore.reservation.radius_drift`), chosen by the evaluation of
 issue 5 over the paper's eps = 0.15 E[xi] (``RadiusPolicy(kind="fraction", frac=0.15)``); see docs/results.md."""
 
 
@@ -202,7 +202,7 @@ def choose_radius(policy: RadiusPolicy, history: History | Samples, *, lmax: flo
     """Apply ``policy`` to ``history``; ``lmax`` (tokens) is the support bound, available to rules that need it.
 
     ``cp`` and ``cw`` (token slots per token), when given, tell the rule which side the reservation is exposed on
-    (:func:`kvcore.radius_drift.exposed_side`): the drift rule then counts only drift towards that side."""
+    (:func:`kvcore.reservation.radius_drift.exposed_side`): the drift rule then counts only drift towards that side."""
     try:
         rule = RULES[policy.kind]
     except KeyError:

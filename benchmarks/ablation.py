@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from kvcore.errors import InputError
-from kvcore.instance import ClassSpec, CostSpec, GroupSpec, Instance, Layout
-from kvcore.planmodel import Plan
+from kvcore.planner.instance import ClassSpec, CostSpec, GroupSpec, Instance, Layout
+from kvcore.planner.planmodel import Plan
 from kvcore.profiles import ProfileOverride, resolve, roofline
 from kvcore.reservation.radius import RadiusPolicy
 from kvcore.history.samples import History, Samples

@@ -41,7 +41,7 @@ from kvcore.evaluate.engine import (  # noqa: E402
 from kvcore.evaluate.engine_report import plot_frontier  # noqa: E402
 from kvcore.reserve_rule import engine_rho  # noqa: E402
 from kvcore.sim.engine import EngineConfig  # noqa: E402
-from kvcore.slo import SloSpec, cost_ratio  # noqa: E402
+from kvcore.planner.slo import SloSpec, cost_ratio  # noqa: E402
 from kvcore.history.traces import load_trace  # noqa: E402
 
 REPO = HERE.parent

@@ -26,7 +26,7 @@ MAX_TOKENS_PER_S = 1e12
 
 MAX_COST = 1e12
 """Cost weights (cp, cw, kappa, c_slo, c_rej), in their cost units: the ratios that matter (cp/cw, c_rej/cw) are
-at most 1e6 in any sane model (see :data:`kvcore.slo.RHO_MAX`), so 1e12 leaves room for any choice of unit."""
+at most 1e6 in any sane model (see :data:`kvcore.planner.slo.RHO_MAX`), so 1e12 leaves room for any choice of unit."""
 
 MAX_SECONDS = 1e11
 """Times in seconds (trace arrival times, profile step times): 1e11 s is about 3,000 years; Unix time now is 1.8e9

@@ -53,10 +53,10 @@ from numpy.typing import ArrayLike, NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvcore.errors import InputError
-from kvcore.instance import Instance
+from kvcore.planner.instance import Instance
 from kvcore.knob_search import Cand, decide, full_table, knob_replays
 from kvcore.knob_search import search as search_knobs
-from kvcore.planmodel import Plan
+from kvcore.planner.planmodel import Plan
 from kvcore.rule_replays import REQUESTS, GroupReplays, ReplayStore
 from kvcore.sim.engine import EngineConfig
 from kvcore.sim.types import SimGroup, SimPolicy, Workload

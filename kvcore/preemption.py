@@ -20,7 +20,7 @@ of the reservation cost), the engine's rho is ``rho_e = c_p / c_w = C h`` (dimen
 
 rho_e is what one more reserved token saves on average when nothing is reserved: small at light load (preemptions
 are rare) and growing with memory pressure. It does not use the SLO's mu, sigma and lambda: the SLO says a class
-wants its latency protected, and the engine model says what a preemption costs it. ``kvcore.slo`` (seed eq. 8)
+wants its latency protected, and the engine model says what a preemption costs it. ``kvcore.planner.slo`` (seed eq. 8)
 stays available (:func:`kvcore.reserve_rule.class_rho`, ``slo_price="eq8"``); docs/model.md says which is the
 default and why.
 """
@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kvcore.errors import InputError
 from kvcore.sim.engine import EngineConfig, EngineOutcomes, EngineResult
 from kvcore.sim.types import SimGroup, Workload
-from kvcore.slo import RHO_MAX
+from kvcore.planner.slo import RHO_MAX
 
 NS = 1e-9
 
@@ -82,7 +82,7 @@ class PreemptionPrice(BaseModel):
 
     @property
     def rho(self) -> float:
-        """``rho_e = C h`` (c_w = 1), capped at kvcore.slo.RHO_MAX."""
+        """``rho_e = C h`` (c_w = 1), capped at kvcore.planner.slo.RHO_MAX."""
         return min(RHO_MAX, self.price_tokens * self.hazard_per_token)
 
 

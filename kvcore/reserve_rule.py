@@ -44,9 +44,9 @@ from numpy.typing import ArrayLike, NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvcore.errors import InputError
-from kvcore.instance import Instance
+from kvcore.planner.instance import Instance
 from kvcore.knobs import KnobClass, plan_groups
-from kvcore.planmodel import Plan
+from kvcore.planner.planmodel import Plan
 from kvcore.preemption import PreemptionPrice, class_prices, context_tokens, harm_tokens, token_interval_s
 from kvcore.rule_replays import REPLAYS, REQUESTS, GroupReplays, ReplayStore
 from kvcore.reserve_search import fast_search, full_search

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from kvcore.instance import Instance
+from kvcore.planner.instance import Instance
 from kvcore.profiles import resolve
 from kvcore.history.series import (KVPLAN_CLASS_LABEL, KVPLAN_OUTPUT_TOKENS, VLLM_CACHE_CONFIG_INFO, VLLM_KV_CACHE_USAGE,
                            VLLM_PREEMPTIONS, kvplan_buckets)

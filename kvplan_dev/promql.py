@@ -44,7 +44,7 @@ def exported_names() -> set[str]:
     from prometheus_client.parser import text_string_to_metric_families
     from prometheus_client import generate_latest
 
-    from kvcore.planmodel import ClassPlan, GroupPlan, ObjectiveTerms, Plan, PlanStatus
+    from kvcore.planner.planmodel import ClassPlan, GroupPlan, ObjectiveTerms, Plan, PlanStatus
     from kvcore.reservation.radius import RadiusChoice
     from kvplan_operator.metrics import Metrics
 

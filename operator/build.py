@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvcore.planmodel import Plan
+from kvcore.planner.planmodel import Plan
 from kvcore.reservation_file import PromptLengthRule, Reservations, render_reservations
 
 from . import conditions as C

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from kvcore.errors import InputError
-from kvcore.instance import Instance, input_error
-from kvcore.planmodel import Plan
+from kvcore.planner.instance import Instance, input_error
+from kvcore.planner.planmodel import Plan
 
 from . import conditions as C
 from .desired import LayoutChange, layouts_key

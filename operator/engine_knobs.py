@@ -35,7 +35,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvcore.instance import Instance
+from kvcore.planner.instance import Instance
 from kvcore.knobs import WATERMARK_MIN_VERSION as WATERMARK_VERSION  # --watermark exists from vLLM 0.33 on
 
 from .spec import Group, KVPlanSpec

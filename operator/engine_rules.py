@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvcore.errors import InputError
-from kvcore.instance import Instance
-from kvcore.planmodel import Plan
+from kvcore.planner.instance import Instance
+from kvcore.planner.planmodel import Plan
 from kvcore.rule_replays import ReplayStore
 from kvcore.sim.engine import EngineConfig
 

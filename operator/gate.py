@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcore.planmodel import Plan
+from kvcore.planner.planmodel import Plan
 from kvcore.reservation_file import ReservationsError, parse_reservations
 
 from .engine_knobs import KnobDecision

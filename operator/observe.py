@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcore.planmodel import Plan
+from kvcore.planner.planmodel import Plan
 
 from . import conditions as C
 from .desired import ANN_GENERATION, ANN_LAYOUT_CHANGES, ANN_OWNER, ANN_RELAYOUT_GENERATION, LayoutChange

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcore.planmodel import Plan
+from kvcore.planner.planmodel import Plan
 
 from .desired import ANN_OWNER, ANN_PLAN, Stage, Write
 from .kube import KubeApi

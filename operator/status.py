@@ -30,7 +30,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvcore.planmodel import Plan
+from kvcore.planner.planmodel import Plan
 
 from .desired import ClassTarget, GroupTarget
 from .history import ClassObservation

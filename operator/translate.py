@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvcore.errors import InputError
-from kvcore.instance import ClassSpec, CostSpec, GroupSpec, Instance, Layout as KLayout
+from kvcore.planner.instance import ClassSpec, CostSpec, GroupSpec, Instance, Layout as KLayout
 from kvcore.profiles import ProfileOverride, resolve
 from kvcore.reservation.radius import RadiusPolicy, with_horizon
-from kvcore.slo import SloSpec
+from kvcore.planner.slo import SloSpec
 
 from .history import ClassObservation
 from .sources.capacity import EngineCapacity

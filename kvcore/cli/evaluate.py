@@ -40,7 +40,7 @@ from kvcore.errors import InputError
 from kvcore.evaluate import DEFAULT_METHODS, DEFAULT_RHOS, DEFAULT_SHIFTS, PROTOCOLS, evaluate
 from kvcore.evaluate.observe import OBSERVE
 from kvcore.evaluate.report import write_report
-from kvcore.slo import RHO_MAX
+from kvcore.planner.slo import RHO_MAX
 from kvcore.history.traces import load_trace
 
 #: Largest --load (a fraction of the profile's capacity): past a few times capacity every queue only grows.

@@ -1,6 +1,6 @@
 """Read a planning instance from YAML (format: ``docs/instance-format.md``; example: ``examples/instance-70b.yaml``).
 
-The YAML mirrors :class:`kvcore.instance.Instance` except for the output-length samples, which a file names in one
+The YAML mirrors :class:`kvcore.planner.instance.Instance` except for the output-length samples, which a file names in one
 of three ways under each class's ``samples`` key (or a list of them under ``windows``, oldest first):
 
 * ``{trace: PATH, column: output_tokens, limit: N}`` — a trace CSV or a one-number-per-line file (``limit``: the
@@ -23,7 +23,7 @@ from typing import Any
 from kvcore.bounds import MAX_TOKENS, MAX_WEIGHT
 from kvcore.cli.yaml_guard import safe_yaml_load
 from kvcore.errors import InputError
-from kvcore.instance import Instance, load_instance
+from kvcore.planner.instance import Instance, load_instance
 from kvcore.planner.limits import check_counts
 from kvcore.history.samples import History, Samples
 from kvcore.history.traces import histogram_to_samples, load_lengths

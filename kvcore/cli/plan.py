@@ -16,8 +16,8 @@ from kvcore.cli.instance_file import load_instance_file
 from kvcore.cli.output import format_table, print_json
 from kvcore.bounds import MAX_RATIO
 from kvcore.errors import InputError
-from kvcore.instance import Instance
-from kvcore.planmodel import Plan, PlanStatus
+from kvcore.planner.instance import Instance
+from kvcore.planner.planmodel import Plan, PlanStatus
 from kvcore.reservation.radius import with_horizon
 
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import time
 
-from kvcore.instance import Instance, load_instance
-from kvcore.planmodel import Plan, PlanStatus
+from kvcore.planner.instance import Instance, load_instance
+from kvcore.planner.planmodel import Plan, PlanStatus
 from kvcore.planner.bcd import run_bcd
 from kvcore.planner.fleet import run_fleet
 from kvcore.planner.limits import check_size, size_of

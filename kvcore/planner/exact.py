@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from kvcore.instance import Instance, load_instance
-from kvcore.planmodel import Plan, PlanStatus
+from kvcore.planner.instance import Instance, load_instance
+from kvcore.planner.planmodel import Plan, PlanStatus
 from kvcore.planner.continuous import INFEASIBLE_STATUSES, ContinuousResult, solve_continuous
 from kvcore.planner.problem import Problem, compile_problem
 from kvcore.planner.result import build_plan, infeasible_plan

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kvcore.planmodel import Plan, PlanStatus
+from kvcore.planner.planmodel import Plan, PlanStatus
 from kvcore.planner.bcd import run_bcd
 from kvcore.planner.continuous import INFEASIBLE_STATUSES, ContinuousResult, solve_continuous
 from kvcore.planner.problem import Problem

@@ -46,7 +46,7 @@ from kvcore.errors import InputError
 from kvcore.planner.method import BCD_MAX_CLASSES, BCD_SIZE, Method, bcd_fits
 
 if TYPE_CHECKING:
-    from kvcore.instance import Instance
+    from kvcore.planner.instance import Instance
 
 # BCD (the hardening lane's model)
 SWEEPS = 3

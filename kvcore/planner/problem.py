@@ -1,4 +1,4 @@
-"""The planner's numeric view of an :class:`~kvcore.instance.Instance`: classes, groups and candidate configs as
+"""The planner's numeric view of an :class:`~kvcore.planner.instance.Instance`: classes, groups and candidate configs as
 plain arrays and dataclasses, built once per ``plan()`` call (profiles and DRO curves are computed here and reused
 by every block and iteration)."""
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from kvcore.instance import Instance
+from kvcore.planner.instance import Instance
 from kvcore.planner.dro import DroCurve
 from kvcore.profiles import Profile, resolve
 from kvcore.reservation.radius import DEFAULT_RADIUS, RadiusChoice, choose_radius

@@ -1,8 +1,8 @@
-"""Turn a solved :class:`~kvcore.planner.state.State` into a :class:`~kvcore.planmodel.Plan` (and diff plans)."""
+"""Turn a solved :class:`~kvcore.planner.state.State` into a :class:`~kvcore.planner.planmodel.Plan` (and diff plans)."""
 
 from __future__ import annotations
 
-from kvcore.planmodel import (
+from kvcore.planner.planmodel import (
     ClassPlan,
     GroupPlan,
     GroupSlack,

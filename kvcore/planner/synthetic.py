@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from kvcore.instance import ClassSpec, CostSpec, GroupSpec, Instance, Layout
+from kvcore.planner.instance import ClassSpec, CostSpec, GroupSpec, Instance, Layout
 from kvcore.profiles import resolve
 from kvcore.history.samples import History, Samples
 

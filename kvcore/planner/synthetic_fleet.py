@@ -21,7 +21,7 @@ global; the same arguments give the same instance):
   is drawn from U[0.8, 1.1] per seed unless given: a busy fleet, at times over-subscribed, where work is priced and
   reservations, layouts and routing trade against each other (at 0.5 nothing binds and every class simply gets its
   own best reservation).
-* **Costs**: the project defaults (:class:`~kvcore.instance.CostSpec`: kappa 0.2, c_slo 5, c_rej 5000) unless
+* **Costs**: the project defaults (:class:`~kvcore.planner.instance.CostSpec`: kappa 0.2, c_slo 5, c_rej 5000) unless
   ``c_slo`` is given. **Radius**: the default drift rule with the operator's default horizon ratio (re-plan
   interval 5 min over a 6 h lookback, 1/72), as the operator would plan this fleet.
 """
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from kvcore.instance import ClassSpec, CostSpec, GroupSpec, Instance, Layout
+from kvcore.planner.instance import ClassSpec, CostSpec, GroupSpec, Instance, Layout
 from kvcore.profiles import resolve
 from kvcore.reservation.radius import DEFAULT_RADIUS, with_horizon
 from kvcore.history.samples import History, Samples

@@ -1,7 +1,7 @@
 """Read the previous plan back as a starting point: the operator always has one, and a re-plan after a small change
 in traffic should not start from nothing.
 
-:func:`previous_state` maps a :class:`~kvcore.planmodel.Plan` onto the current problem by name (classes and groups
+:func:`previous_state` maps a :class:`~kvcore.planner.planmodel.Plan` onto the current problem by name (classes and groups
 may have been added or removed since): layouts by (TP, PP), admission, routing fractions times the current rates,
 reservations and prefix fractions. :func:`revealed_price` reads the work price the previous reservations imply:
 a class whose reservation sits below its own best one was held there by the price of work, so minus the slope of
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvcore.planmodel import Plan, PlanStatus
+from kvcore.planner.planmodel import Plan, PlanStatus
 from kvcore.planner.problem import Problem
 from kvcore.planner.state import State
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from kvcore.planmodel import Plan
+from kvcore.planner.planmodel import Plan
 from kvcore.planner import plan as kv_plan
 from kvplan_dev import pytest_fixtures
 from kvplan_dev.fleet import Fleet

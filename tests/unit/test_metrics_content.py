@@ -15,7 +15,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import kvcore
-from kvcore.planmodel import ClassPlan, GroupPlan, ObjectiveTerms, Plan, PlanStatus
+from kvcore.planner.planmodel import ClassPlan, GroupPlan, ObjectiveTerms, Plan, PlanStatus
 from kvcore.reservation.radius import RadiusChoice
 from kvplan_operator.metrics import Metrics, split_key
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from kvcore.errors import InputError
-from kvcore.planmodel import ClassPlan, GroupPlan, ObjectiveTerms, Plan, PlanStatus
+from kvcore.planner.planmodel import ClassPlan, GroupPlan, ObjectiveTerms, Plan, PlanStatus
 from kvcore.reservation_file import parse_reservations
 from kvplan_operator import conditions as C
 from kvplan_operator.reconcile import Deps, reconcile

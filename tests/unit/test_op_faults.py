@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from kvcore.planmodel import ClassPlan, GroupPlan, ObjectiveTerms, Plan, PlanStatus
+from kvcore.planner.planmodel import ClassPlan, GroupPlan, ObjectiveTerms, Plan, PlanStatus
 from kvplan_operator import conditions as C
 from kvplan_operator.kube import KubeError
 from kvplan_operator.prom import PromClient

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 
-from kvcore.planmodel import ObjectiveTerms, Plan, PlanStatus
+from kvcore.planner.planmodel import ObjectiveTerms, Plan, PlanStatus
 from kvplan_operator.main import build_parser
 from kvplan_operator.metrics import Metrics
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kvcore.planmodel import Plan
+from kvcore.planner.planmodel import Plan
 from kvcore.planner import plan as real_plan
 from kvplan_operator import plandetail
 from kvplan_operator.reconcile import reconcile
@@ -131,7 +131,7 @@ def test_an_older_operators_status_is_read_once_then_dropped(kube):
 
 def test_status_keeps_counts_and_the_largest_changes_only(kube):
     """status.diff: every kind's count and the TOP_CHANGES largest, largest first; the detail has every change."""
-    from kvcore.planmodel import PlanDiff
+    from kvcore.planner.planmodel import PlanDiff
     from kvplan_operator.status import TOP_CHANGES, diff_body
 
     lines = [f"c{i}: {100 + i} -> {100 + 3 * i}" for i in range(30)]

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from kvcore.planmodel import ObjectiveTerms, Plan, PlanStatus
+from kvcore.planner.planmodel import ObjectiveTerms, Plan, PlanStatus
 from kvcore.planner import plan as real_plan
 from kvplan_operator import conditions as C
 from kvplan_operator.handlers import is_due
@@ -182,7 +182,7 @@ def test_prometheus_failure_in_snapshot_is_not_an_exception(kube):
 
 
 def _plan(total: float, tp: int) -> Plan:
-    from kvcore.planmodel import GroupPlan
+    from kvcore.planner.planmodel import GroupPlan
     g = GroupPlan(name="big", tp=tp, pp=1, replicas=16 // tp, gpus_per_replica=tp, kv_capacity_tokens=1.0,
                   throughput_tokens_s=1.0, utilisation=0.1)
     return Plan(status=PlanStatus.FEASIBLE, reason="", groups=[g],
@@ -234,7 +234,7 @@ def test_read_layout_and_is_due():
 
 
 def _fixed_plan(tp_big: int, total: float) -> Plan:
-    from kvcore.planmodel import ClassPlan, GroupPlan
+    from kvcore.planner.planmodel import ClassPlan, GroupPlan
 
     groups = [GroupPlan(name="big", tp=tp_big, pp=1, replicas=16 // tp_big, gpus_per_replica=tp_big,
                         kv_capacity_tokens=400_000.0, throughput_tokens_s=2000.0, utilisation=0.3),

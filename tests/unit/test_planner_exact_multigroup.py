@@ -23,8 +23,8 @@ import itertools
 import numpy as np
 import pytest
 
-from kvcore.instance import Instance
-from kvcore.planmodel import PlanStatus
+from kvcore.planner.instance import Instance
+from kvcore.planner.planmodel import PlanStatus
 from kvcore.planner import plan
 from kvcore.planner.continuous import solve_continuous
 from kvcore.planner.exact import exact_bounds, solve_exact

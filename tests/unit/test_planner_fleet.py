@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvcore.instance import Instance
-from kvcore.planmodel import Plan, PlanStatus
+from kvcore.planner.instance import Instance
+from kvcore.planner.planmodel import Plan, PlanStatus
 from kvcore.planner import choose_method, compile_problem, plan
 from kvcore.planner.exact import exact_objective, solve_exact
 from kvcore.planner.synthetic import generate

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvcore.planmodel import PlanStatus
+from kvcore.planner.planmodel import PlanStatus
 from kvcore.planner import plan
 from kvcore.planner.exact import exact_objective, solve_exact
 from kvcore.planner.synthetic import generate

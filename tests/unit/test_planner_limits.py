@@ -23,7 +23,7 @@ import pytest
 
 from kvcore.cli.machine import machine_memory, memory_limit
 from kvcore.errors import InputError
-from kvcore.instance import ClassSpec, GroupSpec, Instance, Layout
+from kvcore.planner.instance import ClassSpec, GroupSpec, Instance, Layout
 from kvcore.planner import limits
 from kvcore.planner.limits import PlanSize, check_size, estimate, reference_estimate
 from kvcore.history.samples import Samples

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from kvcore.errors import InputError
-from kvcore.instance import Instance, load_instance
-from kvcore.planmodel import PlanStatus
+from kvcore.planner.instance import Instance, load_instance
+from kvcore.planner.planmodel import PlanStatus
 from kvcore.planner import compile_problem, plan
 from kvcore.planner.continuous import solve_continuous
 from kvcore.planner.exact import exact_objective, solve_exact

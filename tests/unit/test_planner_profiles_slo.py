@@ -1,4 +1,4 @@
-"""Roofline profiles (kvcore.profiles) and the SLO -> cost-ratio map (kvcore.slo): feasibility, positivity,
+"""Roofline profiles (kvcore.profiles) and the SLO -> cost-ratio map (kvcore.planner.slo): feasibility, positivity,
 monotonicity in TP, overrides, and eq. 8's monotonicity and domain."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from kvcore.errors import InputError
 from kvcore.profiles import MODELS, ProfileOverride, check_override, resolve, roofline
-from kvcore.slo import SloSpec, cost_ratio, rho_from_slo
+from kvcore.planner.slo import SloSpec, cost_ratio, rho_from_slo
 
 
 def test_70b_at_tp1_is_infeasible() -> None:

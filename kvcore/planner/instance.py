@@ -22,7 +22,7 @@ from kvcore.errors import InputError
 from kvcore.profiles import ProfileOverride, check_known, check_override
 from kvcore.reservation.radius import RadiusPolicy
 from kvcore.history.samples import History, Samples, as_history
-from kvcore.slo import SloSpec, cost_ratio
+from kvcore.planner.slo import SloSpec, cost_ratio
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -40,7 +40,7 @@ class ClassSpec(BaseModel):
     """One request class.
 
     Give either ``cp`` and ``cw`` (costs per overflowing / per unused reserved token, token-slot units) or ``slo``
-    (then ``cw`` = 1 and ``cp`` = rho(slo), seed eq. 8; see :mod:`kvcore.slo`).
+    (then ``cw`` = 1 and ``cp`` = rho(slo), seed eq. 8; see :mod:`kvcore.planner.slo`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)

@@ -15,7 +15,7 @@ from kvcore.evaluate.engine import EngineEvaluation, EngineFleet, EngineRow
 from kvcore.evaluate.engine_report import GRID, frontier_check, grid_check, matches, seqs_of, table_markdown
 
 TRAIN = ("azure2023_conv", "burstgpt_first7d_gpt4_conv", "sharegpt_llama2tok_8k")
-"""The traces the reservation rule (kvcore.reserve_rule) was designed on; the others are held out."""
+"""The traces the reservation rule (kvcore.rules.reserve) was designed on; the others are held out."""
 BEGIN, END = "<!-- engine:begin -->", "<!-- engine:end -->"
 
 
@@ -84,7 +84,7 @@ def _cut(evs: Sequence[EngineEvaluation], load: float, method: str,
 def plugin_table(evs: Sequence[EngineEvaluation], load: float) -> list[str]:
     out = [f"**kvplan-plugin against vllm-default at load {load:g}** (target: stalled share and recomputed tokens "
            "cut >= 90%, geometric mean over traces, goodput within 10%). `kvplan-plugin` runs the reservations that "
-           "pay (`kvcore.reserve_rule`), `kvplan-plugin-dro` the plan's raw DRO reservations, `kvplan-plugin+knobs` "
+           "pay (`kvcore.rules.reserve`), `kvplan-plugin-dro` the plan's raw DRO reservations, `kvplan-plugin+knobs` "
            "what the operator deploys with the plugin on and `knobs: Auto`: the knob rule's settings and the "
            "reservations that pay on top of them:", "",
            "| trace | set | stalled default -> plugin / plugin-dro / plugin+knobs | recomputed default -> plugin / "

@@ -117,9 +117,9 @@ def main() -> int:
 
     from kubernetes import client, config
 
-    from kvcore.knobs import knobs_for_plan
+    from kvcore.rules.knobs import knobs_for_plan
     from kvcore.planner import plan
-    from kvcore.reserve_rule import reserves_for_plan
+    from kvcore.rules.reserve import reserves_for_plan
     from kvplan_dev.cluster import LocalCluster
     from kvplan_dev.prom import LocalPrometheus
     from kvplan_operator.knob_cache import KnobCache

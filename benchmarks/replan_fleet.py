@@ -56,7 +56,7 @@ def run(*, classes: int, groups: int, small: int, cycles: int, scrape_s: float, 
         rule_work: int | None = None) -> dict[str, Any]:
     from kubernetes import client, config
 
-    from kvcore.knobs import knobs_for_plan
+    from kvcore.rules.knobs import knobs_for_plan
     from kvcore.planner import plan as kv_plan
     from kvplan_dev.cluster import LocalCluster
     from kvplan_dev.fleet import Fleet

@@ -1,4 +1,4 @@
-"""What the reservation rule (``kvcore.reserve_rule.choose_reserves``) costs per group: replays simulated and seconds,
+"""What the reservation rule (``kvcore.rules.reserve.choose_reserves``) costs per group: replays simulated and seconds,
 the first choice and a re-pricing at another rho (which reuses the memoised replays), on the vendored traces'
 histories at load 0.9 (the setup of ``kvcore evaluate --engine vllm``: 2 replays x 3,000 requests, 2 classes).
 

@@ -8,11 +8,11 @@ length, rho 10), plus multi-class groups under memory pressure: the groups of ``
 still do not preempt are left out; they cost both rules nothing but stock's runs).
 
 - **knobs**: ``choose_knobs(search="full")`` (every candidate on every replay) against the default search
-  (:mod:`kvcore.knob_search`), both on 2 replays of 2,000 requests: the choice must be the same.
+  (:mod:`kvcore.rules.knob_search`), both on 2 replays of 2,000 requests: the choice must be the same.
 - **reservations**: the rule as designed (``search="full"``, 2 replays of 3,000 requests, its own replays) against
   the operator's (``search="fast"``, 2 replays of 2,000 requests shared with the knob rule). Both choices are then
   priced on **fresh replays** (2 x 3,000 requests, seeds 100 and 101, never seen by either) with the rule's own cost
-  J (token slots per request, :mod:`kvcore.reserve_rule`): the gain of a choice is J(0) - J(y), and the fast rule's
+  J (token slots per request, :mod:`kvcore.rules.reserve`): the gain of a choice is J(0) - J(y), and the fast rule's
   share of the full rule's gain says what the shortcut loses (100%: as good; above: better on fresh data).
 - work: requests simulated; CPU seconds (``time.process_time``), both rules in the same run.
 
@@ -33,9 +33,11 @@ from typing import Any
 import numpy as np
 
 from kvcore.evaluate.engine import EngineFleet, EngineSetup
-from kvcore.knobs import KnobClass, choose_knobs, plan_groups
-from kvcore.reserve_rule import ReplaySet, ReserveChoice, choose_reserves, class_rho
-from kvcore.rule_replays import GroupReplays
+from kvcore.rules.classes import KnobClass
+from kvcore.rules.knobs import choose_knobs, plan_groups
+from kvcore.rules.replay_set import ReplaySet
+from kvcore.rules.reserve import ReserveChoice, choose_reserves, class_rho
+from kvcore.rules.replays import GroupReplays
 from kvcore.sim import SimGroup
 from kvcore.history.traces import load_trace
 

@@ -142,8 +142,8 @@ def pending_note(rules: RuleAnswers) -> str:
 
 def engine_rules(run: RunContext, deps: Deps, obs: Observation, plan: Plan, instance: Instance) -> RuleAnswers:
     """Step 4a: kvcore's knob and reservation rules for the groups that need an answer, within the work budget."""
-    from kvcore.knobs import knobs_for_plan
-    from kvcore.reserve_rule import reserves_for_plan
+    from kvcore.rules.knobs import knobs_for_plan
+    from kvcore.rules.reserve import reserves_for_plan
 
     spec = obs.spec
     bodies = {k: s.body for k, s in obs.groups.items()}

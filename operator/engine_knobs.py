@@ -4,7 +4,7 @@ pods. docs/operator.md, "Engine knobs".
 Per group (``spec.groups[].engine``, ``spec.groups[].plugin``):
 
 - ``knobs: Auto`` (default): ``--max-num-seqs``, ``--watermark`` and ``--scheduling-policy`` from kvcore's knob
-  rule (:func:`kvcore.knobs.knobs_for_plan`: the recent history replayed through the vLLM engine model), given the
+  rule (:func:`kvcore.rules.knobs.knobs_for_plan`: the recent history replayed through the vLLM engine model), given the
   knobs the engines run now so that a re-plan on fresh data keeps them while they are inside the rule's knee (and
   reusing its answer while the group's situation holds; run within the cycle's work budget by
   :mod:`.engine_rules`, a group it leaves pending keeps the knobs it runs). The watermark exists from vLLM 0.33
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvcore.planner.instance import Instance
-from kvcore.knobs import WATERMARK_MIN_VERSION as WATERMARK_VERSION  # --watermark exists from vLLM 0.33 on
+from kvcore.rules.knobs import WATERMARK_MIN_VERSION as WATERMARK_VERSION  # --watermark exists from vLLM 0.33 on
 
 from .spec import Group, KVPlanSpec
 from .spec_engine import DEFAULT_VLLM_VERSION, parse_version

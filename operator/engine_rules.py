@@ -1,14 +1,14 @@
 """Part of phase 2, decide (pure): kvcore's two engine-model rules, run for the groups that need an answer, within
 one work budget per re-plan cycle. docs/operator.md, "Engine-model rules".
 
-- the **knob rule** (:func:`kvcore.knobs.knobs_for_plan`) for every group with ``engine.knobs: Auto``;
-- the **reservation rule** (:func:`kvcore.reserve_rule.reserves_for_plan`) for every group with
+- the **knob rule** (:func:`kvcore.rules.knobs.knobs_for_plan`) for every group with ``engine.knobs: Auto``;
+- the **reservation rule** (:func:`kvcore.rules.reserve.reserves_for_plan`) for every group with
   ``plugin.enabled`` on a vLLM the plugin supports: the reservations kvplan's plugin gates admission with, on the
   group's engines as they run now (their ``--max-num-seqs``, ``--watermark`` and policy).
 
 **Reuse.** An answer is reused while the group's situation holds (:mod:`.knob_cache`: generation, engine version,
 planned layout and replicas, the knobs the engines run) and it is younger than the cache's ``max_age_s``. Both
-rules measure on the same replays of a group (:class:`kvcore.rule_replays.ReplayStore`, one per cycle), so the
+rules measure on the same replays of a group (:class:`kvcore.rules.replays.ReplayStore`, one per cycle), so the
 reservation rule reuses the knob rule's stock runs (where the group's engines run vLLM's ``--max-num-seqs``), and
 groups in the same situation share every measurement.
 
@@ -32,7 +32,7 @@ from typing import Any
 from kvcore.errors import InputError
 from kvcore.planner.instance import Instance
 from kvcore.planner.planmodel import Plan
-from kvcore.rule_replays import ReplayStore
+from kvcore.rules.replays import ReplayStore
 from kvcore.sim.engine import EngineConfig
 
 from .engine_knobs import PLUGIN_VERSIONS, EngineVersion, Knobs

@@ -4,7 +4,7 @@ docs/operator.md, "Reservations that pay".
 The plan's y_i is a per-request newsvendor quantile; the plugin's gate holds it for every running request at once,
 which can cost more concurrency than the stalls it prevents are worth (docs/results.md, section 5: at load 0.9 the
 plan's raw reservations keep 0.78 of stock vLLM's goodput, geometric mean over 5 traces, the rule's 1.06). So the file a group's plugin reads holds
-what kvcore's reservation rule (:func:`kvcore.reserve_rule.reserves_for_plan`, run by :mod:`.engine_rules`) keeps
+what kvcore's reservation rule (:func:`kvcore.rules.reserve.reserves_for_plan`, run by :mod:`.engine_rules`) keeps
 for that group: per class nothing, a fraction of y, or a quantile of its outputs, measured on the group's recent
 history through the vLLM engine model. One class can get different reservations on different groups, hence one
 file per group (the state ConfigMap's key ``reservations-<group>.json``, :mod:`.targets.plugin_mount`).

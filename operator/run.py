@@ -48,10 +48,10 @@ class Deps:
     #: Host resolver for the URL policy (injected so tests can point a name at a link-local address).
     resolve: Callable[[str], Any] | None = None
     #: The engine-knob rule, ``knobs_for_plan(plan, instance, *, engine_version, current)``; None: kvcore's
-    #: (:func:`kvcore.knobs.knobs_for_plan`).
+    #: (:func:`kvcore.rules.knobs.knobs_for_plan`).
     knobs: Callable[..., Mapping[str, Any]] | None = None
     #: The reservation rule, ``reserves_for_plan(plan, instance, *, groups, bases, priorities, store, work_limit)``;
-    #: None: kvcore's (:func:`kvcore.reserve_rule.reserves_for_plan`).
+    #: None: kvcore's (:func:`kvcore.rules.reserve.reserves_for_plan`).
     reserves: Callable[..., Mapping[str, Any]] | None = None
     #: Where the engine-model rules' answers are reused between re-plans (:mod:`kvplan_operator.knob_cache`); None:
     #: the rules run every reconcile (tests). The operator's runtime keeps one.

@@ -18,9 +18,9 @@ timestamps are rescaled to it (keeping its burstiness), or Poisson when it has n
 **Variants.**
 
 - ``vllm-default``: vLLM 0.33's defaults;
-- ``kvplan-knobs``: :func:`kvcore.knobs.choose_knobs` on the history at this load (``--watermark``,
+- ``kvplan-knobs``: :func:`kvcore.rules.knobs.choose_knobs` on the history at this load (``--watermark``,
   ``--max-num-seqs``, priorities when rhos differ);
-- ``kvplan-plugin``: kvplan's gate with the reservations that pay (:func:`kvcore.reserve_rule.choose_reserves` on
+- ``kvplan-plugin``: kvplan's gate with the reservations that pay (:func:`kvcore.rules.reserve.choose_reserves` on
   the history at this load and rho: per class nothing, the plan's DRO reservation, or something in between; the
   full search, the rule as designed: the operator's fast search keeps 89-101% of its gain on fresh replays,
   ``benchmarks/rule_agreement.py``);
@@ -37,7 +37,7 @@ TTFT <= ``ttft_slo_s`` and mean time per output token <= ``tpot_slo_s``, per sec
 gate, 0 otherwise; overflow = tokens recomputed after preemption).
 
 The frontier sweeps rho for the plugin (the rule's and the raw DRO reservations, and ``rho=engine``: the rule with
-the engine's preemption price, :mod:`kvcore.preemption`) and (watermark, max_num_seqs) for stock vLLM; and, to
+the engine's preemption price, :mod:`kvcore.rules.preemption`) and (watermark, max_num_seqs) for stock vLLM; and, to
 compare the two instruments themselves rather than a rule's choice, the gate's own setting as a grid the size of
 stock's: per class, nothing or each of the history's output quantiles :data:`FRONTIER_QUANTILES`, at every
 max_num_seqs of stock's grid (:func:`frontier_rows`). Every point is measured on the replay; none is chosen from it.
@@ -53,10 +53,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvcore.errors import InputError
 from kvcore.evaluate.policies import get_policy
-from kvcore.knobs import KnobChoice, KnobClass, choose_knobs
-from kvcore.preemption import context_tokens, operating_batch, token_interval_s
+from kvcore.rules.classes import KnobClass
+from kvcore.rules.knobs import KnobChoice, choose_knobs
+from kvcore.rules.preemption import context_tokens, operating_batch, token_interval_s
 from kvcore.profiles import roofline
-from kvcore.reserve_rule import ReplaySet, ReserveChoice, choose_reserves, engine_rho
+from kvcore.rules.replay_set import ReplaySet
+from kvcore.rules.reserve import ReserveChoice, choose_reserves, engine_rho
 from kvcore.history.samples import History, Samples
 from kvcore.sim import SimGroup, SimPolicy, Workload
 from kvcore.sim.engine import EngineConfig, EngineResult, simulate_engine
@@ -130,7 +132,7 @@ class EngineEvaluation(BaseModel):
     plugin_knobs: dict[str, str] = Field(default_factory=dict, description=(
         "Per load: the reservations that pay on top of the knob rule's settings (kvplan-plugin+knobs) and why."))
     engine_rho: dict[str, dict[str, float]] = Field(default_factory=dict, description=(
-        "Per load, per class: rho_e = C h, the engine's price of a token past the reservation (kvcore.preemption)."))
+        "Per load, per class: rho_e = C h, the engine's price of a token past the reservation (kvcore.rules.preemption)."))
     rows: list[EngineRow]
 
 

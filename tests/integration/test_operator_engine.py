@@ -61,7 +61,7 @@ class HalfReserves:
         self.share = share
 
     def __call__(self, plan: Any, instance: Any, *, groups: Any = None, **_: Any) -> dict:
-        from kvcore.reserve_rule import ReserveChoice
+        from kvcore.rules.reserve import ReserveChoice
 
         out = {}
         for g in plan.groups:
@@ -259,7 +259,7 @@ class PriorityRule:
 
     def __call__(self, plan: Any, instance: Any, *, engine_version: str = "0.33.0", current: Any = None,
                  **_: Any) -> dict:
-        from kvcore.knobs import KnobChoice
+        from kvcore.rules.knobs import KnobChoice
 
         return {g.name: KnobChoice(group=g.name, max_num_seqs=256, watermark=0.0, reason="scripted",
                                    scheduling_policy="priority" if g.name == "pool-a" else "fcfs")

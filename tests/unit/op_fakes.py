@@ -283,7 +283,7 @@ def scripted_prometheus() -> Iterator[tuple[Script, str]]:
 
 
 class ScriptedKnobs:
-    """A knob rule with ``kvcore.knobs.knobs_for_plan``'s signature that answers scripted knobs instantly (the real
+    """A knob rule with ``kvcore.rules.knobs.knobs_for_plan``'s signature that answers scripted knobs instantly (the real
     rule replays thousands of requests per group and is tested in test_knobs.py; the operator's tests test what the
     operator does with its answer). ``knobs``: group -> (max_num_seqs, watermark, policy); a group not listed gets
     stock vLLM (256, 0, fcfs). Only groups of the plan with replicas get an answer, as from the real rule; a
@@ -301,7 +301,7 @@ class ScriptedKnobs:
 
     def __call__(self, plan: Any, instance: Any, *, engine_version: str = "0.33.0", current: Any = None,
                  **shared: Any) -> dict:
-        from kvcore.knobs import KnobChoice
+        from kvcore.rules.knobs import KnobChoice
 
         groups = [g.name for g in plan.groups if g.replicas > 0 and g.tp > 0]
         self.calls.append((engine_version, groups, dict(current or {})))
@@ -319,7 +319,7 @@ class ScriptedKnobs:
 
 
 class ScriptedReserves:
-    """A reservation rule with ``kvcore.reserve_rule.reserves_for_plan``'s signature that answers instantly (the real
+    """A reservation rule with ``kvcore.rules.reserve.reserves_for_plan``'s signature that answers instantly (the real
     rule is tested in test_reserve_rule.py and test_reserve_search.py, on the real apiserver in
     tests/integration/test_operator_engine.py): per group, each class routed
     there gets ``scale`` x its plan y (``reserves``: group -> class -> tokens overrides it); ``work``: group ->
@@ -334,7 +334,7 @@ class ScriptedReserves:
         self.calls: list[tuple[list[str], dict]] = []
 
     def __call__(self, plan: Any, instance: Any, *, groups: Any = None, bases: Any = None, **shared: Any) -> dict:
-        from kvcore.reserve_rule import ReserveChoice
+        from kvcore.rules.reserve import ReserveChoice
 
         names = [g.name for g in plan.groups if g.replicas > 0 and g.tp > 0 and (groups is None or g.name in groups)]
         self.calls.append((names, dict(bases or {})))

@@ -1,6 +1,6 @@
 """`kvcore evaluate --engine vllm` (kvcore.evaluate.engine): the four variants at two loads on a real (small)
 vendored trace, with the issue's row keys; the knobs row really runs the knobs the rule chose; the plugin row runs
-the gate with the reservations that pay (kvcore.reserve_rule) and the plugin-dro row with the plan's raw
+the gate with the reservations that pay (kvcore.rules.reserve) and the plugin-dro row with the plan's raw
 reservations (no preemption can survive a reservation of L_max); the frontier adds the plugin's rho sweeps, stock
 vLLM's grid and the gate's reservation grid, and the grid is compared with stock only at the same max_num_seqs; bad
 flags exit 2 naming the flag."""

@@ -1,4 +1,4 @@
-"""The knob rule's search (kvcore.knob_search) makes the full table's choice from part of it: on seeded cases
+"""The knob rule's search (kvcore.rules.knob_search) makes the full table's choice from part of it: on seeded cases
 (memory pressure from none to heavy, equal and unequal cost ratios so priorities are candidates, knobs in force on
 and off the grid, an engine without --watermark) the fast search chooses exactly what measuring every candidate on
 every replay chooses, never measures more, and measures less under pressure; a max_num_seqs above the peak of
@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvcore.knob_search import peak_running
-from kvcore.knobs import KnobClass, choose_knobs, replay
-from kvcore.rule_replays import GroupReplays, ReplayStore
+from kvcore.rules.knob_search import peak_running
+from kvcore.rules.classes import KnobClass, replay
+from kvcore.rules.knobs import choose_knobs
+from kvcore.rules.replays import GroupReplays, ReplayStore
 from kvcore.sim import SimGroup
 from kvcore.sim.engine import EngineConfig, simulate_engine
 

@@ -1,4 +1,4 @@
-"""The knob rule (kvcore.knobs): stock vLLM's --watermark, --max-num-seqs and --scheduling-policy priority chosen by
+"""The knob rule (kvcore.rules.knobs): stock vLLM's --watermark, --max-num-seqs and --scheduling-policy priority chosen by
 replaying recent history through the vLLM engine model. Without memory pressure it keeps stock values; under
 pressure its choice lowers rho-priced recompute on a *fresh* replay (another seed) without costing more than the
 allowed latency; priorities appear only when cost ratios differ; old engines get no watermark; bad input names the
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from kvcore.errors import InputError
-from kvcore.knobs import KnobClass, choose_knobs, knobs_for_plan, replay
+from kvcore.rules.classes import KnobClass, replay
+from kvcore.rules.knobs import choose_knobs, knobs_for_plan
 from kvcore.sim import SimGroup
 from kvcore.sim.engine import EngineConfig, simulate_engine
 

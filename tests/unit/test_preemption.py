@@ -1,4 +1,4 @@
-"""The price of a preemption from the engine model (kvcore.preemption): the per-request harm is recompute plus the
+"""The price of a preemption from the engine model (kvcore.rules.preemption): the per-request harm is recompute plus the
 stall converted by the step time, computed from the outcome arrays by hand; the operating batch is the memory's or
 max_num_seqs; a replay without memory pressure prices nothing; under pressure the price is bounded by what a
 preemption can physically throw away, the hazard times the generated tokens gives back the preemptions, and the
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from kvcore.errors import InputError
-from kvcore.knobs import KnobClass, replay
-from kvcore.preemption import (
+from kvcore.rules.classes import KnobClass, replay
+from kvcore.rules.preemption import (
     class_prices,
     context_tokens,
     harm_tokens,

@@ -1,4 +1,4 @@
-"""Reservations that pay (kvcore.reserve_rule): without memory pressure the rule reserves nothing; under pressure
+"""Reservations that pay (kvcore.rules.reserve): without memory pressure the rule reserves nothing; under pressure
 what it keeps beats y = 0 by the margin on every replay and holds on a *fresh* replay (another seed: fewer
 preemptions, goodput no lower than 5% below stock's); every class it reserves for pays for itself; re-pricing at
 another rho reuses the replays; the engine's rho is 0 without pressure; the operator's entry works on a planned
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from kvcore.errors import InputError
-from kvcore.knobs import KnobClass, replay
-from kvcore.reserve_rule import MIN_GAIN, ReplaySet, choose_reserves, class_rho, engine_rho, reserves_for_plan
+from kvcore.rules.classes import KnobClass, replay
+from kvcore.rules.replay_set import ReplaySet
+from kvcore.rules.reserve import MIN_GAIN, choose_reserves, class_rho, engine_rho, reserves_for_plan
 from kvcore.sim import SimGroup, SimPolicy
 from kvcore.sim.engine import EngineConfig, simulate_engine
 

@@ -1,4 +1,4 @@
-"""The reservation rule's searches (kvcore.reserve_search) on seeded replays of a vendored trace:
+"""The reservation rule's searches (kvcore.rules.reserve_search) on seeded replays of a vendored trace:
 
 - the fast search never reserves for a class that is not preempted with nothing reserved (checked on the replays'
   own y = 0 runs), keeps only what pays on every replay by MIN_GAIN, and measures fewer requests than the full one;
@@ -17,9 +17,11 @@ import numpy as np
 import pytest
 
 from kvcore.errors import InputError
-from kvcore.knobs import KnobClass, choose_knobs
-from kvcore.reserve_rule import MIN_GAIN, ReplaySet, choose_reserves, class_rho
-from kvcore.rule_replays import ReplayStore
+from kvcore.rules.classes import KnobClass
+from kvcore.rules.knobs import choose_knobs
+from kvcore.rules.replay_set import ReplaySet
+from kvcore.rules.reserve import MIN_GAIN, choose_reserves, class_rho
+from kvcore.rules.replays import ReplayStore
 from test_reserve_rule import classes, group  # type: ignore[import-not-found]
 
 REQUESTS = 800

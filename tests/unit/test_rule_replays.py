@@ -1,4 +1,4 @@
-"""The replays both engine-model rules share (kvcore.rule_replays): the store hands out one set per group situation
+"""The replays both engine-model rules share (kvcore.rules.replays): the store hands out one set per group situation
 and a new one whenever something the replays depend on changes (a class's rate, history, reservation or rho, the
 group's capacity, the replay settings, the engine base), never for the group's name alone; stock vLLM's runs are
 memoised and counted once; two rules on one store count each simulated request once, and a group met again under
@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 
 from kvcore.errors import InputError
-from kvcore.knobs import KnobClass, choose_knobs
-from kvcore.reserve_rule import ReplaySet, choose_reserves
-from kvcore.rule_replays import GroupReplays, ReplayStore
+from kvcore.rules.classes import KnobClass
+from kvcore.rules.knobs import choose_knobs
+from kvcore.rules.replay_set import ReplaySet
+from kvcore.rules.reserve import choose_reserves
+from kvcore.rules.replays import GroupReplays, ReplayStore
 from kvcore.sim.engine import EngineConfig
 from test_knob_search import classes, group  # type: ignore[import-not-found]
 

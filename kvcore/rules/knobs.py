@@ -29,11 +29,11 @@ nothing beats stock vLLM, the knobs stay at stock values. The measures of the ca
 the operator can show why.
 
 **Search.** The choice is defined on the full table (every candidate on every replay), but it is reached by
-measuring only what it depends on (:mod:`kvcore.knob_search`: candidates dropped at their first replay out of
+measuring only what it depends on (:mod:`kvcore.rules.knob_search`: candidates dropped at their first replay out of
 tolerance, bounds on the floor instead of the floor, measurements reused where a max_num_seqs cap never bound):
 the same choice, checked against the full table by ``tests/unit/test_knob_search.py`` and
 ``benchmarks/rule_agreement.py``; ``search="full"`` measures everything. The replays are shared with the
-reservation rule (:mod:`kvcore.rule_replays`), and each answer says the work it took (requests simulated).
+reservation rule (:mod:`kvcore.rules.replays`), and each answer says the work it took (requests simulated).
 
 **Knobs in force.** A caller that already runs some knobs passes them as ``current`` (watermark, max_num_seqs,
 policy). They are measured on the same replays as one more candidate, and kept when they are eligible and inside
@@ -54,10 +54,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvcore.errors import InputError
 from kvcore.planner.instance import Instance
-from kvcore.knob_search import Cand, decide, full_table, knob_replays
-from kvcore.knob_search import search as search_knobs
+from kvcore.rules.knob_search import Cand, decide, full_table, knob_replays
+from kvcore.rules.knob_search import search as search_knobs
 from kvcore.planner.planmodel import Plan
-from kvcore.rule_replays import REQUESTS, GroupReplays, ReplayStore
+from kvcore.rules.classes import KnobClass
+from kvcore.rules.replays import REQUESTS, GroupReplays, ReplayStore
 from kvcore.sim.engine import EngineConfig
 from kvcore.sim.types import SimGroup, SimPolicy, Workload
 
@@ -71,47 +72,6 @@ WATERMARK_MIN_VERSION = (0, 33, 0)
 """``--watermark`` exists in vLLM from 0.33 on."""
 Knobs = tuple[float, int, str]
 """(watermark, max_num_seqs, policy) of an engine, as ``current`` knobs are passed."""
-
-
-@dataclass(frozen=True)
-class KnobClass:
-    """One class as the rule sees it on one group: its planned arrival rate there and recent history."""
-
-    name: str
-    rate_rps: float
-    """Requests/s of this class routed to the group (all its replicas)."""
-    inputs: NDArray[np.float64]
-    """Prompt tokens of recent requests (paired with ``outputs``)."""
-    outputs: NDArray[np.float64]
-    """Output tokens of the same requests."""
-    reserve_tokens: float
-    """The plan's y for the class (tokens)."""
-    rho: float
-    """c_p / c_w of the class (dimensionless)."""
-    weights: NDArray[np.float64] | None = None
-    """Probability of each (prompt, output) row (histogram histories); None: equally likely."""
-
-    @classmethod
-    def build(cls, name: str, rate_rps: float, inputs: ArrayLike, outputs: ArrayLike, reserve_tokens: float,
-              rho: float, weights: ArrayLike | None = None) -> KnobClass:
-        i = np.asarray(inputs, dtype=np.float64).ravel()
-        o = np.asarray(outputs, dtype=np.float64).ravel()
-        if i.size == 0 or i.size != o.size:
-            raise InputError(f"knobs.classes[{name}].inputs", f"needs paired samples, got {i.size} and {o.size}")
-        if not (np.isfinite(i).all() and np.isfinite(o).all()):
-            raise InputError(f"knobs.classes[{name}].outputs", "samples must be finite")
-        if not (math.isfinite(rate_rps) and rate_rps >= 0):
-            raise InputError(f"knobs.classes[{name}].rate_rps", f"must be finite and >= 0, got {rate_rps}")
-        if not (math.isfinite(rho) and rho > 0):
-            raise InputError(f"knobs.classes[{name}].rho", f"must be finite and > 0, got {rho}")
-        w = None
-        if weights is not None:
-            w = np.asarray(weights, dtype=np.float64).ravel()
-            if w.size != o.size or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
-                raise InputError(f"knobs.classes[{name}].weights", "must be finite, >= 0, one per sample, sum > 0")
-            w = w / w.sum()
-        return cls(name, float(rate_rps), np.maximum(np.rint(i), 0.0), np.maximum(np.rint(o), 1.0),
-                   float(reserve_tokens), float(rho), w)
 
 
 class KnobMeasure(BaseModel):
@@ -157,57 +117,6 @@ def version_tuple(version: str) -> tuple[int, ...]:
         raise InputError("engine_version", f"{version!r} is not a version like 0.33.0") from None
 
 
-def replay(group: SimGroup, classes: Sequence[KnobClass], *, requests: int, rng: np.random.Generator,
-           arrivals_s: ArrayLike | None = None) -> tuple[Workload, SimPolicy]:
-    """``requests`` requests of the classes on ``group``: classes in proportion to their rates, (prompt, output)
-    rows resampled from each class's history; arrivals at the summed rate, Poisson, or, given the history's own
-    ``arrivals_s`` (sorted seconds), its most recent ``requests`` arrivals rescaled to that rate (bursts kept)."""
-    rates = np.array([c.rate_rps for c in classes])
-    total = float(rates.sum())
-    if total <= 0:
-        raise InputError("knobs.classes", "no traffic on this group (every rate is 0)")
-    cls = rng.choice(len(classes), size=requests, p=rates / total)
-    inp = np.empty(requests)
-    out = np.empty(requests)
-    for i, c in enumerate(classes):
-        idx = np.flatnonzero(cls == i)
-        rows = (rng.integers(0, c.inputs.size, size=idx.size) if c.weights is None
-                else rng.choice(c.inputs.size, size=idx.size, p=c.weights))
-        inp[idx], out[idx] = c.inputs[rows], c.outputs[rows]
-    times = None if arrivals_s is None else np.asarray(arrivals_s, dtype=np.float64).ravel()
-    if times is not None and times.size >= 2 and np.all(np.diff(times) >= 0) and times[-1] > times[-min(
-            requests, times.size)]:
-        recent = times[-requests:]
-        recent = recent - recent[0]
-        reps = -(-requests // recent.size)  # a history shorter than the replay is repeated end to end
-        span = float(recent[-1]) * recent.size / max(recent.size - 1, 1)
-        arrival = np.concatenate([recent + k * span for k in range(reps)])[:requests]
-        arrival *= (requests / total) / max(float(arrival[-1]), 1e-12) * (requests - 1) / requests
-    else:
-        gaps = rng.exponential(1.0 / total, size=requests)
-        gaps[0] = 0.0
-        arrival = np.cumsum(gaps)
-    workload = Workload.from_arrays(arrival, cls, inp, out, n_classes=len(classes))
-    policy = SimPolicy.from_arrays([c.reserve_tokens for c in classes], np.ones((len(classes), 1)),
-                                   cp=[c.rho for c in classes], cw=1.0)
-    return workload, policy
-
-
-def history_segment(times: NDArray[np.float64] | None, requests: int, replays: int, k: int,
-                    ) -> NDArray[np.float64] | None:
-    """The arrival times replay ``k`` of ``replays`` takes from a history (sorted seconds): ``requests`` of them,
-    the most recent for k = 0 and evenly spaced earlier windows for the others, all inside the history (windows
-    overlap when it holds fewer than ``replays x requests``; each replay is the whole history when it holds fewer
-    than ``requests``). None without a usable history (Poisson arrivals)."""
-    if times is None or times.size < 2:
-        return None
-    n = int(times.size)
-    width = min(requests, n)
-    step = (n - width) // (replays - 1) if replays > 1 else 0
-    stop = n - k * min(step, width)
-    return times[stop - width:stop]
-
-
 def intrusiveness(watermark: float, max_num_seqs: int, policy: str, stock_seqs: int) -> float:
     """How far a candidate moves from stock vLLM (dimensionless): 10 per unit of watermark (0.1 of the blocks
     counts 1), 1 per halving of max_num_seqs, 1 for priorities."""
@@ -248,8 +157,8 @@ def choose_knobs(group: SimGroup, classes: Sequence[KnobClass], *, base: EngineC
     (the most recent stretches of ``arrivals_s``, the history's arrival times in seconds, when known, so bursts are
     kept; else Poisson); a candidate must be eligible on every one. ``current``: the knobs in force, kept while they
     are inside the knee (module docstring). ``search``: ``fast`` measures only what the choice depends on
-    (:mod:`kvcore.knob_search`: the same choice), ``full`` every candidate on every replay. ``shared``: the group's
-    replays built already (:mod:`kvcore.rule_replays`, with these classes and settings; ``requests``, ``replays``,
+    (:mod:`kvcore.rules.knob_search`: the same choice), ``full`` every candidate on every replay. ``shared``: the group's
+    replays built already (:mod:`kvcore.rules.replays`, with these classes and settings; ``requests``, ``replays``,
     ``seed`` and ``arrivals_s`` are then theirs). Pure: seeded, no I/O."""
     base = base if base is not None else EngineConfig()
     if not classes:
@@ -352,7 +261,7 @@ def knobs_for_plan(plan: Plan, instance: Instance, *, engine_version: str = "0.3
     windows, the classes' planned rates on each group (lambda_i pi_ik), their reservations and cost ratios). Groups
     without traffic or without a feasible layout get no entry. ``current``: group -> the knobs its engines run now
     (kept while inside the knee, :func:`choose_knobs`). ``store``: the re-plan's shared replays
-    (:mod:`kvcore.rule_replays`; the reservation rule measures on the same ones, and groups in the same situation
+    (:mod:`kvcore.rules.replays`; the reservation rule measures on the same ones, and groups in the same situation
     share them); each answer's ``work`` is what it simulated."""
     store = store if store is not None else ReplayStore()
     out = {}

@@ -4,11 +4,11 @@ replaying recent history through the vLLM engine model with kvplan's gate (:mod:
 A reservation trades stalls and recompute against concurrency. The plan's reservation y_i is a per-request
 newsvendor quantile; the gate holds it for every running request at once, which the newsvendor does not price, and
 often holds far more than the pool needs. So the rule *measures* both sides on the group's recent history
-(:func:`kvcore.knobs.replay`: the classes' (prompt, output) rows at their planned rates, with the history's own
+(:func:`kvcore.rules.classes.replay`: the classes' (prompt, output) rows at their planned rates, with the history's own
 arrival pattern when known) and keeps the reservations whose cost is lowest.
 
 **Cost** of reservations y = (y_i) on one replay, token slots per request (a token slot: one token of work or one
-token interval ``t_tok`` of a stream's time; :mod:`kvcore.preemption`), against the same replay with nothing
+token interval ``t_tok`` of a stream's time; :mod:`kvcore.rules.preemption`), against the same replay with nothing
 reserved (y = 0: the gate then adds only the claims of running requests still prefilling, so nearly stock vLLM):
 
     J(y) = H(y) + [mean e2e(y) - mean e2e(0) + TAIL (P99(y) - P99(0))] / t_tok + [g(0) - g(y)] * mean(xi)
@@ -45,137 +45,21 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvcore.errors import InputError
 from kvcore.planner.instance import Instance
-from kvcore.knobs import KnobClass, plan_groups
+from kvcore.rules.classes import KnobClass
+from kvcore.rules.knobs import plan_groups
 from kvcore.planner.planmodel import Plan
-from kvcore.preemption import PreemptionPrice, class_prices, context_tokens, harm_tokens, token_interval_s
-from kvcore.rule_replays import REPLAYS, REQUESTS, GroupReplays, ReplayStore
-from kvcore.reserve_search import fast_search, full_search
-from kvcore.history.samples import weighted_quantile
+from kvcore.rules.preemption import PreemptionPrice
+from kvcore.rules.replay_set import QUANTILES, SCALES, ReplaySet, quantile
+from kvcore.rules.replays import REQUESTS, ReplayStore
+from kvcore.rules.reserve_search import fast_search, full_search
 from kvcore.sim.engine import EngineConfig
-from kvcore.sim.types import SimGroup, SimPolicy, Workload
+from kvcore.sim.types import SimGroup
 
-SCALES = (0.125, 0.25, 0.5, 1.0)
-"""Fractions of the plan's reservation tried per class."""
-QUANTILES = (0.25, 0.5, 0.75)
-"""Quantiles of a class's outputs tried per class."""
 ROUNDS = 2
 """Coordinate-descent rounds over the classes."""
-TAIL = 0.01
-"""Weight of the P99 latency change: the share of requests the P99 stands for."""
 MIN_GAIN = 1.0
 """A reservation must lower the cost by at least this much (token slots per request) on every replay to be kept:
 less is within the replays' noise (about 0.01 s of mean latency, a fraction of a token slot)."""
-NS = 1e-9
-
-
-@dataclass(frozen=True)
-class _Raw:
-    """One replay of one reservation vector: what the cost needs, before rho."""
-
-    harm: NDArray[np.float64]
-    """Per class, sum_j h_j over its requests (token slots)."""
-    p99_s: float
-    mean_s: float
-    good_share: float
-    stalled_frac: float
-    preemptions: int
-    recomputed: int
-    goodput_rps: float
-
-
-class ReplaySet:
-    """The rule's replays of one group's history (shared with the knob rule, :mod:`kvcore.rule_replays`), and every
-    reservation vector simulated on them, per replay (memoised)."""
-
-    def __init__(self, group: SimGroup, classes: Sequence[KnobClass], *, base: EngineConfig | None = None,
-                 requests: int = REQUESTS, replays: int = REPLAYS, seed: int = 0, arrivals_s: ArrayLike | None = None,
-                 ttft_slo_s: float = 2.0, tpot_slo_s: float = 0.1, shared: GroupReplays | None = None) -> None:
-        if not classes:
-            raise InputError("reserves.classes", "at least one class is needed")
-        if replays < 1:
-            raise InputError("reserves.replays", f"must be >= 1, got {replays}")
-        times = None if arrivals_s is None else np.asarray(arrivals_s, dtype=np.float64).ravel()
-        self.shared = shared if shared is not None else GroupReplays(
-            group, classes, requests=requests, replays=replays, seed=seed, arrivals_s=times, base=base)
-        self.group = group
-        self.classes = tuple(classes)
-        self.engine = self.shared.base.model_copy(update={"admission": "gate"})
-        self.slo = (float(ttft_slo_s), float(tpot_slo_s))
-        self.runs: list[Workload] = self.shared.workloads
-        ins = np.concatenate([w.input_tokens for w in self.runs])
-        outs = np.concatenate([w.output_tokens for w in self.runs])
-        self.t_tok = token_interval_s(group, self.engine, context_tokens(ins, outs))
-        """Seconds per token at the operating batch of the replayed history."""
-        self.mean_output = float(outs.mean())
-        self._memo: dict[tuple[tuple[int, ...], int], _Raw] = {}
-        self.prices: tuple[dict[str, PreemptionPrice], ...] = ()
-        """Per replay, the engine's preemption price per class with nothing reserved (filled by its measure)."""
-
-    @property
-    def simulated(self) -> int:
-        """Reservation vectors simulated so far (on at least one replay)."""
-        return len({ys for ys, _ in self._memo})
-
-    @property
-    def work(self) -> int:
-        """Requests simulated on the shared replays so far (by every rule)."""
-        return self.shared.work
-
-    def measure_on(self, ys: tuple[int, ...], k: int) -> _Raw:
-        """Replay ``k`` under the gate with reservations ``ys`` (tokens per class)."""
-        if (ys, k) not in self._memo:
-            workload = self.runs[k]
-            policy = SimPolicy.from_arrays([float(y) for y in ys], np.ones((len(ys), 1)), cp=1.0, cw=1.0)
-            res = self.shared.simulate(k, self.engine, policy)
-            o = res.outcomes
-            assert o is not None
-            h = harm_tokens(o, self.t_tok)
-            cls = workload.class_index
-            harm = np.bincount(cls, weights=h, minlength=len(self.classes)).astype(np.float64)
-            xi = workload.output_tokens
-            ttft = o.first_token_ns * NS - workload.arrival_s
-            e2e = o.finish_ns * NS - workload.arrival_s
-            tpot = np.where(xi > 1, (e2e - ttft) / np.maximum(xi - 1, 1), 0.0)
-            good = (o.finish_ns >= 0) & (ttft <= self.slo[0]) & (tpot <= self.slo[1])
-            self._memo[(ys, k)] = _Raw(harm, res.e2e.p99 or 0.0, res.e2e.mean or 0.0, float(good.mean()),
-                                       res.stalled_frac or 0.0, res.preemptions, res.recomputed_tokens,
-                                       res.goodput_rps)
-            if not any(ys):
-                prices = list(self.prices) + [{}] * (len(self.runs) - len(self.prices))
-                prices[k] = class_prices(workload, res, self.t_tok, [c.name for c in self.classes])
-                self.prices = tuple(prices)
-        return self._memo[(ys, k)]
-
-    def measure(self, ys: tuple[int, ...]) -> tuple[_Raw, ...]:
-        """Each replay under the gate with reservations ``ys``."""
-        return tuple(self.measure_on(ys, k) for k in range(len(self.runs)))
-
-    def cost_on(self, ys: tuple[int, ...], rho: NDArray[np.float64], k: int) -> float:
-        """J(ys) on replay ``k`` (token slots per request; module docstring)."""
-        r, z = self.measure_on(ys, k), self.measure_on(tuple(0 for _ in ys), k)
-        harm = float((rho * r.harm).sum()) / len(self.runs[k])
-        latency = (r.mean_s - z.mean_s) + TAIL * (r.p99_s - z.p99_s)
-        return harm + latency / self.t_tok + (z.good_share - r.good_share) * self.mean_output
-
-    def costs(self, ys: tuple[int, ...], rho: NDArray[np.float64]) -> NDArray[np.float64]:
-        """J(ys) on each replay."""
-        return np.array([self.cost_on(ys, rho, k) for k in range(len(self.runs))])
-
-    def stock_harm(self, rho: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Per replay, what stock vLLM's preemptions cost on it, ``sum_j rho_j h_j / n`` token slots per request
-        (the shared stock runs, :meth:`kvcore.rule_replays.GroupReplays.stock`)."""
-        out = []
-        for k, w in enumerate(self.runs):
-            o = self.shared.stock(k).outcomes
-            assert o is not None
-            out.append(float((rho[w.class_index] * harm_tokens(o, self.t_tok)).sum()) / len(w))
-        return np.array(out)
-
-    def candidates(self, c: KnobClass) -> list[int]:
-        """0, the plan's y scaled, and output quantiles, whole tokens, ascending."""
-        q = [_quantile(c, p) for p in QUANTILES]
-        ys = {0} | {int(round(f * c.reserve_tokens)) for f in SCALES} | {int(round(v)) for v in q}
-        return sorted(ys)
 
 
 class ReserveMeasure(BaseModel):
@@ -212,11 +96,6 @@ def class_rho(classes: Sequence[KnobClass], engine_priced: Collection[str] = ())
     return np.array([1.0 if c.name in engine_priced else c.rho for c in classes])
 
 
-def _quantile(c: KnobClass, p: float) -> float:
-    w = c.weights if c.weights is not None else np.full(c.outputs.size, 1.0 / c.outputs.size)
-    return weighted_quantile(c.outputs, w, p)
-
-
 def _source(c: KnobClass, y: int) -> str:
     if y == 0:
         return "none"
@@ -224,7 +103,7 @@ def _source(c: KnobClass, y: int) -> str:
         if y == int(round(f * c.reserve_tokens)):
             return "dro" if f == 1.0 else f"dro*{f:g}"
     for p in QUANTILES:
-        if y == int(round(_quantile(c, p))):
+        if y == int(round(quantile(c, p))):
             return f"q{round(100 * p)}"
     return "custom"
 
@@ -235,7 +114,7 @@ def choose_reserves(group: SimGroup, classes: Sequence[KnobClass], *, engine_pri
     """The reservations for one group (module docstring). ``replays``: an existing :class:`ReplaySet` of the same
     group and classes (re-priced at these classes' rho; rho may differ, the history may not); otherwise one is built
     from ``replay_args`` (``base``, ``requests``, ``replays``, ``seed``, ``arrivals_s``, ``ttft_slo_s``,
-    ``tpot_slo_s``, ``shared``). ``search``: ``fast`` (the operator's) or ``full`` (:mod:`kvcore.reserve_search`);
+    ``tpot_slo_s``, ``shared``). ``search``: ``fast`` (the operator's) or ``full`` (:mod:`kvcore.rules.reserve_search`);
     ``work_limit``: requests the fast search may simulate on this group."""
     if search not in ("fast", "full"):
         raise InputError("reserves.search", f"must be 'fast' or 'full', got {search!r}")
@@ -249,7 +128,7 @@ def choose_reserves(group: SimGroup, classes: Sequence[KnobClass], *, engine_pri
     work0 = rs.work
     cands = [rs.candidates(c) for c in classes]
     family = [tuple(int(round(f * c.reserve_tokens)) for c in classes) for f in SCALES]
-    family += [tuple(int(round(_quantile(c, p))) for c in classes) for p in QUANTILES]
+    family += [tuple(int(round(quantile(c, p))) for c in classes) for p in QUANTILES]
     found = (full_search(rs, classes, rho, family, cands, ROUNDS) if search == "full"
              else fast_search(rs, classes, rho, family, cands, ROUNDS, MIN_GAIN, work_limit))
     best = found.best
@@ -288,7 +167,7 @@ def choose_reserves(group: SimGroup, classes: Sequence[KnobClass], *, engine_pri
 
 
 def engine_rho(replays: ReplaySet) -> dict[str, float]:
-    """Per class, rho_e = C h (:mod:`kvcore.preemption`): the engine's price of one token past the reservation,
+    """Per class, rho_e = C h (:mod:`kvcore.rules.preemption`): the engine's price of one token past the reservation,
     from the replays with nothing reserved (mean over replays)."""
     replays.measure(tuple(0 for _ in replays.classes))
     return {c.name: float(np.mean([p[c.name].rho for p in replays.prices])) for c in replays.classes}
@@ -299,12 +178,12 @@ def reserves_for_plan(plan: Plan, instance: Instance, *, slo_price: str = "engin
                       bases: Mapping[str, EngineConfig] | None = None, priorities: Mapping[str, int] | None = None,
                       store: ReplayStore | None = None, search: str = "fast", work_limit: int | None = None
                       ) -> dict[str, ReserveChoice]:
-    """The operator's entry: reservations per group of a plan (:func:`kvcore.knobs.plan_groups`). ``slo_price``:
+    """The operator's entry: reservations per group of a plan (:func:`kvcore.rules.knobs.plan_groups`). ``slo_price``:
     ``engine`` prices the harm of classes that give an SLO by the engine model (weight 1), ``eq8`` by seed eq. 8's
     rho as the plan did. Groups without traffic or a feasible layout get no entry; ``groups``: only these.
     ``bases``: per group, the engine settings the gate runs on (the group's knobs; default ``base``), with
     ``priorities`` (class -> vLLM request priority) under ``--scheduling-policy priority``. ``store``:
-    the re-plan's shared replays (:mod:`kvcore.rule_replays`: the knob rule's stock runs are reused, and groups in
+    the re-plan's shared replays (:mod:`kvcore.rules.replays`: the knob rule's stock runs are reused, and groups in
     the same situation share every measurement). ``work_limit``: per group (the fast search's)."""
     if slo_price not in ("engine", "eq8"):
         raise InputError("slo_price", f"must be 'engine' or 'eq8', got {slo_price!r}")

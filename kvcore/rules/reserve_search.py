@@ -1,6 +1,6 @@
-"""How the reservation rule (:mod:`kvcore.reserve_rule`) searches the reservation vectors of one group.
+"""How the reservation rule (:mod:`kvcore.rules.reserve`) searches the reservation vectors of one group.
 
-Both searches minimise the mean cost J over the replays (:meth:`kvcore.reserve_rule.ReplaySet.costs`) from y = 0
+Both searches minimise the mean cost J over the replays (:meth:`kvcore.rules.replay_set.ReplaySet.costs`) from y = 0
 and keep the result only if it pays, by ``MIN_GAIN``, on every replay.
 
 **full** (the rule as designed; ``benchmarks/rule_agreement.py`` measures the fast one against it): the best of the
@@ -12,7 +12,7 @@ reservation does not lower the cost gets 0. About 8 candidates per class and rou
 
 1. **Nothing to protect.** A reservation saves at most the harm of the preemptions it prevents. When stock vLLM's
    preemptions on some replay cost less than ``MIN_GAIN`` token slots per request (the shared stock runs,
-   :meth:`~kvcore.reserve_rule.ReplaySet.stock_harm`), no reservation can pay on every replay by that much unless it
+   :meth:`~kvcore.rules.replay_set.ReplaySet.stock_harm`), no reservation can pay on every replay by that much unless it
    lowers latency by acting as a concurrency cap, which is the knob rule's instrument (``--max-num-seqs``), not a
    reservation's: nothing is reserved, and nothing but stock's runs (shared with the knob rule) is simulated.
 2. **Only the classes that are preempted.** With nothing reserved, a class whose requests are never preempted on
@@ -34,14 +34,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
-if TYPE_CHECKING:
-    from kvcore.knobs import KnobClass
-    from kvcore.reserve_rule import ReplaySet
+from kvcore.rules.classes import KnobClass
+from kvcore.rules.replay_set import ReplaySet
 
 Vec = tuple[int, ...]
 

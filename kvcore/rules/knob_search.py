@@ -1,4 +1,4 @@
-"""How the knob rule (:mod:`kvcore.knobs`) finds its choice without measuring every candidate on every replay.
+"""How the knob rule (:mod:`kvcore.rules.knobs`) finds its choice without measuring every candidate on every replay.
 
 The rule's choice is defined on the full table (every candidate measured on every replay): among the *eligible*
 candidates (P99 e2e and goodput within the tolerance of stock vLLM's on every replay) whose rho-priced recompute is
@@ -12,7 +12,7 @@ module reaches **the same choice** from part of the table:
    priced recompute is negative) and ``U``, the least priced recompute measured so far on an eligible candidate
    (stock's at worst). A measured candidate that is eligible with priced recompute ``<= enough(0)`` is in the knee
    whatever the floor is; one above ``enough(U)`` (or not eligible) is out of it whatever the floor is. Candidates
-   are measured in order of intrusiveness (:func:`kvcore.knobs.intrusiveness`), the knobs in force first, and the
+   are measured in order of intrusiveness (:func:`kvcore.rules.knobs.intrusiveness`), the knobs in force first, and the
    search stops as soon as the choice (and whether the knobs in force stay) no longer depends on anything
    unmeasured: some candidate ``a`` is surely in the knee, every candidate less intrusive than ``a`` is measured and
    surely out of it, every candidate as intrusive as ``a`` is measured. Once every candidate is measured the floor is
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvcore.rule_replays import GroupReplays
+from kvcore.rules.replays import GroupReplays
 from kvcore.sim.engine import EngineOutcomes
 
 KNEE = 0.1
@@ -68,7 +68,7 @@ def peak_running(outcomes: EngineOutcomes) -> int:
 
 @dataclass
 class KnobReplays:
-    """The knob rule's measurements on a group's shared replays (:class:`kvcore.rule_replays.GroupReplays`),
+    """The knob rule's measurements on a group's shared replays (:class:`kvcore.rules.replays.GroupReplays`),
     memoised, with caps that never bound reused (module docstring, 3)."""
 
     replays: GroupReplays

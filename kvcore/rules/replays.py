@@ -1,14 +1,14 @@
 """The replays both engine-model rules measure on, shared: one group's recent history replayed, stock vLLM's run of
 it, and the work spent.
 
-The knob rule (:mod:`kvcore.knobs`) and the reservation rule (:mod:`kvcore.reserve_rule`) replay the same history of
-the same group: ``replays`` stretches of ``requests`` requests (:func:`kvcore.knobs.replay`), seeded. Built once
+The knob rule (:mod:`kvcore.rules.knobs`) and the reservation rule (:mod:`kvcore.rules.reserve`) replay the same history of
+the same group: ``replays`` stretches of ``requests`` requests (:func:`kvcore.rules.classes.replay`), seeded. Built once
 (:class:`GroupReplays`), they share
 
 - the workloads: every candidate of either rule is measured on the same requests (common random numbers: two
   candidates differ by what they change, not by the draw);
 - **stock vLLM's run** of each replay (:meth:`GroupReplays.stock`): the knob rule's reference candidate, and the
-  reservation rule's evidence of whether there is anything to protect at all (:mod:`kvcore.reserve_rule`);
+  reservation rule's evidence of whether there is anything to protect at all (:mod:`kvcore.rules.reserve`);
 - the **work** spent, in simulated requests (one request replayed once through the engine model). The fast engine
   model skips runs of decode-only steps, so its cost follows the requests replayed rather than the engine steps
   (``docs/benchmarks.md``, "The engine-model rules"); the operator budgets each re-plan cycle in this unit, never in
@@ -23,17 +23,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
 from kvcore.errors import InputError
+from kvcore.rules.classes import KnobClass, history_segment, replay
 from kvcore.sim.engine import EngineConfig, EngineResult, simulate_engine
 from kvcore.sim.types import SimGroup, SimPolicy, Workload
-
-if TYPE_CHECKING:
-    from kvcore.knobs import KnobClass
 
 REQUESTS = 2000
 """Requests per replay of both rules (the knob rule's length before; the reservation rule replayed 3,000:
@@ -43,15 +40,13 @@ REPLAYS = 2
 
 
 class GroupReplays:
-    """``replays`` replays of one group's history (:func:`kvcore.knobs.replay`), stock vLLM's run of each, and the
+    """``replays`` replays of one group's history (:func:`kvcore.rules.classes.replay`), stock vLLM's run of each, and the
     work spent on them by every rule that measured here."""
 
     def __init__(self, group: SimGroup, classes: Sequence[KnobClass], *, requests: int = REQUESTS,
                  replays: int = REPLAYS, seed: int = 0, arrivals_s: NDArray[np.float64] | None = None,
                  base: EngineConfig | None = None, stock_runs: dict[tuple[int, str], EngineResult] | None = None
                  ) -> None:
-        from kvcore.knobs import history_segment, replay
-
         if not classes:
             raise InputError("rules.classes", "at least one class is needed")
         if replays < 1:

@@ -21,7 +21,7 @@ of the reservation cost), the engine's rho is ``rho_e = c_p / c_w = C h`` (dimen
 rho_e is what one more reserved token saves on average when nothing is reserved: small at light load (preemptions
 are rare) and growing with memory pressure. It does not use the SLO's mu, sigma and lambda: the SLO says a class
 wants its latency protected, and the engine model says what a preemption costs it. ``kvcore.planner.slo`` (seed eq. 8)
-stays available (:func:`kvcore.reserve_rule.class_rho`, ``slo_price="eq8"``); docs/model.md says which is the
+stays available (:func:`kvcore.rules.reserve.class_rho`, ``slo_price="eq8"``); docs/model.md says which is the
 default and why.
 """
 

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-from kvcore.errors import InputError
-from kvcore.planner.instance import ClassSpec, CostSpec, GroupSpec, Instance, Layout
-from kvcore.planner.planmodel import Plan
-from kvcore.profiles import ProfileOverride, resolve, roofline
-from kvcore.reservation.radius import RadiusPolicy
-from kvcore.history.samples import History, Samples
-from kvcore.history.traces import load_trace
+from kvcore import InputError
+from kvcore import ClassSpec, CostSpec, GroupSpec, Instance, Layout
+from kvcore import Plan
+from kvcore import ProfileOverride, resolve_profile as resolve, roofline
+from kvcore import RadiusPolicy
+from kvcore import History, Samples
+from kvcore import load_trace
 
 RHO = 20.0
 SHIFT = 2.5
@@ -102,7 +102,7 @@ def _instance(specs: list[ClassSpec]) -> Instance:
 
 def _simulate(inst: Instance, plan: Plan, tests: list[tuple[np.ndarray, np.ndarray, np.ndarray]], scale: float,
               seed: int, *, uniform: bool = False, no_prefix: bool = False) -> dict[str, float]:
-    from kvcore.sim import SimConfig, SimGroup, SimPolicy, Workload, simulate
+    from kvcore import SimConfig, SimGroup, SimPolicy, Workload, simulate
 
     live = [g for g in plan.groups if g.replicas > 0]
     specs = {g.name: g for g in inst.groups}
@@ -149,7 +149,7 @@ def _simulate(inst: Instance, plan: Plan, tests: list[tuple[np.ndarray, np.ndarr
 def run_ablation(traces: Path, *, seeds: int = 3) -> str:
     """Plan, simulate and return the Markdown table (or a plain statement of why it could not run)."""
     try:
-        from kvcore.planner import plan
+        from kvcore import plan
     except ImportError as exc:  # the planner lands separately
         return f"_Not run: `kvcore.planner` is not importable here ({exc})._"
     try:

@@ -29,19 +29,19 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 
-from kvcore.history.buckets import Buckets, bin_lengths  # noqa: E402
-from kvcore.history.bucket_model import DEFAULT_MODEL, MODELS, Shape, bucket_samples  # noqa: E402
-from kvcore.evaluate import DEFAULT_RHOS, DEFAULT_SHIFTS, Evaluation, evaluate, register_policy  # noqa: E402
-from kvcore.evaluate.harness import request_cost  # noqa: E402
-from kvcore.evaluate.observe import binned_history  # noqa: E402
-from kvcore.evaluate.policies import get_policy  # noqa: E402
-from kvcore.evaluate.protocols import episodes_for, resolve_lmax  # noqa: E402
-from kvcore.reservation.radius import DEFAULT_RADIUS, RadiusPolicy, with_horizon  # noqa: E402
-from kvcore.reservation import ReservationResult, reserve  # noqa: E402
-from kvcore.reservation.radius_drift import wasserstein1_side  # noqa: E402
-from kvcore.history.samples import BinningBound, History, Samples  # noqa: E402
-from kvcore.history.series import LAYOUTS  # noqa: E402
-from kvcore.history.traces import Trace, load_trace  # noqa: E402
+from kvcore import Buckets, bin_lengths  # noqa: E402
+from kvcore import DEFAULT_MODEL, MODELS, Shape, bucket_samples  # noqa: E402
+from kvcore import DEFAULT_RHOS, DEFAULT_SHIFTS, Evaluation, run_evaluation as evaluate, register_policy  # noqa: E402
+from kvcore import request_cost  # noqa: E402
+from kvcore import binned_history  # noqa: E402
+from kvcore import get_policy  # noqa: E402
+from kvcore import episodes_for, resolve_lmax  # noqa: E402
+from kvcore import DEFAULT_RADIUS, RadiusPolicy, with_horizon  # noqa: E402
+from kvcore import ReservationResult, reserve  # noqa: E402
+from kvcore import wasserstein1_side  # noqa: E402
+from kvcore import BinningBound, History, Samples  # noqa: E402
+from kvcore import LAYOUTS  # noqa: E402
+from kvcore import Trace, load_trace  # noqa: E402
 
 LAYOUT_NAMES = ("vllm", "powers-of-4", "kvplan")
 LAYOUT_LABELS = {"vllm": "vLLM 1-2-5", "powers-of-4": "powers of 4", "kvplan": "kvplan fine (<= 10 %)"}

@@ -39,10 +39,10 @@ from kvcore.evaluate.engine import (  # noqa: E402
     run_variant,
 )
 from kvcore.evaluate.engine_report import plot_frontier  # noqa: E402
-from kvcore.rules.reserve import engine_rho  # noqa: E402
-from kvcore.sim.engine import EngineConfig  # noqa: E402
-from kvcore.planner.slo import SloSpec, cost_ratio  # noqa: E402
-from kvcore.history.traces import load_trace  # noqa: E402
+from kvcore import engine_rho  # noqa: E402
+from kvcore import EngineConfig  # noqa: E402
+from kvcore import SloSpec, cost_ratio  # noqa: E402
+from kvcore import load_trace  # noqa: E402
 
 REPO = HERE.parent
 BEGIN, END = "<!-- engine:begin -->", "<!-- engine:end -->"

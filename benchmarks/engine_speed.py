@@ -27,7 +27,7 @@ from types import ModuleType
 
 import numpy as np
 
-from kvcore.sim.engine import EngineConfig, simulate_engine
+from kvcore import EngineConfig, simulate_engine
 
 HERE = Path(__file__).resolve().parent
 VARIANTS = {

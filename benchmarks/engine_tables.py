@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from kvcore.evaluate.engine import EngineEvaluation, EngineFleet, EngineRow
+from kvcore import EngineEvaluation, EngineFleet, EngineRow
 from kvcore.evaluate.engine_report import GRID, frontier_check, grid_check, matches, seqs_of, table_markdown
 
 TRAIN = ("azure2023_conv", "burstgpt_first7d_gpt4_conv", "sharegpt_llama2tok_8k")

@@ -54,8 +54,8 @@ def run_seed(size: tuple[int, int, int, int], seed: int, warm: bool = True) -> d
 
 
 def compare_bcd(size: tuple[int, int, int, int]) -> dict[str, Any]:
-    from kvcore.planner import plan
-    from kvcore.planner.synthetic_fleet import generate_fleet
+    from kvcore import plan
+    from kvcore import generate_fleet
 
     inst = generate_fleet(*size, seed=1)
     out: dict[str, Any] = {"size": "x".join(map(str, size))}
@@ -73,8 +73,8 @@ def compare_bcd(size: tuple[int, int, int, int]) -> dict[str, Any]:
 def compare_two_groups(classes: int) -> dict[str, Any]:
     """BCD and the fleet method on the Table III generator's 2-group instance with ``classes`` classes, 4 layouts and
     300 samples (seed 0): where ``plan`` draws the line on the number of classes (BCD_MAX_CLASSES)."""
-    from kvcore.planner import plan
-    from kvcore.planner.synthetic import generate
+    from kvcore import plan
+    from kvcore import generate_instance as generate
 
     inst = generate(classes, 4, 300, seed=0, groups=2)
     out: dict[str, Any] = {"size": f"{classes}x2x4x300"}

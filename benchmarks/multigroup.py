@@ -18,9 +18,9 @@ import sys
 import time
 from typing import Any
 
-from kvcore.planner import plan
-from kvcore.planner.exact import exact_bounds, solve_exact
-from kvcore.planner.synthetic import generate
+from kvcore import plan
+from kvcore import exact_bounds, solve_exact
+from kvcore import generate_instance as generate
 
 INSTANCES: tuple[tuple[int, int, int, int], ...] = (
     (2, 2, 50, 3), (2, 2, 50, 4), (2, 2, 50, 1), (2, 2, 50, 0), (2, 2, 50, 2), (2, 2, 50, 5),

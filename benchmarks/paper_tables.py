@@ -34,21 +34,12 @@ from binning import markdown as binning_markdown  # noqa: E402
 from binning import run as run_binning  # noqa: E402
 from results_template import ENGINE_PLACE, ISSUE5_REPORTED, PAPER_TABLE_IV, RESULTS_TEMPLATE  # noqa: E402
 
-from kvcore.evaluate import (  # noqa: E402
-    DEFAULT_METHODS,
-    Cell,
-    DEFAULT_RHOS,
-    DEFAULT_SHIFTS,
-    Evaluation,
-    SimFleet,
-    evaluate,
-    gm_markdown,
-    ratio_cells,
-)
-from kvcore.evaluate import split_episodes  # noqa: E402
-from kvcore.evaluate.oracle import Scenario, ShiftBlindBound, shift_blind_bound  # noqa: E402
-from kvcore.reservation.radius import DEFAULT_RADIUS  # noqa: E402
-from kvcore.history.traces import load_trace  # noqa: E402
+from kvcore import (DEFAULT_METHODS, Cell, DEFAULT_RHOS, DEFAULT_SHIFTS, Evaluation, SimFleet,
+                    run_evaluation as evaluate, gm_markdown, ratio_cells)
+from kvcore import split_episodes  # noqa: E402
+from kvcore import Scenario, ShiftBlindBound, shift_blind_bound  # noqa: E402
+from kvcore import DEFAULT_RADIUS  # noqa: E402
+from kvcore import load_trace  # noqa: E402
 
 Cells = dict[tuple[str, float], dict[str, Cell]]
 GM_TABLE = ("saa", "dro-paper", "dro-0.02", "p95", "p99", "default")

@@ -31,12 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from kvcore.evaluate import evaluate, ratio_cells, register_policy
-from kvcore.reservation.radius import RadiusPolicy
-from kvcore.reservation.radius_drift import Side, drift_radius, exposed_side
-from kvcore.reservation import ReservationResult, reserve
-from kvcore.history.samples import History, Samples
-from kvcore.history.traces import load_trace
+from kvcore import run_evaluation as evaluate, ratio_cells, register_policy
+from kvcore import RadiusPolicy
+from kvcore import Side, drift_radius, exposed_side
+from kvcore import ReservationResult, reserve
+from kvcore import History, Samples
+from kvcore import load_trace
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINES = ("saa", "dro-paper", "dro-0.02", "p95", "p99")

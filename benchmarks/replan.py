@@ -117,14 +117,14 @@ def main() -> int:
 
     from kubernetes import client, config
 
-    from kvcore.rules.knobs import knobs_for_plan
-    from kvcore.planner import plan
-    from kvcore.rules.reserve import reserves_for_plan
+    from kvcore import knobs_for_plan
+    from kvcore import plan
+    from kvcore import reserves_for_plan
     from kvplan_dev.cluster import LocalCluster
     from kvplan_dev.prom import LocalPrometheus
     from kvplan_operator.knob_cache import KnobCache
     from kvplan_operator.kube import Kube
-    from kvplan_operator.plandetail import read_detail
+    from kvplan_operator.targets.plandetail import read_detail
     from kvplan_operator.reconcile import Deps, reconcile
     from kvplan_operator.prom import PromClient
     from kvplan_operator.run import DEFAULT_RULE_WORK

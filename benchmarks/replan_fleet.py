@@ -56,8 +56,8 @@ def run(*, classes: int, groups: int, small: int, cycles: int, scrape_s: float, 
         rule_work: int | None = None) -> dict[str, Any]:
     from kubernetes import client, config
 
-    from kvcore.rules.knobs import knobs_for_plan
-    from kvcore.planner import plan as kv_plan
+    from kvcore import knobs_for_plan
+    from kvcore import plan as kv_plan
     from kvplan_dev.cluster import LocalCluster
     from kvplan_dev.fleet import Fleet
     from kvplan_dev.openmetrics import CountedHistogramSeries, Window
@@ -65,7 +65,7 @@ def run(*, classes: int, groups: int, small: int, cycles: int, scrape_s: float, 
     from kvplan_dev.tools import PROMETHEUS, PROMTOOL, Tools, apiserver_path, etcd_path, helm_path, kubectl_path
     from kvplan_operator.knob_cache import KnobCache
     from kvplan_operator.kube import Kube
-    from kvplan_operator.plandetail import read_detail
+    from kvplan_operator.targets.plandetail import read_detail
     from kvplan_operator.prom import PromClient, PromConnection
     from kvplan_operator.reconcile import Deps, reconcile
 
@@ -230,7 +230,7 @@ def summarise(res: dict[str, Any]) -> tuple[list[str], bool]:
     ratio = [f"{kind} {medians[(big['classes'], kind)] / medians[(res['small'], kind)]:.1f}x"
              for kind in ("cold", "warm", "slid") if (res["small"], kind) in medians]
     lines.append("")
-    for run in res["runs"].values():  # the engine-model rules' work budget (operator/engine_rules.py)
+    for run in res["runs"].values():  # the engine-model rules' work budget (operator/decide/rules.py)
         rules = [(r["cycle"], r.get("rules") or {}) for r in run["rows"]]
         lines.append(f"{run['classes']} classes, engine-model rules per cycle (simulated requests, pairs run, pairs "
                      "pending): " + "; ".join(f"{kind} {rl.get('work', 0):,}, {len(rl.get('ran') or [])}, "

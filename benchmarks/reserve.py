@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from kvcore.cli.output import format_table
-from kvcore.reservation.exact import solve_dro_exact
-from kvcore.reservation.lp import solve_dro_lp
-from kvcore.history.samples import Samples
-from kvcore.history.traces import load_trace
+from kvcore import solve_dro_exact
+from kvcore import solve_dro_lp
+from kvcore import Samples
+from kvcore import load_trace
 
 REPO = Path(__file__).resolve().parent.parent
 TRACES = [REPO / "kvcore" / "data" / "traces" / "azure2023_conv.csv", REPO / "kvcore" / "data" / "azure2023_conv.csv"]

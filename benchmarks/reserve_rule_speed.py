@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from kvcore.evaluate.engine import EngineFleet, EngineSetup
-from kvcore.history.traces import load_trace
+from kvcore import EngineFleet, EngineSetup
+from kvcore import load_trace
 
 REPO = Path(__file__).resolve().parents[1]
 TRACES = ("azure2023_conv", "burstgpt_first7d_gpt4_conv", "sharegpt_llama2tok_8k")

@@ -32,14 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from kvcore.evaluate.engine import EngineFleet, EngineSetup
-from kvcore.rules.classes import KnobClass
-from kvcore.rules.knobs import choose_knobs, plan_groups
-from kvcore.rules.replay_set import ReplaySet
-from kvcore.rules.reserve import ReserveChoice, choose_reserves, class_rho
-from kvcore.rules.replays import GroupReplays
-from kvcore.sim import SimGroup
-from kvcore.history.traces import load_trace
+from kvcore import EngineFleet, EngineSetup
+from kvcore import KnobClass
+from kvcore import choose_knobs, plan_groups
+from kvcore import ReplaySet
+from kvcore import ReserveChoice, choose_reserves, class_rho
+from kvcore import GroupReplays
+from kvcore import SimGroup
+from kvcore import load_trace
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -53,8 +53,8 @@ def cases(traces_dir: Path, fleet: bool) -> list[tuple[str, SimGroup, list[KnobC
             out.append((f"{f.stem} @{load:g}", setup.group, setup.knob_classes(load, setup.reserves(10.0), 10.0),
                         times))
     if fleet:
-        from kvcore.planner import plan
-        from kvcore.planner.synthetic_fleet import generate_fleet
+        from kvcore import plan
+        from kvcore import generate_fleet
 
         for seed in (0, 1, 2, 3):
             inst = generate_fleet(15, 4, 12, 2000, seed=seed)

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from kvcore.sim import SimConfig, SimGroup, SimPolicy, Workload, resample_trace, simulate, simulate_reference
+from kvcore import SimConfig, SimGroup, SimPolicy, Workload, resample_trace, simulate, simulate_reference
 
 T = TypeVar("T")
 DEFAULT_TRACE = Path(__file__).resolve().parents[1] / "kvcore" / "data" / "traces" / "azure2023_conv.csv"

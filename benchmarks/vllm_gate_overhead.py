@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kvcore.history.traces import load_trace
+from kvcore import load_trace
 from kvplan_dev.vllm_env import ensure_vllm_env
 from kvplan_dev.vllm_overlay import OverlayError, make_overlay, run_engine_driver
 

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from kvcore.cli.args import OneLineParser, float_arg, remember_parsers, report, unknown_arguments
-from kvcore.errors import InputError
-from kvcore.history.traces import load_trace
+from kvcore import InputError
+from kvcore import load_trace
 from kvplan_dev import cluster as cluster_mod
 from kvplan_dev import prom as prom_mod
 from kvplan_dev.gobuild import BuildError

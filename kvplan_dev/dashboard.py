@@ -136,7 +136,7 @@ def dashboard() -> g.Dashboard:
                      includeAll=True, multi=True, default="$__all", refresh=2, allValue=".*")
     return g.Dashboard(
         title="kvplan operator", uid=UID, description="KVPlan health, planning, the plan's outputs and disruption "
-        "(metrics from operator/metrics.py).", tags=["kvplan", "vllm"], timezone="utc", refresh="1m",
+        "(metrics from operator/record/metrics.py).", tags=["kvplan", "vllm"], timezone="utc", refresh="1m",
         time=g.Time("now-6h", "now"), templating=g.Templating([datasource, namespace, name, job]),
         panels=panels(), editable=False,
     ).auto_panel_ids()

@@ -45,7 +45,7 @@ import yaml
 
 from kvcore.cli.args import OneLineParser, float_arg
 from kvcore.cli.args import report as report_error
-from kvcore.errors import InputError
+from kvcore import InputError
 from kvplan_dev.demo_report import deployment_view, plan_lines, text_diff, text_report, view_changes
 from kvplan_dev.demo_series import CLASS_SPLIT, HOURS, MAX_MODEL_LEN, MODEL, class_of
 
@@ -183,7 +183,7 @@ def _configmaps(cluster: Any) -> dict[str, dict[str, str]]:
 def _plan_with_classes(cluster: Any, name: str, plan: Mapping[str, Any] | None) -> dict[str, Any]:
     """``status.plan`` with its per-class part, ``classes``, read from the plan's detail ConfigMaps (the operator
     keeps it there, not in status: docs/operator.md, "Status and conditions")."""
-    from kvplan_operator.plandetail import decode
+    from kvplan_operator.targets.plandetail import decode
 
     items = _kubectl_json(cluster, "-n", NAMESPACE, "get", "configmaps").get("items", [])
     detail = decode(name, {item["metadata"]["name"]: item for item in items})

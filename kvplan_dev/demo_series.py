@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvcore.profiles import roofline
-from kvcore.history.series import (KVPLAN_CLASS_LABEL, KVPLAN_OUTPUT_TOKENS, VLLM_CACHE_CONFIG_INFO, VLLM_GENERATION_TOKENS,
-                           VLLM_KV_CACHE_USAGE, VLLM_PREEMPTIONS, kvplan_buckets, vllm_buckets)
+from kvcore import roofline
+from kvcore import (KVPLAN_CLASS_LABEL, KVPLAN_OUTPUT_TOKENS, VLLM_CACHE_CONFIG_INFO, VLLM_GENERATION_TOKENS,
+                    VLLM_KV_CACHE_USAGE, VLLM_PREEMPTIONS, kvplan_buckets, vllm_buckets)
 from kvplan_dev.openmetrics import AnySeries, HistogramSeries, ScalarSeries, Window
 
 NAMESPACE = "demo"

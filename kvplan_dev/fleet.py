@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from kvcore.planner.instance import Instance
-from kvcore.profiles import resolve
-from kvcore.history.series import (KVPLAN_CLASS_LABEL, KVPLAN_OUTPUT_TOKENS, VLLM_CACHE_CONFIG_INFO, VLLM_KV_CACHE_USAGE,
-                           VLLM_PREEMPTIONS, kvplan_buckets)
+from kvcore import Instance
+from kvcore import resolve_profile as resolve
+from kvcore import (KVPLAN_CLASS_LABEL, KVPLAN_OUTPUT_TOKENS, VLLM_CACHE_CONFIG_INFO, VLLM_KV_CACHE_USAGE,
+                    VLLM_PREEMPTIONS, kvplan_buckets)
 from kvplan_dev.openmetrics import AnySeries, CountedHistogramSeries, ScalarSeries, Window
 
 MAX_MODEL_LEN = 8192
@@ -63,7 +63,7 @@ class Fleet:
 
     @cached_property
     def instance(self) -> Instance:
-        from kvcore.planner.synthetic_fleet import generate_fleet
+        from kvcore import generate_fleet
 
         return generate_fleet(self.classes, self.groups, CONFIGS, self.samples, seed=self.seed)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence, TextIO
 
-from kvcore.history.traces import build_1_2_5_buckets as build_1_2_5_buckets  # re-exported: the layout lives in kvcore
+from kvcore import build_1_2_5_buckets  # re-exported: the layout lives in kvcore
 
 VLLM_COLON = "vllm:request_generation_tokens"
 """The metric name vLLM registers (``prometheus_client`` < 0.23 exposes it unchanged)."""

@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from kvcore.sim.engine import EngineConfig, GroupEngine, Jobs, StepTiming, run_fast, run_reference
-from kvcore.sim.gate import capped_reserve
+from kvcore import EngineConfig, GroupEngine, Jobs, StepTiming, run_fast, run_reference
+from kvcore import capped_reserve
 from kvplan_dev.vllm_env import VLLM_VERSION, ensure_vllm_env
 from kvplan_dev.vllm_overlay import make_overlay
 

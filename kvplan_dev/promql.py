@@ -1,5 +1,5 @@
 """Which metric names a PromQL expression reads, and which names the operator really exports; used by the tests
-that check the Grafana dashboard and the PrometheusRule against ``operator/metrics.py``.
+that check the Grafana dashboard and the PrometheusRule against ``operator/record/metrics.py``.
 
 The extraction is deliberately simple and conservative: it removes string literals, label matchers ``{...}``, range
 selectors ``[...]``, grouping clauses ``by (...)`` / ``without (...)`` / ``on (...)`` / ``ignoring (...)``, Grafana
@@ -44,9 +44,9 @@ def exported_names() -> set[str]:
     from prometheus_client.parser import text_string_to_metric_families
     from prometheus_client import generate_latest
 
-    from kvcore.planner.planmodel import ClassPlan, GroupPlan, ObjectiveTerms, Plan, PlanStatus
-    from kvcore.reservation.radius import RadiusChoice
-    from kvplan_operator.metrics import Metrics
+    from kvcore import ClassPlan, GroupPlan, ObjectiveTerms, Plan, PlanStatus
+    from kvcore import RadiusChoice
+    from kvplan_operator.record.metrics import Metrics
 
     metrics = Metrics()
     plan = Plan(status=PlanStatus.FEASIBLE, reason="",

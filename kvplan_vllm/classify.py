@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from kvcore.reservation_file import Reservations
+from kvcore import Reservations
 
 #: The ``vllm_xargs`` key naming a request's class.
 XARGS_KEY = "kvplan_class"

@@ -30,9 +30,9 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from kvcore.sim import gate
+from kvcore import gate
 from kvplan_vllm.classify import UNKNOWN_TO_DEFAULT, XARGS_KEY, class_in_engine
-from kvcore.reservation_file import Reservations
+from kvcore import Reservations
 from kvplan_vllm.source import ReservationSource, logger
 
 _ADMITTING = (RequestStatus.WAITING, RequestStatus.PREEMPTED)

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvcore.reservation_file import NO_RESERVATIONS, Reservations, ReservationsError, parse_reservations
+from kvcore import NO_RESERVATIONS, Reservations, ReservationsError, parse_reservations
 
 #: Environment variable naming the file; the operator mounts the state ConfigMap here.
 ENV_FILE = "KVPLAN_RESERVATIONS_FILE"

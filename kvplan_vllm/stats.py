@@ -26,7 +26,7 @@ from vllm.config import VllmConfig
 from vllm.v1.metrics.loggers import StatLoggerBase
 from vllm.v1.metrics.stats import IterationStats, SchedulerStats
 
-from kvcore.history import series
+from kvcore import series
 from kvplan_vllm.classify import class_in_api_server
 from kvplan_vllm.source import ReservationSource, logger
 

@@ -2,11 +2,11 @@
 writes for it.
 
 - per group: layout and replicas from the plan (an idle group keeps its layout with 0 replicas) and the engine
-  knobs decided in phase 2 (:mod:`kvplan_operator.engine_knobs`); with ``engine.knobs: Formula``,
+  knobs decided in phase 2 (:mod:`kvplan_operator.decide.knobs`); with ``engine.knobs: Formula``,
   ``--max-num-seqs = floor(M(z) / mean reserved tokens per request routed there)``, which only rides along with a
   rollout that happens anyway (a layout change, a spec change or first adoption), never triggers one;
 - per group running kvplan's vLLM plugin, its reservation file (:func:`reservation_document`: the reservations
-  that pay on that group, :mod:`kvplan_operator.gate`), written into the state ConfigMap, and the class
+  that pay on that group, :mod:`kvplan_operator.decide.gate`), written into the state ConfigMap, and the class
   priorities;
 - per class: reservation, admission, routing and prefix fractions, with routing hysteresis
   (``router.minWeightChange``: the published weights stay unless one moves that much or admission changes);
@@ -29,18 +29,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kvcore.planner.planmodel import Plan
-from kvcore.reservation_file import PromptLengthRule, Reservations, render_reservations
+from kvcore import Plan
+from kvcore import PromptLengthRule, Reservations, render_reservations
 
 from . import conditions as C
 from .decide import Decided
 from .desired import ClassTarget, Desired, GroupTarget, LayoutChange, Write, layouts_key, plan_id
 from .observe import Observation
-from .policy import target_layouts
+from .decide.policy import target_layouts
 from .run import Failure, RunContext
 from .spec import KVPlanSpec, RequestClass, history_key
 from .targets import BuildInput, Target, TargetRefused, all_targets
-from .translate import capacity_overrides, horizon_ratio, radius_policy
+from .decide.translate import capacity_overrides, horizon_ratio, radius_policy
 
 #: Refusals a later reconcile may see resolved on its own (the object appears, the other KVPlan goes away).
 TEMPORARY = (C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND, C.OWNED_BY_OTHER, C.ROUTER_TARGET_INVALID)
@@ -182,7 +182,7 @@ def desired_state(run: RunContext, obs: Observation, dec: Decided) -> Desired:
 
 def reservation_document(run: RunContext, spec: KVPlanSpec, pid: str, dec: Decided, group: str) -> str:
     """Group ``group``'s ``kvplan.reservations.v1`` document (:mod:`kvcore.reservation_file`): its reservations
-    (:mod:`kvplan_operator.gate`), the fleet default class (``fleetDefault``, else the first class), the class
+    (:mod:`kvplan_operator.decide.gate`), the fleet default class (``fleetDefault``, else the first class), the class
     priorities and the classes' prompt-length rules, smallest ``maxPromptTokens`` first.
 
     Only the classes that matter on this group are listed: those the plan routes there, those reserving something

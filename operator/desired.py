@@ -103,7 +103,7 @@ class Stage(enum.IntEnum):
     STATE = 2
     LAYOUT = 3
     ROUTE = 4
-    #: The plan's detail ConfigMaps (:mod:`kvplan_operator.plandetail`): sent by the record phase, after every
+    #: The plan's detail ConfigMaps (:mod:`kvplan_operator.targets.plandetail`): sent by the record phase, after every
     #: apply write succeeded and before the status patch.
     RECORD = 5
 

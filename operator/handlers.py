@@ -19,12 +19,12 @@ import kopf
 from . import conditions as C
 from .knob_cache import KnobCache
 from .kube import GROUP, PLURAL, VERSION, Kube, KubeError
-from .metrics import Metrics
+from .record.metrics import Metrics
 from .prom import UrlPolicy, default_prom_factory
 from .reconcile import Deps, Outcome, reconcile
 from .run import DEFAULT_RULE_WORK
-from .spec_base import parse_duration
-from .status import parse_iso
+from .spec.base import parse_duration
+from .record.status import parse_iso
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class Runtime:
 
 
 def default_runtime(config: Config = CONFIG) -> Runtime:
-    from kvcore.planner import plan
+    from kvcore import plan
 
     metrics = Metrics()
     if config.metrics_port:

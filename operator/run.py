@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcore.planner.planmodel import Plan
+from kvcore import Plan
 
 from .knob_cache import KnobCache
 from .kube import GROUP, VERSION, KubeApi

@@ -34,7 +34,7 @@ is counted in full, so after ``sum by (le)`` a higher bucket can come out a litt
 a running max. A larger decrease means the counts and the bounds do not belong together (e.g. counts listed in
 the reverse order of their bounds) and is refused: a running max would pile every request into the lowest bucket
 (an operator reservation once fell from 2,048 to 10 tokens that way). The operator's histogram check
-(``kvplan_operator.history``) uses the same two numbers."""
+(``kvplan_operator.observe.history``) uses the same two numbers."""
 
 SKEW_FRACTION = 0.01
 """... plus this fraction of the window's requests (its largest cumulative count); dimensionless. See

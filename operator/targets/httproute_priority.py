@@ -1,6 +1,6 @@
 """The class priority as a request header, on the HTTPRoute's per-class rules. Pure.
 
-When a group runs ``--scheduling-policy priority`` (:mod:`kvplan_operator.engine_knobs`), vLLM orders its queue and
+When a group runs ``--scheduling-policy priority`` (:mod:`kvplan_operator.decide.knobs`), vLLM orders its queue and
 picks preemption victims by each request's priority, which vLLM 0.33's OpenAI server reads from the header
 :data:`PRIORITY_HEADER` (or the body). A gateway implementing Gateway API sets request headers per rule with a
 ``RequestHeaderModifier`` filter, so on every rule that matches ``router.httpRoute.classHeader: <class>`` kvplan

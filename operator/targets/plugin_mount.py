@@ -5,7 +5,7 @@ When a group turns the plugin on (``spec.groups[].plugin.enabled``), its Deploym
 
 - a pod volume :data:`VOLUME` from the KVPlan's state ConfigMap, projecting only the group's own key
   ``reservations-<group>.json`` (:func:`file_key`: the reservations kvplan's rule keeps for this group,
-  :mod:`kvplan_operator.gate`; ``items``, not ``subPath``: a ``subPath`` mount never sees the kubelet's updates, so
+  :mod:`kvplan_operator.decide.gate`; ``items``, not ``subPath``: a ``subPath`` mount never sees the kubelet's updates, so
   a reservation change would need a restart);
 - in the vLLM container, that volume mounted read-only at :data:`MOUNT_PATH`, and the env var :data:`ENV_FILE`
   naming the group's file there.

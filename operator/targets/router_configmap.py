@@ -19,7 +19,7 @@ from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import KVPlanSpec
 from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
-from ..plandetail import is_chunk
+from .plandetail import is_chunk
 from .state_configmap import configmap_drift, write_configmap
 
 ROUTER_FORMAT = "kvplan.v1"

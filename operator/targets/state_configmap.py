@@ -7,7 +7,7 @@
   Deployments are patched, so the disruption budget counts an attempt even when the patch fails or the operator
   dies right after it; ``kvplan.io/relayout-generation``: the generation whose spec change re-laid out already;
 - ``data["reservations-<group>.json"]``: per group running kvplan's vLLM plugin, the ``kvplan.reservations.v1``
-  document (:mod:`kvcore.reservation_file`) its plugin reads (:mod:`kvplan_operator.gate`: the reservations that
+  document (:mod:`kvcore.reservation_file`) its plugin reads (:mod:`kvplan_operator.decide.gate`: the reservations that
   pay on that group), mounted by that group's Deployment only (:mod:`.plugin_mount`); the kubelet updates the
   mounted file in place, so a reservation change reaches the engines without a restart. A reservation key no
   group writes any more is removed, unless a Deployment of the spec still projects it (a pod started meanwhile

@@ -119,7 +119,7 @@ class _Other(BaseHTTPRequestHandler):
 
 
 def test_helm_test_check_passes_on_the_operator_and_fails_elsewhere(tools: Any) -> None:
-    from kvplan_operator.metrics import Metrics
+    from kvplan_operator.record.metrics import Metrics
 
     rendered = subprocess.run([str(tools.helm), "template", "polish", str(CHART), "-n", NS,
                                "-s", "templates/tests/test-metrics.yaml"], capture_output=True, text=True, timeout=120)

@@ -30,7 +30,7 @@ from kvplan_dev import pytest_fixtures
 from kvplan_dev.fleet import Fleet
 from kvplan_dev.openmetrics import Window
 from kvplan_dev.prom import LocalPrometheus
-from kvplan_operator import plandetail
+from kvplan_operator.targets import plandetail
 from kvplan_operator.kube import Kube
 from kvplan_operator.prom import PromClient, PromConnection
 from kvplan_operator.reconcile import Deps, reconcile

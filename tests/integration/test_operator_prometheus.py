@@ -1,4 +1,4 @@
-"""The operator's Prometheus reads (operator/sources over operator/prom.py's client) against a real Prometheus
+"""The operator's Prometheus reads (operator/observe/sources over operator/prom.py's client) against a real Prometheus
 (Debian's) backfilled from the vendored traces: the one range query of the vllm source (a branch per class
 selector) returns one histogram per class and sub-window; the History the planner gets matches the trace's bucketed output lengths; both the ``vllm:`` and
 ``vllm_`` spellings are read; a stopped Prometheus is ``PrometheusUnavailable``, a PromQL error is
@@ -19,8 +19,8 @@ from kvplan_dev import pytest_fixtures
 from kvplan_dev.openmetrics import VLLM_UNDERSCORE, Window
 from kvplan_dev.prom import LocalPrometheus, series_from_trace
 from kvplan_operator import conditions as C
-from kvplan_operator.history import rate_value
-from kvplan_operator.sources import observe_histories
+from kvplan_operator.observe.history import rate_value
+from kvplan_operator.observe.sources import observe_histories
 from kvplan_operator.prom import PromClient, PromError, PrometheusUnavailable
 from kvplan_operator.spec import parse_spec
 

@@ -33,7 +33,7 @@ from kvplan_operator import conditions as C
 from kvplan_operator.kube import Kube
 from kvplan_operator.prom import PromClient, PromConnection, PromError
 from kvplan_operator.reconcile import Deps, reconcile
-from kvplan_operator.sources import observe_histories
+from kvplan_operator.observe.sources import observe_histories
 from kvplan_operator.spec import parse_spec
 from operator_world import REPO, cond, detail
 

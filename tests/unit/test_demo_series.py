@@ -18,7 +18,7 @@ from kvcore.history.series import kvplan_buckets, vllm_buckets
 from kvplan_dev import demo, demo_series
 from kvplan_dev.demo_report import parse_args
 from kvplan_dev.openmetrics import HistogramSeries, ScalarSeries, Window, read_trace, write_openmetrics
-from kvplan_operator.sources.vllm import POD_SUFFIX
+from kvplan_operator.observe.sources.vllm import POD_SUFFIX
 
 Row = namedtuple("Row", "arrival_s input_tokens output_tokens")
 

@@ -15,7 +15,7 @@ import pytest
 from kvcore.history.series import KVPLAN_OUTPUT_TOKENS, kvplan_buckets
 from kvplan_dev.fleet import MAX_MODEL_LEN, Fleet
 from kvplan_dev.openmetrics import CountedHistogramSeries, ScalarSeries, Window, write_openmetrics
-from kvplan_operator.sources import plan_queries
+from kvplan_operator.observe.sources import plan_queries
 from kvplan_operator.spec import parse_spec
 
 WINDOW = Window(end_unix_s=1.7e9, duration_s=6 * 3600, step_s=600)

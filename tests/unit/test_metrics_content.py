@@ -1,4 +1,4 @@
-"""What ``kvplan_operator.metrics`` exports, read back from the Prometheus text exposition (parsed by
+"""What ``kvplan_operator.record.metrics`` exports, read back from the Prometheus text exposition (parsed by
 prometheus_client's own parser, not by string matching): the standard process/platform/GC collectors, build info,
 ``namespace`` and ``name`` as separate labels, the last-success timestamp, consecutive failures, conditions, the
 disruption budget, the plan's outputs (reservation and radius per class, TP/PP/replicas per group, routing weight per
@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import kvcore
 from kvcore.planner.planmodel import ClassPlan, GroupPlan, ObjectiveTerms, Plan, PlanStatus
 from kvcore.reservation.radius import RadiusChoice
-from kvplan_operator.metrics import Metrics, split_key
+from kvplan_operator.record.metrics import Metrics, split_key
 
 
 def _plan(classes: dict[str, dict[str, float]], groups: dict[str, tuple[int, int, int]]) -> Plan:

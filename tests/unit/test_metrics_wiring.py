@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kvplan_operator.handlers import on_delete
-from kvplan_operator.metrics import Metrics
+from kvplan_operator.record.metrics import Metrics
 from kvplan_operator.reconcile import reconcile
 from op_fakes import FakeKube, dep, kvplan  # type: ignore[import-not-found]
 from test_op_reconcile import NOW, deps  # type: ignore[import-not-found]

@@ -1,4 +1,4 @@
-"""Capacity from the engine (operator/sources/capacity.py, translate.capacity_view / capacity_overrides): the one
+"""Capacity from the engine (operator/observe/sources/capacity.py, observe/capacity.py capacity_view, translate.capacity_overrides): the one
 instant query per re-plan (every group's cache_config_info, kv_cache_usage_perc and preemption rate, both metric
 spellings); vLLM's labels read as its KV size (kv_cache_size_tokens first, else num_gpu_blocks x block_size,
 "None" before profiling = not reported); per group the smallest engine, mean usage, summed preemptions; M(z) of
@@ -17,9 +17,10 @@ from kvcore.planner import plan as real_plan
 from kvcore.profiles import resolve, roofline
 from kvplan_operator import conditions as C
 from kvplan_operator.reconcile import Deps, reconcile
-from kvplan_operator.sources.capacity import capacity_query, engine_capacity, engine_tokens
+from kvplan_operator.observe.sources.capacity import capacity_query, engine_capacity, engine_tokens
 from kvplan_operator.spec import parse_spec
-from kvplan_operator.translate import build_instance, capacity_overrides, capacity_view
+from kvplan_operator.decide.translate import build_instance, capacity_overrides
+from kvplan_operator.observe.capacity import capacity_view
 from op_fakes import FakeKube, ScriptedKnobs, dep, kvplan  # type: ignore[import-not-found]
 from test_op_history import T, RecordedProm  # type: ignore[import-not-found]
 from test_op_reconcile import busy_matrix  # type: ignore[import-not-found]
@@ -177,7 +178,7 @@ def test_which_deployments_are_settled(body, why):
 
 
 def _observed(spec):
-    from kvplan_operator.history import windows_from_matrix, history_from_windows, ClassObservation
+    from kvplan_operator.observe.history import windows_from_matrix, history_from_windows, ClassObservation
 
     hist, total = history_from_windows(windows_from_matrix({"resultType": "matrix", "result": busy_matrix()}),
                                        max_model_len=2048)

@@ -374,7 +374,7 @@ def test_class_rules_of_the_httproute_carry_the_priority_header():
     pytest.param("0.32", "vllm/vllm-openai:v0.30.1", ((0, 32, 0), "spec"), id="the-spec-wins"),
 ])
 def test_engine_version_from_spec_else_the_official_image_tag(spec_version, image, want):
-    from kvplan_operator.engine_knobs import engine_version
+    from kvplan_operator.decide.knobs import engine_version
 
     spec = copy.deepcopy(SPEC)
     if spec_version:

@@ -1,4 +1,4 @@
-"""Prometheus answers -> per-class observations (operator/history.py): a recorded range-query result (one series per
+"""Prometheus answers -> per-class observations (operator/observe/history.py): a recorded range-query result (one series per
 ``le`` and key, several sub-windows) -> History windows with the right weights, empty windows dropped, scrape skew
 repaired but reversed buckets, a +Inf bucket below the last finite one, NaN, infinite and absurd counts refused with
 ``InvalidHistogram``, a class label with more than 256 values or more than 10,240 series refused with
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from kvplan_operator import conditions as C
-from kvplan_operator.history import (KEY_LABEL, MAX_KEYS, MAX_SERIES, history_from_windows, newest_rate,
+from kvplan_operator.observe.history import (KEY_LABEL, MAX_KEYS, MAX_SERIES, history_from_windows, newest_rate,
                                      rate_value, windows_by_key, windows_from_matrix)
 from kvplan_operator.prom import PromError, PrometheusUnavailable
 
@@ -226,7 +226,7 @@ def test_rate_from_the_newest_windows_inf_bucket():
 def test_what_kvcore_refuses_is_a_named_reason():
     """The adapter to kvcore.history.bucketed: a class whose windows kvcore refuses (here one window lacks a bucket
     the other has) is InvalidHistogram naming the class and the bucket, never skipped silently."""
-    from kvplan_operator.history import class_histories
+    from kvplan_operator.observe.history import class_histories
 
     windows = {"chat": [{"10": 1.0, "+Inf": 3.0}, {"+Inf": 2.0}], "code": [{"10": 1.0, "+Inf": 2.0}]}
     with pytest.raises(PromError) as info:

@@ -6,7 +6,7 @@ from prometheus_client import generate_latest
 
 from kvcore.planner.planmodel import ObjectiveTerms, Plan, PlanStatus
 from kvplan_operator.main import build_parser
-from kvplan_operator.metrics import Metrics
+from kvplan_operator.record.metrics import Metrics
 
 
 def test_metrics_exposition():

@@ -1,4 +1,4 @@
-"""The plan's detail ConfigMaps (operator/plandetail.py) through whole reconciles over the fake Kube wrapper and the
+"""The plan's detail ConfigMaps (operator/targets/plandetail.py) through whole reconciles over the fake Kube wrapper and the
 real planner: what status no longer holds (per class decisions, every note, the diff, the kvcore plan) is stored
 in chunks, joined back (here independently of the operator's reader, tests/operator_checks.py) and read by the next
 reconcile: the planner gets it as ``previous`` (warm start and diff), routing hysteresis reads its sparse published
@@ -15,7 +15,7 @@ import pytest
 
 from kvcore.planner.planmodel import Plan
 from kvcore.planner import plan as real_plan
-from kvplan_operator import plandetail
+from kvplan_operator.targets import plandetail
 from kvplan_operator.reconcile import reconcile
 from op_fakes import FakeKube, dep, kvplan  # type: ignore[import-not-found]
 from operator_checks import detail_document  # type: ignore[import-not-found]
@@ -132,7 +132,7 @@ def test_an_older_operators_status_is_read_once_then_dropped(kube):
 def test_status_keeps_counts_and_the_largest_changes_only(kube):
     """status.diff: every kind's count and the TOP_CHANGES largest, largest first; the detail has every change."""
     from kvcore.planner.planmodel import PlanDiff
-    from kvplan_operator.status import TOP_CHANGES, diff_body
+    from kvplan_operator.record.status import TOP_CHANGES, diff_body
 
     lines = [f"c{i}: {100 + i} -> {100 + 3 * i}" for i in range(30)]
     plan = Plan.model_validate({"status": "feasible", "reason": "x",

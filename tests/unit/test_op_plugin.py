@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from kvplan_operator import conditions as C
-from kvplan_operator.engine_knobs import scheduler_class
+from kvplan_operator.decide.knobs import scheduler_class
 from kvplan_operator.spec import parse_spec
 from kvplan_operator.targets import plugin_mount as PM
 from op_fakes import ScriptedReserves, container, dep  # type: ignore[import-not-found]

@@ -15,7 +15,7 @@ from kvcore.planner.planmodel import ObjectiveTerms, Plan, PlanStatus
 from kvcore.planner import plan as real_plan
 from kvplan_operator import conditions as C
 from kvplan_operator.handlers import is_due
-from kvplan_operator.policy import decide
+from kvplan_operator.decide.policy import decide
 from kvplan_operator.prom import PrometheusUnavailable
 from kvplan_operator.reconcile import Deps, reconcile
 from kvplan_operator.targets.deployment import read_layout

@@ -1,4 +1,4 @@
-"""The engine-model rules in the operator's re-plan cycle (operator/engine_rules.py, operator/gate.py), through
+"""The engine-model rules in the operator's re-plan cycle (operator/decide/rules.py, operator/decide/gate.py), through
 whole reconciles over the fake apiserver (test_op_engine_knobs.World) with scripted rules that report work:
 
 - the per-cycle work budget (``Deps.rule_work``): the pairs (group, rule) run in order until the work spent reaches

@@ -1,4 +1,4 @@
-"""History sources (operator/sources/): each source's one range query (metric spellings, class label, default
+"""History sources (operator/observe/sources/): each source's one range query (metric spellings, class label, default
 selector, the stock-vLLM union of one branch per Deployment), the observation of every class from one query per
 source (class label values mapped to classes, arrival rates from the same answer's +Inf bucket, one instant query
 only for a class that gives an arrivalRateQuery), ``MetricAbsent`` naming the metric and selector for a source or
@@ -15,7 +15,7 @@ from kvplan_operator import conditions as C
 from kvplan_operator.prom import PromError
 from kvcore import catalogue
 from kvcore.history.series import SOURCE_LAYOUTS
-from kvplan_operator.sources import observe_histories, plan_queries, registry
+from kvplan_operator.observe.sources import observe_histories, plan_queries, registry
 from kvplan_operator.spec import InvalidSpec, parse_spec
 from test_op_history import MATRIX, T, RecordedProm  # type: ignore[import-not-found]
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from kvplan_operator.spec import InvalidSpec, parse_spec
-from kvplan_operator.spec_base import parse_duration
+from kvplan_operator.spec.base import parse_duration
 
 from test_op_targets import SPEC  # type: ignore[import-not-found]
 

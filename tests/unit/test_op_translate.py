@@ -1,4 +1,4 @@
-"""The CR's robustness and re-plan settings become the radius rule kvcore applies (operator/translate.py).
+"""The CR's robustness and re-plan settings become the radius rule kvcore applies (operator/decide/translate.py).
 
 The drift rule's horizon term depends on how long a plan stays in force relative to its history; the operator
 knows both (``spec.replan.interval``, ``spec.prometheus.lookback``) and must hand their ratio to kvcore, or every
@@ -14,9 +14,9 @@ import pytest
 
 from kvcore.reservation.radius import DEFAULT_RADIUS
 from kvcore.history.samples import History, Samples
-from kvplan_operator.history import ClassObservation
+from kvplan_operator.observe.history import ClassObservation
 from kvplan_operator.spec import Robustness, parse_spec
-from kvplan_operator.translate import build_instance, horizon_ratio, radius_policy
+from kvplan_operator.decide.translate import build_instance, horizon_ratio, radius_policy
 from test_op_targets import SPEC  # type: ignore[import-not-found]
 
 
@@ -79,7 +79,7 @@ def test_build_instance_hands_the_ratio_to_every_class() -> None:
     ],
 )
 def test_kvcore_fields_map_to_cr_paths(kvcore_field: str, cr: str) -> None:
-    from kvplan_operator.translate import cr_path
+    from kvplan_operator.decide.translate import cr_path
 
     raw = copy.deepcopy(SPEC)
     del raw["classes"][1]["arrivalRate"]

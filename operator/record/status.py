@@ -11,7 +11,7 @@ like the plan):
   replicasManagedBy, capacity {source (engine | profile), tp, pp (the running layout), engineKvCapacityTokens,
   profileKvCapacityTokens, scale, engines, kvCacheUsage, preemptionsPerSecond, note}}, ``classCounts`` {total,
   admitted, refused}, ``notes`` (the first :data:`STATUS_NOTES`), ``detail`` {configMaps, format, bytes, digest}:
-  where the rest is (:mod:`kvplan_operator.plandetail`: per class reservation, radius, routing, prefix fractions,
+  where the rest is (:mod:`kvplan_operator.targets.plandetail`: per class reservation, radius, routing, prefix fractions,
   samples, windows, arrival rate, source; every note; the whole diff; the kvcore plan the next solve starts from);
 - ``objective``: {reservation, configuration, queueing, rejection, total} (cost units / s);
 - ``diff``: changes against the previous plan: ``counts`` per kind and the :data:`TOP_CHANGES` largest of each
@@ -30,11 +30,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvcore.planner.planmodel import Plan
+from kvcore import Plan
 
-from .desired import ClassTarget, GroupTarget
-from .history import ClassObservation
-from .translate import GroupCapacity
+from ..desired import ClassTarget, GroupTarget
+from ..observe.history import ClassObservation
+from ..observe.capacity import GroupCapacity
 
 
 def iso(ts: float) -> str:

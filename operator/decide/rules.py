@@ -29,16 +29,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcore.errors import InputError
-from kvcore.planner.instance import Instance
-from kvcore.planner.planmodel import Plan
-from kvcore.rules.replays import ReplayStore
-from kvcore.sim.engine import EngineConfig
+from kvcore import InputError
+from kvcore import Instance
+from kvcore import Plan
+from kvcore import ReplayStore
+from kvcore import EngineConfig
 
-from .engine_knobs import PLUGIN_VERSIONS, EngineVersion, Knobs
-from .knob_cache import KnobCache
-from .run import DEFAULT_RULE_WORK
-from .spec import Group, KVPlanSpec
+from .knobs import PLUGIN_VERSIONS, EngineVersion, Knobs
+from ..knob_cache import KnobCache
+from ..run import DEFAULT_RULE_WORK
+from ..spec import Group, KVPlanSpec
 
 #: Either rule (``knobs_for_plan``'s or ``reserves_for_plan``'s signature); injected through ``Deps``.
 Rule = Callable[..., Mapping[str, Any]]

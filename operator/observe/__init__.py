@@ -4,14 +4,14 @@ In order: the spec (:func:`kvplan_operator.spec.parse_spec`); where Prometheus m
 (:func:`kvplan_operator.prom.check_url`); every target's objects (state ConfigMap, Deployments, router
 ConfigMap, HTTPRoute, InferencePools); the HPAs/ScaledObjects; the KVPlans named as owner by objects this one
 wants to write; the Prometheus credentials and CA bundle (Secrets, a ConfigMap, an allowed token file); then
-Prometheus: one range query per history source (:mod:`kvplan_operator.sources`) and one instant query for the
-engines' capacity (:mod:`kvplan_operator.sources.capacity`). With every arrival rate from the sources (or given),
+Prometheus: one range query per history source (:mod:`kvplan_operator.observe.sources`) and one instant query for the
+engines' capacity (:mod:`kvplan_operator.observe.sources.capacity`). With every arrival rate from the sources (or given),
 that is the whole query budget of a re-plan: ``sources + 1``.
 
 A failure becomes a :class:`~kvplan_operator.run.Failure` here, at the phase boundary: ``InvalidSpec`` /
 ``LayoutExceedsNode`` (permanent), ``PrometheusUrlRefused``, ``PrometheusAuthRefused``, ``ReadFailed`` (a
 Kubernetes read other than 404), ``AuthSecretMissing``, every Prometheus reason of :mod:`kvplan_operator.prom`,
-:mod:`kvplan_operator.history` and :mod:`kvplan_operator.sources`, and ``TooFewSamples``. A missing object (404)
+:mod:`kvplan_operator.observe.history` and :mod:`kvplan_operator.observe.sources`, and ``TooFewSamples``. A missing object (404)
 is not a failure: it reads as ``None``.
 """
 
@@ -23,23 +23,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcore.planner.planmodel import Plan
+from kvcore import Plan
 
-from . import conditions as C
-from .desired import ANN_GENERATION, ANN_LAYOUT_CHANGES, ANN_OWNER, ANN_RELAYOUT_GENERATION, LayoutChange
+from .. import conditions as C
+from ..desired import ANN_GENERATION, ANN_LAYOUT_CHANGES, ANN_OWNER, ANN_RELAYOUT_GENERATION, LayoutChange
 from .history import ClassObservation
-from .plandetail import Detail, read_detail
-from .kube import KubeApi, KubeError
-from .prom import PromConnection, PromError, UrlPolicy, check_url
-from .run import Deps, Failure, RunContext
+from ..targets.plandetail import Detail, read_detail
+from ..kube import KubeApi, KubeError
+from ..prom import PromConnection, PromError, UrlPolicy, check_url
+from ..run import Deps, Failure, RunContext
 from .sources import observe_histories
 from .sources.capacity import capacity_query, engine_capacity
 from .sources.observe import window_seconds
-from .spec import InvalidSpec, KVPlanSpec, parse_spec
-from .translate import GroupCapacity, capacity_view
-from .targets import Observed, Target, all_targets
-from .targets.deployment import read_layout
-from .targets.state_configmap import decode_changes
+from ..spec import InvalidSpec, KVPlanSpec, parse_spec
+from .capacity import GroupCapacity, capacity_view
+from ..targets import Observed, Target, all_targets
+from ..targets.deployment import read_layout
+from ..targets.state_configmap import decode_changes
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from kvcore.catalogue import HistorySource as SourceName  # the history sources' names (one catalogue)
+from kvcore import HistorySource as SourceName
 
-from .spec_base import CONFIGMAP_KEY, DNS_SUBDOMAIN, HEADER_NAME, HEADER_VALUE, SpecModel, parse_duration
-from .spec_engine import Engine, Plugin, class_rule_errors
-from .spec_prometheus import Prometheus, prometheus_errors
+from .base import CONFIGMAP_KEY, DNS_SUBDOMAIN, HEADER_NAME, HEADER_VALUE, SpecModel, parse_duration
+from .engine import Engine, Plugin, class_rule_errors
+from .prometheus import Prometheus, prometheus_errors
 
 #: Default node selector per GPU type (the NVIDIA GPU feature-discovery product label).
 DEFAULT_NODE_SELECTORS: dict[str, dict[str, str]] = {
@@ -96,7 +96,7 @@ class Group(SpecModel):
 
 
 class History(SpecModel):
-    """Where a class's output-length history comes from (:mod:`kvplan_operator.sources`)."""
+    """Where a class's output-length history comes from (:mod:`kvplan_operator.observe.sources`)."""
 
     source: SourceName = Field("vllm", description="vllm (default: stock vLLM, one Deployment's traffic), kvplan, "
                                "llm-d, envoy-ai-gateway or custom.")

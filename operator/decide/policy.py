@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kvcore.planner.planmodel import Plan, PlanStatus
+from kvcore import Plan, PlanStatus
 
 OK_STATUSES = (PlanStatus.OPTIMAL, PlanStatus.FEASIBLE)
 HOUR_S = 3600.0

@@ -17,7 +17,7 @@ Per group whose engines run, or are about to run, kvplan's plugin:
   stays as it is; with none yet, nothing is reserved (the gate then admits as stock vLLM does) until the rule runs.
 
 Status (``status.plan.groups.<g>.gate``) gives the rule's reason and how many classes the group's file lists and
-reserves for; the plan's detail (``gates.<g>``, :mod:`kvplan_operator.plandetail`: status stays small at 256
+reserves for; the plan's detail (``gates.<g>``, :mod:`kvplan_operator.targets.plandetail`: status stays small at 256
 classes x 64 groups) shows per class the plan's y, the reservation in the file and where it comes from.
 """
 
@@ -27,13 +27,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcore.planner.planmodel import Plan
-from kvcore.reservation_file import ReservationsError, parse_reservations
+from kvcore import Plan
+from kvcore import ReservationsError, parse_reservations
 
-from .engine_knobs import KnobDecision
-from .engine_rules import RESERVES, RuleAnswers
-from .spec import KVPlanSpec
-from .targets.plugin_mount import file_key
+from .knobs import KnobDecision
+from .rules import RESERVES, RuleAnswers
+from ..spec import KVPlanSpec
+from ..targets.plugin_mount import file_key
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class GroupGate:
             "classes": len(self.shown), "reserving": sum(1 for c in self.shown if self.reserve[c] > 0)}
 
     def detail(self) -> dict[str, Any]:
-        """The plan detail's ``gates.<g>`` (:mod:`kvplan_operator.plandetail`): per class listed, the plan's y, the
+        """The plan detail's ``gates.<g>`` (:mod:`kvplan_operator.targets.plandetail`): per class listed, the plan's y, the
         reservation in the file and where it comes from, and the reason."""
         return {"reason": self.reason, "classes": {c: {"planTokens": self.plan.get(c, 0),
                                                        "reserveTokens": self.reserve[c], "source": self.sources[c]}

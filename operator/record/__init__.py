@@ -1,6 +1,6 @@
 """Phase 5, record: status, conditions, events and metrics, from what the phases say happened.
 
-- Success (every write done, or DryRun): first the plan's detail ConfigMaps (:mod:`kvplan_operator.plandetail`:
+- Success (every write done, or DryRun): first the plan's detail ConfigMaps (:mod:`kvplan_operator.targets.plandetail`:
   per class decisions, every note, the whole diff, the kvcore plan the next re-plan starts from), then
   ``status.plan`` (with ``detail`` naming those ConfigMaps), ``objective``, ``diff``, ``lastPlanTime`` and
   ``plannedGeneration`` move to the new plan; Ready/Planned/Applied True, Degraded False. A failed detail write is
@@ -26,17 +26,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import conditions as C
-from .apply import Applied
-from .build import Built
-from .decide import Decided, pending_note
-from .engine_knobs import engine_status, knob_condition
-from .kube import KubeError
-from .observe import Observation
-from .run import OWNED_STATUS, Deps, Failure, RunContext
-from .plandetail import FORMAT, chunk_name, detail_writes, digest, encode, plan_json, split
+from .. import conditions as C
+from ..apply import Applied
+from ..build import Built
+from ..decide import Decided, pending_note
+from ..decide.knobs import engine_status, knob_condition
+from ..kube import KubeError
+from ..observe import Observation
+from ..run import OWNED_STATUS, Deps, Failure, RunContext
+from ..targets.plandetail import FORMAT, chunk_name, detail_writes, digest, encode, plan_json, split
 from .status import class_entries, diff_body, diff_full, iso, objective_body, plan_body, status_patch
-from .targets.state_configmap import write_configmap
+from ..targets.state_configmap import write_configmap
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ class Recorder:
                        self.run.elapsed())
 
     def detail(self, obs: Observation, dec: Decided, built: Built) -> Outcome | None:
-        """Store the plan's detail (:mod:`kvplan_operator.plandetail`) before status refers to it; a failed write
+        """Store the plan's detail (:mod:`kvplan_operator.targets.plandetail`) before status refers to it; a failed write
         is the outcome (``StatusWriteFailed``, status left as it was: it says which plan was being applied)."""
         plan, desired = dec.plan, built.desired
         stored = plan.model_copy(update={"solve_seconds": 0.0})  # the time is in status; the document stays put

@@ -10,10 +10,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from .spec_base import SpecModel
+from .base import SpecModel
 
 #: The vLLM version assumed when ``engine.vllmVersion`` is not given and the container's image is not an official
-#: ``vllm/vllm-openai:vX.Y.Z`` (:func:`kvplan_operator.engine_knobs.engine_version`): the one kvplan's engine model,
+#: ``vllm/vllm-openai:vX.Y.Z`` (:func:`kvplan_operator.decide.knobs.engine_version`): the one kvplan's engine model,
 #: knob rule and plugins target.
 DEFAULT_VLLM_VERSION = "0.33.0"
 #: ``major.minor[.patch]`` with an optional local suffix (``0.33.0+cu128``); pre-releases are not accepted.

@@ -25,10 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvcore.history.series import ENVOY_TOKEN_TYPE, ENVOY_TOKEN_USAGE, KVPLAN_CLASS_LABEL, KVPLAN_OUTPUT_TOKENS, \
-    LLMD_OUTPUT_TOKENS
+from kvcore import ENVOY_TOKEN_TYPE, ENVOY_TOKEN_USAGE, KVPLAN_CLASS_LABEL, KVPLAN_OUTPUT_TOKENS, LLMD_OUTPUT_TOKENS
 
-from ..spec import HistorySource, KVPlanSpec
+from ...spec import HistorySource, KVPlanSpec
 from . import SourceQuery, matcher, series_text, settings_of
 from .vllm import pod_regex
 

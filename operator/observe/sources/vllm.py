@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import re
 
-from kvcore.history.series import VLLM_GENERATION_TOKENS, VLLM_GENERATION_TOKENS_ESCAPED
+from kvcore import VLLM_GENERATION_TOKENS, VLLM_GENERATION_TOKENS_ESCAPED
 
 from ..history import KEY_LABEL
-from ..spec import Group, HistorySource, KVPlanSpec
+from ...spec import Group, HistorySource, KVPlanSpec
 from . import SourceQuery, matcher, series_text, settings_of
 
 #: A Deployment's pods: ``<deployment>-<pod-template-hash>-<5 characters>``; the two dashes keep ``vllm-a`` from

@@ -3,13 +3,13 @@
 At 256 classes x 64 groups the whole plan as JSON is about a megabyte, mostly per-class routing and prefix maps; in
 ``status`` it would approach etcd's 1.5 MiB request limit and make ``kubectl get -o yaml`` unreadable. So status
 keeps what ``kubectl get`` and ``describe`` need (conditions, summary, objective terms, per-group layout, class
-counts, the plan id, the largest changes; :mod:`kvplan_operator.status`) and a reference to one JSON document,
+counts, the plan id, the largest changes; :mod:`kvplan_operator.record.status`) and a reference to one JSON document,
 format ``kvplan.plan.v1``, holding the rest:
 
 - ``classes.<c>``: reservation, admission, radius, published routing and prefix-cache fractions (**sparse**: only
   groups with a non-zero value; a group not listed is 0), samples, windows, arrival rate, source;
 - ``gates.<g>``: per group running kvplan's vLLM plugin, per class listed in its reservation file the plan's y,
-  the file's reservation and where it comes from, and the reservation rule's reason (:mod:`kvplan_operator.gate`);
+  the file's reservation and where it comes from, and the reservation rule's reason (:mod:`kvplan_operator.decide.gate`);
 - ``notes``: every note (status keeps the first few);
 - ``diff``: every change against the previous plan (status keeps the largest of each kind);
 - ``lastGoodPlan``: the kvcore ``Plan`` applied in full, with sparse routing and prefix maps and without its diff:
@@ -32,10 +32,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvcore.planner.planmodel import Plan
+from kvcore import Plan
 
-from .desired import ANN_OWNER, ANN_PLAN, Stage, Write
-from .kube import KubeApi
+from ..desired import ANN_OWNER, ANN_PLAN, Stage, Write
+from ..kube import KubeApi
 
 FORMAT = "kvplan.plan.v1"
 #: The data key of every chunk.

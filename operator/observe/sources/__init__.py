@@ -19,7 +19,7 @@ legacy per-class selector), joined with ``or``: still one query.
 | ``envoy-ai-gateway`` | ``gen_ai_client_token_usage`` + ``gen_ai_token_type="output"`` | ``kvplan_class`` (a header copied by ``metricsRequestHeaderAttributes``) | ``powers-of-4`` | none |
 | ``custom`` | given | given | any | given (or none) |
 
-The answer is checked and binned by :mod:`kvplan_operator.history`; :func:`observe_histories` runs the queries.
+The answer is checked and binned by :mod:`kvplan_operator.observe.history`; :func:`observe_histories` runs the queries.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..spec import HistorySource, KVPlanSpec
+from ...spec import HistorySource, KVPlanSpec
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,25 @@
 """Run the history sources for one reconcile: one range query per source, every class's observation out.
 
-For each source some class names (:func:`kvplan_operator.sources.plan_queries`): one range query from
+For each source some class names (:func:`kvplan_operator.observe.sources.plan_queries`): one range query from
 ``now - (windows - 1) * W`` to ``now`` at step ``W = max(60 s, lookback / windows)``; the answer is checked and
-regrouped per key (:func:`kvplan_operator.history.windows_by_key`), every class's windows are binned by the one
-adapter (:func:`kvplan_operator.history.class_histories`), and its arrival rate is
+regrouped per key (:func:`kvplan_operator.observe.history.windows_by_key`), every class's windows are binned by the one
+adapter (:func:`kvplan_operator.observe.history.class_histories`), and its arrival rate is
 
 - ``spec.classes[].arrivalRate`` when given;
 - else ``arrivalRateQuery`` (one instant query per class that has one: the only queries beyond one per source);
-- else the source's own count: the newest window's ``+Inf`` bucket over ``W`` (:func:`kvplan_operator.history.newest_rate`).
+- else the source's own count: the newest window's ``+Inf`` bucket over ``W`` (:func:`kvplan_operator.observe.history.newest_rate`).
 
 ``MetricAbsent`` (naming the metric and selector) when a source's query matches no series at all, or none for a
 class (naming the class label value, or the group); every other bad answer raises the reasons of
-:mod:`kvplan_operator.history`.
+:mod:`kvplan_operator.observe.history`.
 """
 
 from __future__ import annotations
 
 from ..history import ClassObservation, class_histories, newest_rate, rate_value, windows_by_key
-from ..prom import PromApi, PromError
-from ..spec import KVPlanSpec
-from .. import conditions as C
+from ...prom import PromApi, PromError
+from ...spec import KVPlanSpec
+from ... import conditions as C
 from . import SourceQuery, plan_queries
 
 

@@ -27,12 +27,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvcore.history.series import VLLM_CACHE_CONFIG_INFO, VLLM_KV_CACHE_USAGE, VLLM_PREEMPTIONS
+from kvcore import VLLM_CACHE_CONFIG_INFO, VLLM_KV_CACHE_USAGE, VLLM_PREEMPTIONS
 
-from .. import conditions as C
+from ... import conditions as C
 from ..history import KEY_LABEL
-from ..prom import PromError
-from ..spec import KVPlanSpec
+from ...prom import PromError
+from ...spec import KVPlanSpec
 from .vllm import group_selector
 
 #: The label the query sets on the preemption rate (``rate()`` drops ``__name__``).

@@ -16,7 +16,7 @@ Per group (``spec.groups[].engine``, ``spec.groups[].plugin``):
   never over a container's own ``--scheduler-cls``.
 
 **Budget.** Any flag change rolls the Deployment. A group whose knobs differ from what its engines run restarts,
-which counts exactly like a re-layout (:mod:`kvplan_operator.policy`): free when this apply re-lays out anyway (one
+which counts exactly like a re-layout (:mod:`kvplan_operator.decide.policy`): free when this apply re-lays out anyway (one
 attempt), or on a Deployment kvplan does not manage yet (first adoption); allowed once per spec change (counted);
 a resumed attempt (same knobs, recorded within the hour) is not counted again; otherwise allowed while fewer than
 ``replan.maxLayoutChangesPerHour`` restarts were attempted in the last hour (counted), else **held**: the group
@@ -35,14 +35,14 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvcore.planner.instance import Instance
-from kvcore.rules.knobs import WATERMARK_MIN_VERSION as WATERMARK_VERSION  # --watermark exists from vLLM 0.33 on
+from kvcore import Instance
+from kvcore import WATERMARK_MIN_VERSION as WATERMARK_VERSION  # --watermark exists from vLLM 0.33 on
 
-from .spec import Group, KVPlanSpec
-from .spec_engine import DEFAULT_VLLM_VERSION, parse_version
-from .targets.deployment import find_container
-from .targets.plugin_mount import ASYNC_SCHEDULER, SYNC_SCHEDULER, is_plugin_scheduler, present
-from .targets.vllm_flags import (EXECUTOR_FLAG, POLICY_FLAG, SCHEDULER_FLAG, SEQS_FLAG, WATERMARK_FLAG, has_switch,
+from ..spec import Group, KVPlanSpec
+from ..spec.engine import DEFAULT_VLLM_VERSION, parse_version
+from ..targets.deployment import find_container
+from ..targets.plugin_mount import ASYNC_SCHEDULER, SYNC_SCHEDULER, is_plugin_scheduler, present
+from ..targets.vllm_flags import (EXECUTOR_FLAG, POLICY_FLAG, SCHEDULER_FLAG, SEQS_FLAG, WATERMARK_FLAG, has_switch,
                                  literal, read_flags, running)
 
 #: vLLM versions kvplan's plugin supports (``kvplan[vllm]`` pins ``vllm>=0.33,<0.34``).
@@ -165,7 +165,7 @@ _OFFICIAL = re.compile(r"^(?:.*/)?vllm-openai(?:-[a-z0-9]+)?:v?([0-9]+\.[0-9]+(?
 @dataclass(frozen=True)
 class EngineVersion:
     """A group's vLLM version and where it came from: ``spec`` (``engine.vllmVersion``), ``image`` (the official
-    image's tag) or ``default`` (:data:`~kvplan_operator.spec_engine.DEFAULT_VLLM_VERSION`)."""
+    image's tag) or ``default`` (:data:`~kvplan_operator.spec.engine.DEFAULT_VLLM_VERSION`)."""
 
     version: tuple[int, int, int]
     text: str
@@ -178,7 +178,7 @@ class EngineVersion:
 
 def engine_version(g: Group, body: Mapping[str, Any] | None) -> EngineVersion:
     """``engine.vllmVersion``, else the tag of an official ``vllm/vllm-openai`` image of the group's container,
-    else :data:`~kvplan_operator.spec_engine.DEFAULT_VLLM_VERSION`."""
+    else :data:`~kvplan_operator.spec.engine.DEFAULT_VLLM_VERSION`."""
     if g.engine.vllm_version is not None:
         return EngineVersion(parse_version(g.engine.vllm_version), g.engine.vllm_version, "spec")
     image = str((find_container(body or {}, g.container) or {}).get("image") or "")
@@ -302,7 +302,7 @@ def knob_condition(dec: KnobDecision, *, reserve_failed: Mapping[str, str] | Non
     """(status, reason, message) of the EngineKnobs condition: a rule failure first (knobs, then reservations),
     then refused knobs, then held ones, then rules left pending by the work budget (``pending``: rule -> groups);
     else every knob in force."""
-    from . import conditions as C
+    from .. import conditions as C
 
     failed = sorted(g for g, k in dec.groups.items() if k.failed)
     res_failed = sorted((reserve_failed or {}).items())

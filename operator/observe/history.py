@@ -1,5 +1,5 @@
 """Prometheus answers -> per-class observations: histogram windows checked with named reasons, then kvcore
-``History``; the arrival rate from the same counts. Pure (the queries themselves are :mod:`kvplan_operator.sources`).
+``History``; the arrival rate from the same counts. Pure (the queries themselves are :mod:`kvplan_operator.observe.sources`).
 
 A history source asks one range query for all its classes; its ``matrix`` answer holds one series per (``le``,
 key), where the key is the source's class label (``kvplan_class``, ``fairness_id``, ...) or, for stock vLLM, a
@@ -35,13 +35,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvcore.history.buckets import SKEW_FRACTION, SKEW_REQUESTS
-from kvcore.history.bucketed import ClassHistory
-from kvcore.history.bucketed import class_histories as _binned_histories
-from kvcore.history.samples import History
+from kvcore import SKEW_FRACTION, SKEW_REQUESTS
+from kvcore import ClassHistory
+from kvcore import class_histories as _binned_histories
+from kvcore import History
 
-from . import conditions as C
-from .prom import PromError
+from .. import conditions as C
+from ..prom import PromError
 
 #: The label a query adds to tell apart the keys of a source without a class label (stock vLLM, one key per
 #: Deployment or selector): ``label_replace(..., "kvplan_key", "<key>", "", "")``.

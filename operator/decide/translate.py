@@ -2,14 +2,8 @@
 an ``InputError`` -> the CR's (``groups[0].gpu_type`` -> ``spec.groups[0].nodePool.gpuType``). Pure; the only
 module that knows both vocabularies.
 
-Capacity from the engine (``spec.capacity.fromEngine: true``, the default): for a group whose engines reported
-their KV size (:mod:`kvplan_operator.sources.capacity`) while it runs layout z0, M(z0) is that size, and every
-other allowed layout z gets ``M(z) = profile(z) x engine(z0) / profile(z0)`` (tokens; the profile is the roofline,
-or ``spec.profiles`` where given): the engine's overheads (activation memory, CUDA graphs, its own
-``--gpu-memory-utilization``) are assumed to scale with the profile. These go to kvcore as
-:class:`~kvcore.profiles.ProfileOverride` (kvcore stays pure and unchanged). kvcore keys profiles by (GPU type,
-model, TP, PP), so groups sharing all four share one value: the smallest (never over-commits memory; a note says
-so). A group without an engine report keeps its profile, and status says why.
+Capacity from the engine: the groups' capacity (:mod:`kvplan_operator.observe.capacity`) becomes engine-scaled
+profiles for kvcore (:func:`capacity_overrides`).
 """
 
 from __future__ import annotations
@@ -20,92 +14,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvcore.errors import InputError
-from kvcore.planner.instance import ClassSpec, CostSpec, GroupSpec, Instance, Layout as KLayout
-from kvcore.profiles import ProfileOverride, resolve
-from kvcore.reservation.radius import RadiusPolicy, with_horizon
-from kvcore.planner.slo import SloSpec
+from kvcore import InputError
+from kvcore import ClassSpec, CostSpec, GroupSpec, Instance, Layout as KLayout
+from kvcore import ProfileOverride, resolve_profile as resolve
+from kvcore import RadiusPolicy, with_horizon
+from kvcore import SloSpec
 
-from .history import ClassObservation
-from .sources.capacity import EngineCapacity
-from .spec import KVPlanSpec, Robustness
-
-#: Engine / profile capacity ratios outside this range get a note (a selector matching another model's pods, or a
-#: profile far from the hardware); the engine's number is still used.
-PLAUSIBLE_SCALE = (0.25, 4.0)
-
-
-@dataclass(frozen=True)
-class GroupCapacity:
-    """Where a group's M(z) comes from, for the planner and for ``status.plan.groups.<g>.capacity``. Tokens per
-    replica; ``scale`` = engine / profile at the running ``layout`` (1 when the profile is used)."""
-
-    source: str
-    layout: tuple[int, int] | None
-    engine_kv_tokens: float | None
-    profile_kv_tokens: float | None
-    scale: float
-    engines: int = 0
-    usage: float | None = None
-    preemptions_per_s: float | None = None
-    note: str = ""
-
-
-def _user_profiles(spec: KVPlanSpec) -> tuple[ProfileOverride, ...]:
-    return tuple(ProfileOverride(gpu_type=p.gpu_type, model=p.model, tp=p.tp, pp=p.pp,
-                                 kv_capacity_tokens=p.kv_capacity_tokens,
-                                 throughput_tokens_s=p.throughput_tokens_per_second) for p in spec.profiles)
-
-
-def _profile_tokens(spec: KVPlanSpec, gpu_type: str, model: str, layout: tuple[int, int]) -> float | None:
-    try:
-        prof = resolve(gpu_type, model, layout[0], layout[1], _user_profiles(spec))
-    except InputError:
-        return None
-    return prof.kv_capacity_tokens if prof.feasible and prof.kv_capacity_tokens > 0 else None
-
-
-def capacity_view(spec: KVPlanSpec, engines: Mapping[str, EngineCapacity] | None,
-                  running: Mapping[str, tuple[int, int] | None],
-                  unsettled: Mapping[str, str | None]) -> dict[str, GroupCapacity]:
-    """Per group: the engine's capacity for its running layout if it reported one (and the Deployment is settled:
-    ``unsettled[g]`` None), else the profile, with the reason."""
-    out: dict[str, GroupCapacity] = {}
-    for g in spec.groups:
-        layout = running.get(g.name)
-        eng = (engines or {}).get(g.name)
-        prof = _profile_tokens(spec, g.node_pool.gpu_type, g.model, layout) if layout else None
-        extra: dict[str, Any] = {}
-        if eng is not None:
-            extra = {"engines": eng.engines, "usage": eng.usage, "preemptions_per_s": eng.preemptions_per_s}
-        why = ""
-        if not spec.capacity.from_engine:
-            why = "spec.capacity.fromEngine is false"
-        elif engines is None:
-            why = "not read"
-        elif eng is None or eng.kv_tokens is None:
-            why = (eng.reason if eng is not None else "no engine series") + "; using the profile"
-        elif layout is None:
-            why = "the Deployment's layout is unknown; using the profile"
-        elif unsettled.get(g.name):
-            why = f"the Deployment's layout is not known to be running: {unsettled[g.name]}; using the profile"
-        elif prof is None:
-            why = f"no feasible profile for tp={layout[0]} pp={layout[1]} to scale; using the profile"
-        if why:
-            out[g.name] = GroupCapacity("profile", layout, eng.kv_tokens if eng else None, prof, 1.0, note=why,
-                                        **extra)
-            continue
-        assert eng is not None and eng.kv_tokens is not None and prof is not None and layout is not None
-        scale = eng.kv_tokens / prof
-        note = ""
-        if not PLAUSIBLE_SCALE[0] <= scale <= PLAUSIBLE_SCALE[1]:
-            note = (f"engine reports {scale:.2f}x the profile's KV capacity: check the group's metricsSelector "
-                    "and model")
-        if eng.spread > 0.01:
-            note = (note + "; " if note else "") + f"engines differ by {eng.spread:.0%}: the smallest is used"
-        out[g.name] = GroupCapacity("engine", layout, eng.kv_tokens, prof, scale, note=note, **extra)
-    return out
-
+from ..observe.history import ClassObservation
+from ..observe.capacity import GroupCapacity, profile_tokens, user_profiles
+from ..spec import KVPlanSpec, Robustness
 
 def capacity_overrides(spec: KVPlanSpec, view: Mapping[str, GroupCapacity]) -> tuple[tuple[ProfileOverride, ...],
                                                                                    list[str]]:
@@ -122,7 +39,7 @@ def capacity_overrides(spec: KVPlanSpec, view: Mapping[str, GroupCapacity]) -> t
             if z == cap.layout and cap.engine_kv_tokens is not None:
                 tokens: float | None = cap.engine_kv_tokens
             else:
-                base = _profile_tokens(spec, g.node_pool.gpu_type, g.model, z)
+                base = profile_tokens(spec, g.node_pool.gpu_type, g.model, z)
                 tokens = None if base is None else base * cap.scale
             if tokens is None:
                 continue
@@ -202,7 +119,7 @@ def build_instance(spec: KVPlanSpec, observed: Mapping[str, ClassObservation], *
         groups.append(GroupSpec(name=g.name, gpu_type=g.node_pool.gpu_type, gpus=g.node_pool.gpu_count,
                                 gpus_per_node=g.node_pool.gpus_per_node, model=g.model,
                                 layouts=tuple(KLayout(tp=tp, pp=pp) for tp, pp in allowed)))
-    profiles = _user_profiles(spec) + (capacity_overrides(spec, capacity)[0] if capacity else ())
+    profiles = user_profiles(spec) + (capacity_overrides(spec, capacity)[0] if capacity else ())
     costs = CostSpec(kappa=spec.costs.kappa, c_slo=spec.costs.c_slo, c_rej=spec.costs.c_rej)
     return Instance(classes=tuple(classes), groups=tuple(groups), costs=costs, profiles=profiles)
 

@@ -7,15 +7,15 @@
 2. If ``free`` moves the layout of a group kvplan already manages, ``hold`` = the same solve with each such group
    pinned to its current layout, but only when that layout is still one the spec allows (a layout the spec no
    longer lists is never held).
-3. :func:`kvplan_operator.policy.decide` picks between them with the budget: the re-layouts *attempted* in the last
+3. :func:`kvplan_operator.decide.policy.decide` picks between them with the budget: the re-layouts *attempted* in the last
    hour, read from the state ConfigMap (so failures and restarts do not reset it). Resuming an attempt already
    counted (same target layouts, within the hour; e.g. after the operator died between two Deployment patches)
    does not count again. A spec change bypasses the budget once per generation: not once the Deployments carry
    that generation, nor once its re-layout was attempted (the state ConfigMap remembers which generation did).
 4. kvcore's engine-model rules on the chosen plan, within the cycle's work budget (:mod:`.engine_rules`); the
-   engine knobs of each group (:mod:`kvplan_operator.engine_knobs`), with the same disruption budget for a knob
+   engine knobs of each group (:mod:`kvplan_operator.decide.knobs`), with the same disruption budget for a knob
    change that restarts pods; and, per group running kvplan's plugin, the reservations it gates admission with
-   (:mod:`kvplan_operator.gate`: the reservations that pay on that group).
+   (:mod:`kvplan_operator.decide.gate`: the reservations that pay on that group).
 """
 
 from __future__ import annotations
@@ -25,19 +25,19 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from kvcore.errors import InputError
-from kvcore.planner.instance import Instance, input_error
-from kvcore.planner.planmodel import Plan
+from kvcore import InputError
+from kvcore import Instance, input_error
+from kvcore import Plan
 
-from . import conditions as C
-from .desired import LayoutChange, layouts_key
-from .engine_knobs import KnobDecision, class_priorities, decide_knobs, engine_version, running_knobs
-from .engine_rules import KNOBS, RuleAnswers, RuleRun, run_rules
+from .. import conditions as C
+from ..desired import LayoutChange, layouts_key
+from .knobs import KnobDecision, class_priorities, decide_knobs, engine_version, running_knobs
+from .rules import KNOBS, RuleAnswers, RuleRun, run_rules
 from .gate import GateDecision, gate_reservations
-from .observe import Observation
+from ..observe import Observation
 from .policy import OK_STATUSES, Decision, decide as choose, layout_moves, layouts_of, recent_changes, target_layouts
-from .run import Deps, Failure, RunContext
-from .spec import KVPlanSpec
+from ..run import Deps, Failure, RunContext
+from ..spec import KVPlanSpec
 from .translate import build_instance, cr_path
 
 
@@ -54,9 +54,9 @@ class Decided:
     changes: tuple[LayoutChange, ...]
     resumed: bool
     solve_seconds: float
-    #: each group's engine knobs and the class priorities (:mod:`kvplan_operator.engine_knobs`).
+    #: each group's engine knobs and the class priorities (:mod:`kvplan_operator.decide.knobs`).
     knobs: KnobDecision = KnobDecision()
-    #: per plugin group, the reservation file (:mod:`kvplan_operator.gate`).
+    #: per plugin group, the reservation file (:mod:`kvplan_operator.decide.gate`).
     gate: GateDecision = GateDecision()
     #: what the engine-model rules answered, spent and left pending this cycle (:mod:`.engine_rules`).
     rules: RuleAnswers = RuleAnswers()
@@ -142,8 +142,8 @@ def pending_note(rules: RuleAnswers) -> str:
 
 def engine_rules(run: RunContext, deps: Deps, obs: Observation, plan: Plan, instance: Instance) -> RuleAnswers:
     """Step 4a: kvcore's knob and reservation rules for the groups that need an answer, within the work budget."""
-    from kvcore.rules.knobs import knobs_for_plan
-    from kvcore.rules.reserve import reserves_for_plan
+    from kvcore import knobs_for_plan
+    from kvcore import reserves_for_plan
 
     spec = obs.spec
     bodies = {k: s.body for k, s in obs.groups.items()}

@@ -9,7 +9,7 @@ import re
 
 from pydantic import Field, field_validator
 
-from .spec_base import CONFIGMAP_KEY, DNS_SUBDOMAIN, HEADER_NAME, HEADER_VALUE, SpecModel, parse_duration
+from .base import CONFIGMAP_KEY, DNS_SUBDOMAIN, HEADER_NAME, HEADER_VALUE, SpecModel, parse_duration
 
 #: ``http(s)://host[:port][/path]``: no userinfo (``@`` before the path), no query, no fragment.
 PROMETHEUS_URL = r"^https?://[^/@#?\s]+(/[^#?\s]*)?$"

@@ -1,0 +1,99 @@
+"""Each group's KV capacity per replica, as the planner will use it: the engine's or the profile's, with the reason.
+
+Capacity from the engine (``spec.capacity.fromEngine: true``, the default): for a group whose engines reported
+their KV size (:mod:`kvplan_operator.observe.sources.capacity`) while it runs layout z0, M(z0) is that size, and every
+other allowed layout z gets ``M(z) = profile(z) x engine(z0) / profile(z0)`` (tokens; the profile is the roofline,
+or ``spec.profiles`` where given): the engine's overheads (activation memory, CUDA graphs, its own
+``--gpu-memory-utilization``) are assumed to scale with the profile. These go to kvcore as
+:class:`~kvcore.profiles.ProfileOverride` (kvcore stays pure and unchanged). kvcore keys profiles by (GPU type,
+model, TP, PP), so groups sharing all four share one value: the smallest (never over-commits memory; a note says
+so). A group without an engine report keeps its profile, and status says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kvcore import InputError
+from kvcore import ProfileOverride, resolve_profile as resolve
+
+from .sources.capacity import EngineCapacity
+from ..spec import KVPlanSpec
+
+#: Engine / profile capacity ratios outside this range get a note (a selector matching another model's pods, or a
+#: profile far from the hardware); the engine's number is still used.
+PLAUSIBLE_SCALE = (0.25, 4.0)
+
+
+@dataclass(frozen=True)
+class GroupCapacity:
+    """Where a group's M(z) comes from, for the planner and for ``status.plan.groups.<g>.capacity``. Tokens per
+    replica; ``scale`` = engine / profile at the running ``layout`` (1 when the profile is used)."""
+
+    source: str
+    layout: tuple[int, int] | None
+    engine_kv_tokens: float | None
+    profile_kv_tokens: float | None
+    scale: float
+    engines: int = 0
+    usage: float | None = None
+    preemptions_per_s: float | None = None
+    note: str = ""
+
+
+def user_profiles(spec: KVPlanSpec) -> tuple[ProfileOverride, ...]:
+    return tuple(ProfileOverride(gpu_type=p.gpu_type, model=p.model, tp=p.tp, pp=p.pp,
+                                 kv_capacity_tokens=p.kv_capacity_tokens,
+                                 throughput_tokens_s=p.throughput_tokens_per_second) for p in spec.profiles)
+
+
+def profile_tokens(spec: KVPlanSpec, gpu_type: str, model: str, layout: tuple[int, int]) -> float | None:
+    try:
+        prof = resolve(gpu_type, model, layout[0], layout[1], user_profiles(spec))
+    except InputError:
+        return None
+    return prof.kv_capacity_tokens if prof.feasible and prof.kv_capacity_tokens > 0 else None
+
+
+def capacity_view(spec: KVPlanSpec, engines: Mapping[str, EngineCapacity] | None,
+                  running: Mapping[str, tuple[int, int] | None],
+                  unsettled: Mapping[str, str | None]) -> dict[str, GroupCapacity]:
+    """Per group: the engine's capacity for its running layout if it reported one (and the Deployment is settled:
+    ``unsettled[g]`` None), else the profile, with the reason."""
+    out: dict[str, GroupCapacity] = {}
+    for g in spec.groups:
+        layout = running.get(g.name)
+        eng = (engines or {}).get(g.name)
+        prof = profile_tokens(spec, g.node_pool.gpu_type, g.model, layout) if layout else None
+        extra: dict[str, Any] = {}
+        if eng is not None:
+            extra = {"engines": eng.engines, "usage": eng.usage, "preemptions_per_s": eng.preemptions_per_s}
+        why = ""
+        if not spec.capacity.from_engine:
+            why = "spec.capacity.fromEngine is false"
+        elif engines is None:
+            why = "not read"
+        elif eng is None or eng.kv_tokens is None:
+            why = (eng.reason if eng is not None else "no engine series") + "; using the profile"
+        elif layout is None:
+            why = "the Deployment's layout is unknown; using the profile"
+        elif unsettled.get(g.name):
+            why = f"the Deployment's layout is not known to be running: {unsettled[g.name]}; using the profile"
+        elif prof is None:
+            why = f"no feasible profile for tp={layout[0]} pp={layout[1]} to scale; using the profile"
+        if why:
+            out[g.name] = GroupCapacity("profile", layout, eng.kv_tokens if eng else None, prof, 1.0, note=why,
+                                        **extra)
+            continue
+        assert eng is not None and eng.kv_tokens is not None and prof is not None and layout is not None
+        scale = eng.kv_tokens / prof
+        note = ""
+        if not PLAUSIBLE_SCALE[0] <= scale <= PLAUSIBLE_SCALE[1]:
+            note = (f"engine reports {scale:.2f}x the profile's KV capacity: check the group's metricsSelector "
+                    "and model")
+        if eng.spread > 0.01:
+            note = (note + "; " if note else "") + f"engines differ by {eng.spread:.0%}: the smallest is used"
+        out[g.name] = GroupCapacity("engine", layout, eng.kv_tokens, prof, scale, note=note, **extra)
+    return out

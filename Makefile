@@ -13,7 +13,7 @@ DEV_LOCK := requirements/dev.lock
 OPERATOR_LOCK := requirements/operator.lock
 UV_COMPILE = $(VENV)/bin/uv pip compile --universal --python-version 3.11 --generate-hashes --quiet
 
-.PHONY: venv tools vllm-env demo test test-unit test-integration test-e2e test-vllm test-pythons parity bench \
+.PHONY: venv tools vllm-env demo test test-fast test-unit test-integration test-e2e test-vllm test-pythons parity bench \
 	lint-chart typecheck clean lock release
 
 # Installs exactly the lock (--require-hashes: every file checked against its pinned sha256, nothing unpinned, no
@@ -82,6 +82,11 @@ test: tools vllm-env
 test-unit: venv
 	$(VENV)/bin/pytest tests/unit
 
+# The inner loop: the unit tier without the tests marked slow (each over ~5 s; they still run in test-unit and
+# test). One package's tests are one path: tests/unit/kvcore/rules, tests/unit/operator, ...
+test-fast: venv
+	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not slow" tests/unit
+
 test-integration: tools
 	$(VENV)/bin/pytest -m integration tests
 
@@ -102,18 +107,23 @@ bench: venv
 lint-chart: tools
 	$(VENV)/bin/kvplan-dev helm -- lint charts/kvplan-operator
 
-# Copy crds/ (the one CRD source) into the chart byte for byte; tests/unit/test_chart_crds.py checks the copy.
+# Copy crds/ (the one CRD source) into the chart byte for byte; tests/unit/project/test_chart_crds.py checks the copy.
 .PHONY: sync-crds
 sync-crds: venv
 	$(PY) scripts/sync_crds.py
 
-# The Grafana dashboard, built with grafanalib into the chart (tests/unit/test_dashboard.py checks it is current).
+# The Grafana dashboard, built with grafanalib into the chart (tests/unit/project/test_dashboard.py checks it is current).
 .PHONY: dashboard
 dashboard: venv
 	$(PY) -m kvplan_dev.dashboard
 
 # The chart's README from its values comments, and the Kubernetes definitions in values.schema.json from the local
-# apiserver's /openapi/v2 (tests/unit/test_chart_readme.py, tests/e2e/test_chart_polish.py check both are current).
+# apiserver's /openapi/v2 (tests/unit/project/test_chart_readme.py, tests/e2e/test_chart_polish.py check both are current).
+# docs/img/architecture.png from docs/architecture.txt (tests/unit/project/test_architecture.py checks it is current).
+.PHONY: architecture
+architecture: venv
+	$(PY) scripts/architecture_diagram.py
+
 .PHONY: chart-readme chart-schema
 chart-readme: venv
 	$(PY) scripts/chart_readme.py

@@ -6,7 +6,7 @@ packages so their files ship in the wheel. Everything else is in ``pyproject.tom
 
 The wheel carries ``kvcore``, ``kvplan_operator`` and the vLLM plugins ``kvplan_vllm`` (when that folder exists),
 never ``kvplan_dev``: the development tooling is its own distribution (``kvplan_dev/pyproject.toml``).
-tests/unit/test_packaging.py builds the wheel and checks its file list.
+tests/unit/project/test_packaging.py builds the wheel and checks its file list.
 """
 
 from setuptools import find_namespace_packages, setup

@@ -6,7 +6,7 @@ the vLLM engine model: 16-token blocks, ``max_num_seqs`` 256, 2048 batched token
 defaults (prefix caching on), prefix caching off, and kvplan's gate with the policy's reservations. Each runs
 ``--repeats`` times; best and median are reported as wall time and as this process's CPU time (the machine is
 shared). In the same run a 2,000-request case is replayed by the fast model and the step-by-step reference: their
-per-request outcomes must be identical (exit 1 otherwise) and the speed ratio is reported. Target (issue 13):
+per-request outcomes must be identical (exit 1 otherwise) and the speed ratio is reported. Target:
 >= 20,000 requests/s on the 100,000-request benchmark.
 
     python benchmarks/engine_speed.py [--requests 100000] [--repeats 3] [--json]

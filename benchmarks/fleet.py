@@ -1,4 +1,4 @@
-"""Benchmark: the planner at fleet scale (issue 16): 256 classes x 64 groups x 12 layouts x 2,000 samples.
+"""Benchmark: the planner at fleet scale: 256 classes x 64 groups x 12 layouts x 2,000 samples.
 
 For each seed, ``kvcore bench fleet ... --warm --json`` runs in its own process (so ``peak_rss_mb`` is that plan's,
 not the sum of the runs): a cold plan, then a warm re-plan after a seeded 10% per-class traffic change, from the

@@ -1,4 +1,4 @@
-"""The operator's re-plan cycle at fleet scale (issue 16; ``python benchmarks/replan.py --fleet``).
+"""The operator's re-plan cycle at fleet scale (``python benchmarks/replan.py --fleet``).
 
 A KVPlan of 256 classes x 64 groups (:mod:`kvplan_dev.fleet`: kvcore's seeded fleet as a KVPlan, 64 Deployments)
 against the local control plane (kube-apiserver + etcd, ``kvplan_dev.cluster``) and Debian's Prometheus 2.42

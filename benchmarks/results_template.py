@@ -1,5 +1,5 @@
 """The text of docs/results.md around the tables ``benchmarks/paper_tables.py`` computes: the template, the
-figures reported earlier (issue 5) and the paper's Table IV, quoted for comparison."""
+figures reported earlier and the paper's Table IV, quoted for comparison."""
 
 from __future__ import annotations
 

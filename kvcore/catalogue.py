@@ -3,7 +3,7 @@
 Every other place takes its names from here: :mod:`kvcore.profiles` keys its roofline tables by :data:`GPU_TYPES`
 and :data:`MODELS` (and checks at import that they agree), :class:`kvcore.reservation.radius.RadiusPolicy` types ``kind`` as
 :data:`RadiusKind`, and the operator's history sources and router targets (issues 12 and 14) register under
-:data:`HISTORY_SOURCES` and :data:`ROUTER_TARGETS`. ``tests/unit/test_catalogue.py`` checks the CRD's enums
+:data:`HISTORY_SOURCES` and :data:`ROUTER_TARGETS`. ``tests/unit/kvcore/test_catalogue.py`` checks the CRD's enums
 (``crds/kvplans.kvplan.io.yaml`` and the chart's copy) against this module, so a name the CRD accepts is one kvcore
 knows, and the reverse.
 """

@@ -1,7 +1,6 @@
 """Run the operator image on this machine with podman (Debian's package), as the chart runs it in a pod.
 
-What this sandbox allows, found by trying (2026-11-30, Debian 12, kernel 6.18, root, hybrid cgroup v1/v2 and no
-CAP_SYS_RESOURCE):
+What this sandbox allows, found by trying (Debian 12, root, hybrid cgroup v1/v2 and no CAP_SYS_RESOURCE):
 
 - crun, podman's default runtime here, refuses every container: first ``crun: setrlimit `RLIMIT_NOFILE`: Operation
   not permitted`` (podman asks for 1048576 open files, above the hard limit), and with lowered ``--ulimit`` values

@@ -2,7 +2,7 @@
 
 ``make dashboard`` (``python -m kvplan_dev.dashboard``) writes ``charts/kvplan-operator/files/dashboards/
 kvplan-operator.json``; the chart ships it in a ConfigMap labelled ``grafana_dashboard: "1"``, which
-kube-prometheus-stack's Grafana sidecar loads. ``tests/unit/test_dashboard.py`` checks that the file is what this
+kube-prometheus-stack's Grafana sidecar loads. ``tests/unit/project/test_dashboard.py`` checks that the file is what this
 module builds and that every panel's PromQL names only metrics the operator exports.
 
 Variables: the Prometheus data source, the KVPlan ``namespace`` and ``name`` (both multi-select, from

@@ -1,4 +1,4 @@
-"""A fleet at the scale the operator is measured at (issue 16: 256 classes x 64 groups): the KVPlan, its
+"""A fleet at the scale the operator is measured at (the CRD's caps: 256 classes x 64 groups): the KVPlan, its
 Deployments and the Prometheus history the real exporters would hold, for ``benchmarks/replan.py --fleet`` and
 ``tests/integration/test_operator_fleet.py``.
 

@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 DRIVER = REPO / "kvplan_dev" / "vllm_driver.py"
 S = 1_000_000_000
 REQUIRED = ("admit_step", "preemptions", "finish_step")
-"""Fields that must be identical (issue 13); the others in :data:`COMPARED` are compared and reported as well."""
+"""Fields that must be identical; the others in :data:`COMPARED` are compared and reported as well."""
 COMPARED = REQUIRED + ("first_token_step", "max_gap_steps", "recomputed", "cached")
 
 

@@ -12,7 +12,7 @@ with ``pip install --require-hashes --no-deps``, so a fresh clone resolves exact
   (an interrupted install) is removed and built again.
 - The cache root is ``$KVPLAN_CACHE`` or ``~/.cache/kvplan``, as for the other tools.
 
-First build (measured 2026-11-30 on the 2-vCPU development VM): see README, "The vLLM environment".
+First build: its time and size are in the README, "The vLLM environment".
 """
 
 from __future__ import annotations

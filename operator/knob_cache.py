@@ -1,9 +1,8 @@
 """The engine-model rules' answers (knobs and reservations, :mod:`.engine_rules`), reused between re-plans while a
 group's situation has not changed.
 
-kvcore's rules replay a group's recent history through the vLLM engine model (docs/benchmarks.md, "The
-engine-model rules": 0.05-2.1 s of CPU per group and rule on the development VM), against a re-plan cycle whose
-target is 3 s. Their answers move slowly (the recent history, replayed), and acting on a knob is rationed anyway
+kvcore's rules replay a group's recent history through the vLLM engine model, which costs seconds of CPU per
+group and rule (docs/benchmarks.md, "The engine-model rules"), against a re-plan cycle of a few seconds. Their answers move slowly (the recent history, replayed), and acting on a knob is rationed anyway
 (a knob change restarts pods, at most ``replan.maxLayoutChangesPerHour``). So the operator's runtime keeps one
 :class:`KnobCache` (``Deps.knob_cache``; None, the default in tests, runs the rules every time) and reuses a
 group's answer (key: KVPlan, group, rule) while its **situation** is the same:

@@ -209,7 +209,7 @@ class Kube:
     def _raw(self, call: str, fn: Callable[[], Any], *, missing_ok: bool = False) -> dict[str, Any] | None:
         """One call made with ``_preload_content=False``: the response's JSON as the apiserver sent it, without the
         client's model round trip (which took most of the time of reading or writing a Deployment with 256 env
-        entries: issue 16). A body that is not a JSON object is a :class:`KubeError`."""
+        entries). A body that is not a JSON object is a :class:`KubeError`."""
         resp = self._call(call, fn, missing_ok=missing_ok)
         if resp is None:
             return None

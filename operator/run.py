@@ -16,11 +16,10 @@ from .knob_cache import KnobCache
 from .kube import GROUP, VERSION, KubeApi
 from .prom import PromApi, PromConnection, UrlPolicy
 
-#: Work budget of kvcore's engine-model rules per re-plan cycle, simulated requests (:mod:`.engine_rules`): about
-#: 2.2-2.9 s of one core of the development VM at 22-29 us per request (docs/benchmarks.md, "The engine-model
-#: rules"), so that the cycle at 256 classes x 64 groups stays within its 10 s (8.6 s worst measured; 11.3 s at
-#: 200,000). A group under no memory pressure costs both rules 4,000 (stock vLLM's two replays, shared); one under
-#: pressure 34,000-86,000 (15-class fleet groups with a cut KV cache).
+#: Work budget of kvcore's engine-model rules per re-plan cycle, simulated requests (:mod:`.decide.rules`): sized
+#: so that the cycle at the CRD's caps (256 classes x 64 groups) stays within its 10 s target at the measured cost
+#: per simulated request (docs/benchmarks.md, "The engine-model rules"). A group under no memory pressure costs
+#: both rules stock vLLM's two replays (4,000 requests, shared); one under pressure about ten times that.
 DEFAULT_RULE_WORK = 100_000
 
 #: Top-level status keys the operator owns (kopf keeps its own, e.g. ``status.kopf``).

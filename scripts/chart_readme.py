@@ -1,9 +1,9 @@
 """Generate ``charts/kvplan-operator/README.md`` from the chart: its ``Chart.yaml`` and the comment above every key
-of ``values.yaml`` (the comments tests/unit/test_chart_values.py requires), in the table layout helm-docs uses.
+of ``values.yaml`` (the comments tests/unit/project/test_chart_values.py requires), in the table layout helm-docs uses.
 
 A small script rather than helm-docs (github.com/norwoodj/helm-docs, buildable from its Go module): the values
 comments here are plain ``#`` lines, not helm-docs' ``# --`` annotations, and one more Go build was not worth it.
-``make chart-readme`` writes the file; ``--check`` exits 1 when it is out of date (tests/unit/test_chart_readme.py).
+``make chart-readme`` writes the file; ``--check`` exits 1 when it is out of date (tests/unit/project/test_chart_readme.py).
 
 Usage: python scripts/chart_readme.py [--check]
 """

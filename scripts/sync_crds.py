@@ -10,7 +10,7 @@ own files, in two places:
   which only a chart's ``crds/`` folder guarantees on a first install.
 
 Run ``make sync-crds`` (or this script) after changing a CRD; ``--check`` changes nothing and exits 1 when the copy
-has drifted (tests/unit/test_chart_crds.py runs it).
+has drifted (tests/unit/project/test_chart_crds.py runs it).
 
 Usage: python scripts/sync_crds.py [--check]
 """

@@ -4,7 +4,7 @@
 - :mod:`.policies`: the registry of policies (``default``, ``dro-paper``, ``saa``, quantiles, ...);
 - :mod:`.harness`: :func:`evaluate` scores every (shift, rho, policy) of one trace, giving :class:`Evaluation`;
 - :mod:`.simulate`: ``--simulate``, the same requests through :mod:`kvcore.sim` on a documented fleet;
-- :mod:`.summary`: gm of cost / best across traces (issue 5's yardstick);
+- :mod:`.summary`: gm of cost / best across traces (the yardstick policies are scored by);
 - :mod:`.oracle`: bounds on the best a shift-blind rule can do under the split protocol (with the test data);
 - :mod:`.report`: CSV, Markdown and PNG files (matplotlib imported lazily).
 """

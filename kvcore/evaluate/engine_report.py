@@ -13,7 +13,7 @@ from kvcore.evaluate.engine import METHODS, EngineEvaluation, EngineRow
 
 ROW_KEYS = ("trace", "load", "method", "preemptions", "recomputed_tokens", "ttft_p50_s", "ttft_p99_s", "e2e_p50_s",
             "e2e_p99_s", "stall_p99_s", "stalled_frac", "goodput_rps", "cost")
-"""The keys of a row in ``--json`` output (issue 13)."""
+"""The keys of a row in ``--json`` output."""
 
 
 def row_dict(row: EngineRow) -> dict[str, Any]:

@@ -44,13 +44,13 @@ SPLIT_WINDOWS = 4
 protocol's WIN / STEP, so the radius rule sees histories of the same shape under both protocols."""
 
 WIN_FRACTION = 1.0 / 8.0
-"""Rolling: the history window WIN as a fraction of the trace's time span T (issue 4)."""
+"""Rolling: the history window WIN as a fraction of the trace's time span T."""
 
 STEPS_PER_WIN = 4
-"""Rolling: WIN / STEP (issue 4); also the number of windows each rolling history is cut into."""
+"""Rolling: WIN / STEP; also the number of windows each rolling history is cut into."""
 
 SHIFT_FROM = 0.6
-"""Rolling: outputs of requests arriving at or after ``t_0 + SHIFT_FROM * T`` are shifted (issue 4)."""
+"""Rolling: outputs of requests arriving at or after ``t_0 + SHIFT_FROM * T`` are shifted."""
 
 IntArray = npt.NDArray[np.int64]
 

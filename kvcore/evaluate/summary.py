@@ -1,4 +1,4 @@
-"""Summaries across traces: the geometric mean (gm) of cost ratios that issue 5 scores policies by.
+"""Summaries across traces: the geometric mean (gm) of cost ratios that policies are scored by.
 
 A *scenario* is (trace, protocol, rho, shift). In each, a policy's ratio is its cost over the cheapest cost among
 the *reference* policies in that scenario. For one protocol and shift level, a policy's gm is the geometric mean
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from kvcore.evaluate.harness import Evaluation, Row
 
 GM_POLICIES: tuple[str, ...] = ("saa", "dro-paper", "dro-0.02", "p95", "p99", "default")
-"""The policies of issue 5's table, plus the new default."""
+"""The policies of the radius-rule table (docs/results.md §1), plus the default."""
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ bucket reaches its worst case independently (the integral splits at the edges), 
 and each is attained by a placement of every bucket's requests at one of its ends. ``open_*`` are the open
 ``+Inf`` bucket's terms (closed at max_model_len): the one bucket whose requests may sit far from every sample.
 
-Tested against ``scipy.stats.wasserstein_distance`` on synthetic requests (``tests/unit/test_binned.py``). Which of
+Tested against ``scipy.stats.wasserstein_distance`` on synthetic requests (``tests/unit/kvcore/history/test_binned.py``). Which of
 these terms the radius adds, and why, is in :mod:`kvcore.reservation.radius_drift` and docs/model.md ("Histogram buckets").
 """
 

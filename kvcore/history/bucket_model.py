@@ -5,7 +5,7 @@ where inside it. A model fills that in with a *shape*: a nondecreasing function 
 inside bucket b only through ``(G(x) - G(lower_b)) / (G(upper_b) - G(lower_b))``, the fraction of the bucket's
 requests at or below x. Every model therefore keeps each bucket's count exactly; they differ only inside buckets.
 
-- ``upper``: every request at its bucket's upper bound (kvplan before issue 14; conservative, 1.3x the cost);
+- ``upper``: every request at its bucket's upper bound (kvplan's first rule; conservative, 1.3x the cost);
 - ``linear``: uniform inside each bucket (G(x) = x);
 - ``log-linear``: uniform in log(1 + x) inside each bucket (density ~ 1 / (1 + x));
 - ``spline``: a monotone cubic (PCHIP, Fritsch-Carlson) through the cumulative counts at the bucket edges, in x;

@@ -201,7 +201,7 @@ def histogram_to_samples(
 
     Placement (:mod:`kvcore.history.bucket_model`): each bucket's requests are spread inside it by the model, a monotone
     spline of the cumulative counts in log(1 + length) by default, chosen by measurement (docs/model.md,
-    "Histogram buckets"); each bucket keeps its count exactly. (Until issue 14 each bucket became one sample at
+    "Histogram buckets"); each bucket keeps its count exactly. (Before, each bucket became one sample at
     its upper bound, which cost 1.3x the raw-sample reserve through vLLM's 1-2-5 buckets.)
 
     The result carries ``observations`` = the number of requests counted, so the radius rule's sampling error

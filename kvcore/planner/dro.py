@@ -9,7 +9,7 @@ the gamma-slope ``eps - sum_n w_n D_n(gamma)`` is a nondecreasing step function 
 the step where it crosses 0, found by one sort, and DRO(y) is the objective there: **exact**, O(N log N) per
 evaluation. (Primal view: sup of E_P[Q] over the Wasserstein ball, mass moved to 0 or L — a multiple-choice
 fractional knapsack.) Checked against the HiGHS LP (eq. 6 with y fixed) in
-``tests/unit/test_planner_dro_queueing.py``.
+``tests/unit/kvcore/planner/test_planner_dro_queueing.py``.
 
 **Closed form where the ball is not binding.** Moving mass w from a sample xi to a point t raises E[Q] by at
 most ``max(cp, cw)`` per token of transport (Q(y, .) is Lipschitz with those slopes), and moving a sample above y to
@@ -20,7 +20,7 @@ w_n xi_n`` tokens, every ``y`` with ``eps < T(y)`` has ``DRO(y) = SAA(y) + r eps
 (prefix sums over the sorted samples) where it applies, and at y = L, where only moves to 0 gain (cw per token,
 up to E[xi] tokens of transport), DRO(L) = cw (L - E[xi]) + cw min(eps, E[xi]) with slope cw; the full
 evaluation elsewhere. The forms are checked
-against each other in ``tests/unit/test_planner_dro_queueing.py``.
+against each other in ``tests/unit/kvcore/planner/test_planner_dro_queueing.py``.
 
 The slope returned is a true subgradient of DRO at y (Danskin for a partial minimum): at gamma*, the y-slopes of
 the active lines just left and right of gamma* are combined with the weights that make the gamma-slope zero; a

@@ -16,13 +16,12 @@ hours or be killed for memory on a size it cannot handle, :func:`check_size` ref
   :data:`FLEET_BYTES_PER_PAIR` per (class, group) pair (routing and prefix arrays, the plan's per-group maps, and
   the routing LP when filling runs out of KV memory); time is :data:`SETUP_SECONDS_PER_SAMPLE` per sample plus
   :data:`FLEET_SECONDS_PER_PAIR` per pair plus :data:`FLEET_BASE_SECONDS`.
-* **BCD** (set by the hardening lane on 2026-11-30): per sweep the z block tries ``2 K Z`` points, the admission
+* **BCD**: per sweep the z block tries ``2 K Z`` points, the admission
   block ``C`` flips and at most ``C^2 / 4`` swaps, restore and routing about ``C`` more, times :data:`SWEEPS`;
   each subproblem runs :data:`CUT_ROUNDS` LPs of ``K (2C + 1) + 2C`` nonzeros plus a fixed HiGHS call cost of
   :data:`LP_CALL_NONZEROS`; the routing block :data:`ROUTING_SWEEPS` passes of ``C K^2`` moves of
   :data:`ROUTING_MOVE_UNITS` each; one unit is :data:`SECONDS_PER_UNIT` (a HiGHS call, 10,000 units, about 1 ms).
-  Checked against BCD: 16x4x500 with 2 groups, 99 subproblems (estimate 336); 64x4x300 with 2 groups, 774 to
-  5,973 subproblems and 35 to 209 s (estimate 3,504 and 109 s). Time adds the per-sample set-up of the fleet
+  Checked against BCD runs (docs/benchmarks.md, "Choosing the method"). Time adds the per-sample set-up of the fleet
   method's figure; memory is the base, :data:`BYTES_PER_SAMPLE` per sample, every memoised point's flows and
   solution (``2 C K + C`` float64) and one LP's cuts.
 
@@ -66,27 +65,27 @@ BYTES_PER_SAMPLE = 64
 BYTES_PER_LP_NONZERO = 24
 """HiGHS keeps a value and an index per nonzero, in a row-wise and a column-wise copy."""
 
-# The fleet method (measured 2026-11-30, docs/benchmarks.md, "Fleet scale")
+# The fleet method (calibrated by `python benchmarks/fleet.py --scaling`: docs/benchmarks.md, "Fleet scale")
 BASE_BYTES = 136 * 1024**2
-"""Peak resident memory apart from the samples and pairs: 166-174 MiB measured at 256 classes x 64 groups x 2,000
-samples on Python 3.11 and 3.12 (177.6 MiB on 3.13, whose interpreter is larger) less their per-sample and per-pair
-parts (~64 MiB), plus ~24 MiB so the estimate bounds all three supported interpreters (an estimate is an upper
-bound: it decides what is refused)."""
+"""Peak resident memory apart from the samples and pairs, bytes: the measured peak at :data:`REFERENCE` less its
+per-sample and per-pair parts, plus headroom so the estimate bounds all three supported interpreters (3.13's is the
+largest): an estimate is an upper bound, since it decides what is refused."""
 FLEET_BYTES_PER_SAMPLE = 110
-"""Fleet method, per sample: 625 - 166 MiB measured between 512,000 and 5,120,000 samples (104 B each), rounded up."""
+"""Fleet method, bytes per sample: the slope of the measured peak between 512,000 and 5,120,000 samples, rounded
+up."""
 FLEET_BYTES_PER_PAIR = 700
-"""Fleet method, per (class, group): 106-171 B measured (16,384 to 262,144 pairs) plus the routing LP's worst case
-(9 nonzeros of 24 B in HiGHS's two copies, and its solution), which runs only when KV memory is short."""
+"""Fleet method, bytes per (class, group): the measured slope (16,384 to 262,144 pairs) plus the routing LP's
+worst case (9 nonzeros of 24 B in HiGHS's two copies, and its solution), which runs only when KV memory is short."""
 SETUP_SECONDS_PER_SAMPLE = 0.3e-6
-"""Either method, per sample (the radius rule and the DRO curve set-up; the fleet method's dual pass too): 1.48 s
-for 5,120,000 samples at 256 x 64 by the fleet method (quiet), 0.29 us each."""
+"""Either method, seconds per sample (the radius rule and the DRO curve set-up; the fleet method's dual pass too),
+from the fleet method's set-up time at 5,120,000 samples, rounded up."""
 FLEET_SECONDS_PER_PAIR = 6e-6
-"""Fleet method, per (class, group): 4-6 us measured at 65,536 and 262,144 pairs (quiet)."""
+"""Fleet method, seconds per (class, group), measured at 65,536 and 262,144 pairs, rounded up."""
 FLEET_BASE_SECONDS = 0.05
 """Fleet method: the price search and the HiGHS calls of a small instance."""
 
 REFERENCE = (256, 64, 12, 2_000)
-"""(classes, groups, layouts per group, samples per class): the size the planner is tuned for (issue 16)."""
+"""(classes, groups, layouts per group, samples per class): the size the planner is tuned for (the CRD's caps)."""
 DEFAULT_MEMORY_LIMIT = 1024**3
 """Bytes a plan may use when the caller does not say: the operator chart's container limit
 (``resources.limits.memory: 1Gi``), which the reference size's 166-174 MiB keeps well inside."""

@@ -5,7 +5,7 @@ The problem (support [0, L], radius eps, costs cp, cw >= 0; see :mod:`kvcore.res
     min_{y in [0, L], gamma >= 0}  gamma eps + sum_n w_n f_n(y, gamma)
     f_n = max( cp (xi_n - y), cw (y - xi_n), cp (L - y) - gamma (L - xi_n), cw y - gamma xi_n )
 
-Structure used (derived here, checked against the HiGHS LP in ``tests/unit/test_reservation_exact_vs_lp.py``):
+Structure used (derived here, checked against the HiGHS LP in ``tests/unit/kvcore/reservation/test_reservation_exact_vs_lp.py``):
 
 1. Two of the four lines have slope -cp in y and two +cw, so for cp, cw > 0
    ``f_n = max(cp (U_n - y), cw (y - V_n))`` with ``U_n = max(xi_n, L - (gamma / cp)(L - xi_n))`` and

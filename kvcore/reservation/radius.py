@@ -181,7 +181,7 @@ def register_rule(kind: str, rule: RuleFn) -> None:
 
 DEFAULT_RADIUS = RadiusPolicy(kind="drift")
 """The project's default: the data-driven drift rule (:mod:`kvcore.reservation.radius_drift`), chosen by the evaluation of
-issue 5 over the paper's eps = 0.15 E[xi] (``RadiusPolicy(kind="fraction", frac=0.15)``); see docs/results.md."""
+the radius-rule comparison (docs/results.md §1) over the paper's eps = 0.15 E[xi] (``RadiusPolicy(kind="fraction", frac=0.15)``); see docs/results.md."""
 
 
 def with_horizon(policy: RadiusPolicy | None, ratio: float) -> RadiusPolicy:

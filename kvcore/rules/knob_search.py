@@ -24,7 +24,7 @@ module reaches **the same choice** from part of the table:
    stays exact). Such a measurement is reused instead of replayed.
 
 Every measurement is the same deterministic replay the full table would make (same workload, same seed), so the
-choice is identical; ``tests/unit/test_knob_search.py`` checks it against :func:`full_table` on seeded cases and
+choice is identical; ``tests/unit/kvcore/rules/test_knob_search.py`` checks it against :func:`full_table` on seeded cases and
 ``benchmarks/rule_agreement.py`` on the vendored traces. Work is counted in simulated requests (one request replayed
 once through the engine model), the unit the engine model's cost follows (:mod:`kvcore.rule_work`).
 """

@@ -31,7 +31,7 @@ the operator can show why.
 **Search.** The choice is defined on the full table (every candidate on every replay), but it is reached by
 measuring only what it depends on (:mod:`kvcore.rules.knob_search`: candidates dropped at their first replay out of
 tolerance, bounds on the floor instead of the floor, measurements reused where a max_num_seqs cap never bound):
-the same choice, checked against the full table by ``tests/unit/test_knob_search.py`` and
+the same choice, checked against the full table by ``tests/unit/kvcore/rules/test_knob_search.py`` and
 ``benchmarks/rule_agreement.py``; ``search="full"`` measures everything. The replays are shared with the
 reservation rule (:mod:`kvcore.rules.replays`), and each answer says the work it took (requests simulated).
 

@@ -1,4 +1,4 @@
-"""The KVPlan's engine fields (issue 13): ``spec.groups[].engine``, ``spec.groups[].plugin``, and the checks of the
+"""The KVPlan's engine fields: ``spec.groups[].engine``, ``spec.groups[].plugin``, and the checks of the
 classes' prompt-length rules and fleet default. Part of :mod:`kvplan_operator.spec` (kept apart to keep that module
 small); pure, no I/O.
 """

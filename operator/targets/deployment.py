@@ -16,7 +16,7 @@ Owned fields (everything else the user set is kept; listed in the annotation ``k
 - ``spec.replicas`` unless an HPA or KEDA ScaledObject targets the Deployment;
 - annotations ``kvplan.io/owner``, ``kvplan.io/generation``, ``kvplan.io/layout``, ``kvplan.io/owned-fields`` on
   the Deployment (not the pod template: they never trigger a rollout). The reservations themselves are only in the
-  state ConfigMap: a per-Deployment copy (``kvplan.io/reservations``, written before issue 16 and removed when
+  state ConfigMap: a per-Deployment copy (``kvplan.io/reservations``, written by earlier releases and removed when
   found) changed with every reservation, so at 256 classes x 64 groups nearly every re-plan patched all 64
   Deployments for a value no pod reads.
 

@@ -12,7 +12,7 @@ When a group turns the plugin on (``spec.groups[].plugin.enabled``), its Deploym
 
 Turning it off removes exactly these (strategic-merge ``$patch: delete`` by ``name`` for the volume and env, by
 ``mountPath`` for the mount), and only when they are there. The names match ``kvplan_vllm.source``; the operator
-never imports ``kvplan_vllm``, so ``tests/unit/test_op_engine_knobs.py`` holds them equal.
+never imports ``kvplan_vllm``, so ``tests/unit/operator/test_op_engine_knobs.py`` holds them equal.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import Any, Literal
 TP_FLAG = "--tensor-parallel-size"
 PP_FLAG = "--pipeline-parallel-size"
 SEQS_FLAG = "--max-num-seqs"
-#: The engine knobs (issue 13): ``--watermark`` (vLLM >= 0.33), ``--scheduling-policy``, ``--scheduler-cls``.
+#: The engine knobs: ``--watermark`` (vLLM >= 0.33), ``--scheduling-policy``, ``--scheduler-cls``.
 WATERMARK_FLAG = "--watermark"
 POLICY_FLAG = "--scheduling-policy"
 SCHEDULER_FLAG = "--scheduler-cls"

@@ -1,4 +1,4 @@
-"""A few of the fault-injection scenarios of tests/unit/test_op_faults.py for real, on the local kube-apiserver +
+"""A few of the fault-injection scenarios of tests/unit/operator/test_op_faults.py for real, on the local kube-apiserver +
 etcd and Debian's Prometheus, with the reconcile called directly (as in test_operator_reconcile.py):
 
 - a real 403: the operator runs as a ServiceAccount whose RBAC lacks ``patch`` on Deployments;

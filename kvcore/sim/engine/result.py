@@ -29,7 +29,7 @@ from kvcore.sim.types import IntArray, SimPolicy, Workload
 
 NS = 1e-9
 STALL_THRESHOLD_S = 1.0
-"""A gap between two tokens longer than this counts as a stall (issue 13: "stalled_frac: share with a gap > 1 s")."""
+"""A gap between two tokens longer than this counts as a stall (``stalled_frac`` is the share of requests with such a gap)."""
 
 
 class EngineClassStats(BaseModel):

@@ -1,0 +1,119 @@
+"""One catalogue of names (``kvcore.catalogue``) against the CRD and kvcore's own tables:
+
+1. every enum of the KVPlan CRD (``crds/`` and the chart's synced copy) that lists GPU types, models, radius kinds,
+   history sources or router targets equals the catalogue's list; the GPU-type and radius-kind enums must exist
+   (so this test cannot pass by finding nothing), and every ``spec.router`` key names a catalogue router target;
+2. kvcore's roofline tables, radius rules and ``RadiusPolicy.kind`` hold exactly the catalogue's names;
+3. every CRD GPU type plans: an instance on each type gets a roofline profile (A100-40GB included, which the CRD
+   accepted before kvcore knew it), and the A100-40GB numbers follow the documented roofline from the datasheet
+   figures (40,960 MiB, 1,555 GB/s), computed here by hand.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kvcore import catalogue
+from kvcore.profiles import GPUS, MODELS, roofline
+from kvcore.reservation.radius import RULES, RadiusPolicy
+
+REPO = Path(__file__).resolve().parents[3]
+CRDS = [REPO / "crds" / "kvplans.kvplan.io.yaml",
+        REPO / "charts" / "kvplan-operator" / "files" / "crds" / "kvplans.kvplan.io.yaml"]
+
+# CRD property name (for the radius rule: "policy" or "kind" under a "robustness" or "radius" object) -> the
+# catalogue list its enum must equal
+CATEGORIES: dict[str, tuple[str, ...]] = {
+    "gpuType": catalogue.GPU_TYPES,
+    "model": catalogue.MODELS,
+    "radius.kind": catalogue.RADIUS_KINDS,
+    "source": catalogue.HISTORY_SOURCES,
+    "historySource": catalogue.HISTORY_SOURCES,
+    "target": catalogue.ROUTER_TARGETS,
+}
+
+
+def _properties(schema: dict[str, Any], path: str) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(path, property name, schema) of every property under ``schema``, depth first."""
+    for name, sub in (schema.get("properties") or {}).items():
+        here = f"{path}.{name}"
+        yield here, name, sub
+        yield from _properties(sub, here)
+    if isinstance(schema.get("items"), dict):
+        yield from _properties(schema["items"], path + "[]")
+
+
+def _schema(path: Path) -> dict[str, Any]:
+    crd = yaml.safe_load(path.read_text())
+    (version,) = [v for v in crd["spec"]["versions"] if v["storage"]]
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def _category(path: str, name: str) -> str | None:
+    parent = path.rsplit(".", 2)[-2] if path.count(".") >= 2 else ""
+    if name in ("kind", "policy") and parent.lower() in ("radius", "robustness"):
+        return "radius.kind"
+    return name if name in CATEGORIES and name != "radius.kind" else None
+
+
+@pytest.mark.parametrize("crd", CRDS, ids=["crds", "chart-copy"])
+def test_crd_enums_match_the_catalogue(crd: Path) -> None:
+    seen: dict[str, int] = {}
+    for path, name, sub in _properties(_schema(crd), "openAPIV3Schema"):
+        category = _category(path, name)
+        if category is None or "enum" not in sub:
+            continue
+        assert tuple(sub["enum"]) == CATEGORIES[category], f"{crd.name} {path}: {sub['enum']} vs the catalogue"
+        seen[category] = seen.get(category, 0) + 1
+    assert seen.get("gpuType", 0) >= 2, seen  # nodePool.gpuType and profiles[].gpuType
+    assert seen.get("radius.kind", 0) >= 1, seen
+
+
+@pytest.mark.parametrize("crd", CRDS, ids=["crds", "chart-copy"])
+def test_crd_router_keys_are_catalogue_targets(crd: Path) -> None:
+    router = _schema(crd)["properties"]["spec"]["properties"]["router"]["properties"]
+    targets = {k for k, v in router.items() if v.get("type") == "object"}
+    assert targets, "spec.router has no target objects"
+    for key in targets:
+        assert catalogue.CRD_ROUTER_KEYS.get(key) in catalogue.ROUTER_TARGETS, key
+    model = _schema(crd)["properties"]["spec"]["properties"]["groups"]["items"]["properties"]["model"]
+    assert "enum" not in model or tuple(model["enum"]) == catalogue.MODELS
+    # the model is a free string in the CRD, checked by kvcore: its description names catalogue models only
+    named = {m for m in ("llama-70b", "llama-8b", "llama-405b", "mixtral") if m in model["description"]}
+    assert named and named <= set(catalogue.MODELS)
+
+
+def test_kvcore_tables_hold_the_catalogue_names() -> None:
+    assert tuple(GPUS) == catalogue.GPU_TYPES
+    assert tuple(MODELS) == catalogue.MODELS
+    assert tuple(RULES) == catalogue.RADIUS_KINDS
+    assert typing.get_args(RadiusPolicy.model_fields["kind"].annotation) == catalogue.RADIUS_KINDS
+    assert set(catalogue.CRD_ROUTER_KEYS.values()) == set(catalogue.ROUTER_TARGETS)
+    assert catalogue.HISTORY_SOURCES == ("vllm", "kvplan", "llm-d", "envoy-ai-gateway", "custom")
+
+
+@pytest.mark.parametrize("gpu", catalogue.GPU_TYPES)
+def test_every_gpu_type_has_a_profile(gpu: str) -> None:
+    for model in catalogue.MODELS:
+        assert any(roofline(gpu, model, tp, 1).feasible for tp in (1, 2, 4, 8)), (gpu, model)
+
+
+def test_a100_40gb_roofline_by_hand() -> None:
+    # llama-8b at TP=1: (40,960 MiB x 0.90 - 8.03e9 x 2 B - 2 GiB) / (2 x 32 layers x 8 heads x 128 x 2 B)
+    free = 40960 * 1024**2 * 0.90 - 8.03e9 * 2 - 2 * 1024**3
+    p = roofline("A100-40GB", "llama-8b", 1, 1)
+    assert p.kv_capacity_tokens == math.floor(free / (2 * 32 * 8 * 128 * 2))
+    # the weight-read term of the step time scales with 1 / HBM bandwidth: 2,039 / 1,555 between the two parts
+    big = roofline("A100-80GB", "llama-8b", 1, 1)
+    assert p.step_t0_s / big.step_t0_s == pytest.approx(2039 / 1555, rel=1e-12)
+    # 70B bf16 (141 GB) needs 8 GPUs of 40 GB with the 4 GiB activation reserve; 4 are enough at 80 GB
+    assert not roofline("A100-40GB", "llama-70b", 4, 1).feasible
+    assert roofline("A100-40GB", "llama-70b", 8, 1).feasible and roofline("A100-80GB", "llama-70b", 4, 1).feasible

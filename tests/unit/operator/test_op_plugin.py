@@ -1,0 +1,192 @@
+"""kvplan's vLLM plugin on a group (``spec.groups[].plugin``), through whole reconciles over the operator's wrapper
+(test_op_engine_knobs.World: a fake cluster, a scripted planner, scripted knob and reservation rules):
+
+- --scheduler-cls (async unless vLLM's async scheduling is off), the group's own reservation file in the state
+  ConfigMap (the reservation rule's answer, parsed by kvcore.reservation_file and by the plugin's own reader),
+  mounted at the path the env names; a reservation change touches only the ConfigMap (and a Deployment
+  annotation), never the pod template; turning it off removes exactly what it added, and the file once no pod
+  projects it;
+- the plugin on an engine outside 0.33.x adds nothing of itself; a container with its own scheduler or a mount path
+  in use is refused; the names written are the plugin package's;
+- an upgrade from the single ``reservations.json``: each group moves to its own file, the old key goes once no
+  Deployment projects it; kvplan's volume is recognised by its one reservation file."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from kvplan_operator import conditions as C
+from kvplan_operator.decide.knobs import scheduler_class
+from kvplan_operator.spec import parse_spec
+from kvplan_operator.targets import plugin_mount as PM
+from op_fakes import ScriptedReserves, container, dep  # type: ignore[import-not-found]
+from test_op_engine_knobs import ASYNC, RECORD, SYNC, T0, World  # type: ignore[import-not-found]
+from test_op_targets import SPEC  # type: ignore[import-not-found]
+
+
+def test_the_plugin_on_an_old_engine_adds_nothing_of_itself():
+    w = World(engine={"vllmVersion": "0.32.1"}, plugin={"enabled": True})
+    out = w.run(T0)
+    assert out.ok, out
+    big = w.kube.deployments["vllm-big"]
+    assert "--scheduler-cls" not in w.args() and "volumes" not in big["spec"]["template"]["spec"]
+    assert not {"volumeMounts"} & set(container(big)) and "KVPLAN_RESERVATIONS_FILE" not in {
+        e["name"] for e in container(big)["env"]}
+    cond = w.cond(C.ENGINE_KNOBS)
+    assert cond["reason"] == C.KNOB_UNSUPPORTED and "the plugin needs vLLM 0.33.x, the group has engine.vllmVersion " \
+        "0.32.1" in cond["message"] and "group big: --scheduler-cls" in cond["message"]
+    assert w.flag("--tensor-parallel-size") == "4"  # the rest of the plan applied
+
+
+def test_the_plugin_mounts_the_reservation_file_and_reservations_change_without_a_restart(tmp_path: Path):
+    w = World(plugin={"enabled": True})
+    w.spec["classes"][1]["maxPromptTokens"] = 4096
+    w.spec["classes"][1]["fleetDefault"] = True
+    w.reserves = ScriptedReserves(reserves={"big": {"chat": 120, "code-gen": 0}})
+    assert w.run(T0).ok
+    big = w.kube.deployments["vllm-big"]
+    pod, c = big["spec"]["template"]["spec"], container(big)
+    assert w.flag("--scheduler-cls") == ASYNC
+    assert pod["volumes"] == [{"name": "kvplan-reservations", "configMap": {
+        "name": "fleet-kvplan", "items": [{"key": "reservations-big.json", "path": "reservations-big.json"}]}}]
+    assert c["volumeMounts"] == [{"name": "kvplan-reservations", "mountPath": "/etc/kvplan", "readOnly": True}]
+    assert {"name": "KVPLAN_RESERVATIONS_FILE", "value": "/etc/kvplan/reservations-big.json"} in c["env"]
+    assert "--scheduler-cls" not in w.args("vllm-small")  # the opt-in is per group
+    assert w.files() == ["reservations-big.json"] and [g for g, _ in w.reserves.calls] == [["big"]]
+    res = w.reservations()
+    assert dict(res.reserve_tokens) == {"chat": 120, "code-gen": 0} and res.default_class == "code-gen"
+    assert [(r.max_prompt_tokens, r.klass) for r in res.prompt_length_rules] == [(4096, "code-gen")]
+    assert res.plan == w.kube.status["plan"]["id"] and res.kvplan == "ns/fleet"
+    gate = w.kube.status["plan"]["groups"]["big"]["gate"]
+    assert gate == {"reason": "scripted for big", "pending": False, "classes": 2, "reserving": 1}
+    assert w.gates()["big"]["classes"] == {"chat": {"planTokens": 500, "reserveTokens": 120, "source": "scripted"},
+                                           "code-gen": {"planTokens": 100, "reserveTokens": 0, "source": "scripted"}}
+    assert "gate" not in w.kube.status["plan"]["groups"]["small"] and set(w.gates()) == {"big"}
+    # the plugin's own reader (kvplan_vllm.source, importable without vLLM) accepts the file
+    from kvplan_vllm.source import ReservationSource
+
+    path = tmp_path / "reservations-big.json"
+    path.write_text(w.kube.configmaps["fleet-kvplan"]["data"]["reservations-big.json"])
+    source = ReservationSource(path, check_every=1)
+    assert source.check() and source.state.problem is None and source.current.reserve("chat") == 120
+    pod["volumes"][0]["configMap"]["defaultMode"] = 420  # what the apiserver adds: not a difference
+    assert w.run(T0 + 30).ok and [x for x in w.kube.writes if x not in RECORD] == []
+    template = copy.deepcopy(big["spec"]["template"])
+    w.planner.reserve = 900  # the plan moves, and the rule's answer with it
+    w.reserves = ScriptedReserves(reserves={"big": {"chat": 300, "code-gen": 0}})
+    assert w.run(T0 + 60).ok
+    assert w.reservations().reserve("chat") == 300
+    assert w.gates()["big"]["classes"]["chat"]["planTokens"] == 900
+    assert w.kube.deployments["vllm-big"]["spec"]["template"] == template  # no restart
+    assert w.kube.configmaps["fleet-kvplan"]["data"]["KVPLAN_RESERVE_CHAT"] == "900" == str(
+        w.classes()["chat"]["reserveTokens"])
+    assert not [x for x in w.kube.writes if x.startswith("patch Deployment/")]  # a reservation is no Deployment write
+    assert w.budget() == []
+
+
+def test_turning_the_plugin_off_removes_what_it_added_and_only_that():
+    w = World(plugin={"enabled": True})
+    user = w.kube.deployments["vllm-big"]["spec"]["template"]["spec"]
+    user["volumes"] = [{"name": "cache", "emptyDir": {}}]
+    container(w.kube.deployments["vllm-big"])["volumeMounts"] = [{"name": "cache", "mountPath": "/cache"}]
+    assert w.run(T0).ok and w.flag("--scheduler-cls") == ASYNC
+    assert [v["name"] for v in user["volumes"]] == ["cache", "kvplan-reservations"]
+    w.generation, w.spec["groups"][0]["plugin"] = 2, {"enabled": False}
+    assert w.run(T0 + 60).ok
+    big = w.kube.deployments["vllm-big"]
+    assert "--scheduler-cls" not in w.args()
+    assert big["spec"]["template"]["spec"]["volumes"] == [{"name": "cache", "emptyDir": {}}]
+    assert container(big)["volumeMounts"] == [{"name": "cache", "mountPath": "/cache"}]
+    assert {e["name"] for e in container(big)["env"]} == {"HF_HOME", "KVPLAN_RESERVE_CHAT", "KVPLAN_RESERVE_CODE_GEN"}
+    assert w.files() == ["reservations-big.json"]  # kept while the Deployment still projected it
+    assert w.run(T0 + 120).ok and w.files() == []
+    assert [x for x in w.kube.writes if x not in RECORD] == ["patch ConfigMap/fleet-kvplan"]
+    assert w.run(T0 + 180).ok and [x for x in w.kube.writes if x not in RECORD] == []
+
+
+@pytest.mark.parametrize(("plugin", "args", "pp", "want"), [
+    pytest.param({}, ["--model", "m"], 1, ASYNC, id="gpu-default-async"),
+    pytest.param({}, ["--model", "m", "--no-async-scheduling"], 1, SYNC, id="no-async-flag"),
+    pytest.param({}, ["--model", "m"], 2, SYNC, id="pipeline-parallel"),
+    pytest.param({}, ["--distributed-executor-backend", "ray"], 1, SYNC, id="ray-executor"),
+    pytest.param({}, ["--async-scheduling", "--distributed-executor-backend=mp"], 2, ASYNC, id="explicit-async"),
+    pytest.param({"scheduler": "Sync"}, ["--model", "m"], 1, SYNC, id="spec-says-sync"),
+    pytest.param({"scheduler": "Async"}, ["--no-async-scheduling"], 1, ASYNC, id="spec-says-async"),
+])
+def test_scheduler_class_follows_vllm_async_rule(plugin, args, pp, want):
+    spec = copy.deepcopy(SPEC)
+    spec["groups"][0]["plugin"] = {"enabled": True} | plugin
+    assert scheduler_class(parse_spec(spec).groups[0], dep("vllm-big", args), pp) == want
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    pytest.param(lambda c, pod: c.update(args=c["args"] + ["--scheduler-cls", "my.Scheduler"]),
+                 "the container runs its own scheduler my.Scheduler", id="own-scheduler"),
+])
+def test_the_plugin_never_replaces_a_users_scheduler(mutate, message):
+    w = World(plugin={"enabled": True})
+    mutate(container(w.kube.deployments["vllm-big"]), w.kube.deployments["vllm-big"]["spec"]["template"]["spec"])
+    assert w.run(T0).ok
+    assert w.flag("--scheduler-cls") == "my.Scheduler" and "volumes" not in w.kube.deployments["vllm-big"]["spec"][
+        "template"]["spec"]
+    assert w.cond(C.ENGINE_KNOBS)["reason"] == C.KNOB_UNSUPPORTED and message in w.cond(C.ENGINE_KNOBS)["message"]
+
+
+def test_a_mount_path_in_use_is_refused_and_nothing_applied():
+    w = World(plugin={"enabled": True})
+    container(w.kube.deployments["vllm-big"])["volumeMounts"] = [{"name": "cfg", "mountPath": "/etc/kvplan"}]
+    out = w.run(T0)
+    assert not out.ok and out.reason == C.UNSUPPORTED_CONTAINER_LAYOUT
+    assert "mounts volume cfg at /etc/kvplan" in out.message and w.kube.writes == ["status"]
+
+
+def test_plugin_names_match_the_plugin_package():
+    """The operator never imports kvplan_vllm's scheduler (it needs vLLM); the names it writes must still be the
+    plugin's: the reader's env var and default path, and the classes defined in kvplan_vllm/scheduler.py."""
+    from kvplan_vllm import source
+
+    assert (PM.ENV_FILE, PM.FILE_PATH) == (source.ENV_FILE, source.DEFAULT_FILE)
+    text = (Path(__file__).resolve().parents[3] / "kvplan_vllm" / "scheduler.py").read_text()
+    for cls in (PM.SYNC_SCHEDULER, PM.ASYNC_SCHEDULER):
+        module, name = cls.rsplit(".", 1)
+        assert module == "kvplan_vllm.scheduler" and f"\nclass {name}(" in text
+
+
+def test_an_upgrade_from_the_single_file_moves_each_group_to_its_own_and_drops_the_old_key():
+    """A Deployment set up by an operator that wrote one ``reservations.json`` for every group: the volume and env
+    move to the group's own file, and the old key goes only once no Deployment projects it."""
+    w = World(plugin={"enabled": True})
+    assert w.run(T0).ok
+    big = w.kube.deployments["vllm-big"]
+    old = PM.FILE_KEY
+    big["spec"]["template"]["spec"]["volumes"] = [{"name": PM.VOLUME, "configMap": {
+        "name": "fleet-kvplan", "items": [{"key": old, "path": old}]}}]
+    for e in container(big)["env"]:
+        if e["name"] == PM.ENV_FILE:
+            e["value"] = f"{PM.MOUNT_PATH}/{old}"
+    w.kube.configmaps["fleet-kvplan"]["data"][old] = w.kube.configmaps["fleet-kvplan"]["data"]["reservations-big.json"]
+    assert PM.projected_keys(big) == {old}
+    assert w.run(T0 + 60).ok
+    big = w.kube.deployments["vllm-big"]
+    assert PM.projected_keys(big) == {"reservations-big.json"}
+    assert {"name": PM.ENV_FILE, "value": "/etc/kvplan/reservations-big.json"} in container(big)["env"]
+    assert w.files() == sorted([old, "reservations-big.json"])  # the Deployment still projected it when it was observed
+    assert w.run(T0 + 120).ok and w.files() == ["reservations-big.json"]
+
+
+@pytest.mark.parametrize(("key", "ours"), [
+    ("reservations-big.json", True), ("reservations.json", True), ("reservations-small.json", True),
+    ("settings.json", False), ("reservations-big.yaml", False)])
+def test_kvplans_volume_is_recognised_by_its_one_reservation_file(key, ours):
+    body = {"spec": {"template": {"spec": {"volumes": [{"name": PM.VOLUME, "configMap": {
+        "name": "fleet-kvplan", "items": [{"key": key, "path": key}]}}], "containers": [{"name": "vllm"}]}}}}
+    assert PM.is_file_key(key) is ours
+    assert (PM.mount_conflict(body, container(body)) is None) is ours
+    two = copy.deepcopy(body)
+    two["spec"]["template"]["spec"]["volumes"][0]["configMap"]["items"].append({"key": "x", "path": "x"})
+    assert PM.mount_conflict(two, container(two)) is not None  # kvplan's volume projects exactly one file
+    assert PM.file_key("big") == "reservations-big.json" and PM.is_file_key(PM.file_key("pool-a"))

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import base64
 import fnmatch
-import ipaddress
 import json
 import os
 import socket
@@ -41,14 +40,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import conditions as C
+from .prom_url import PromUrl, UrlRefused, parse_prom_url
+from .refused_address import refused_address
 
 #: Hosts that serve cloud instance credentials, refused unless allowed by name.
 METADATA_HOSTS = ("metadata.google.internal", "metadata.goog", "metadata", "instance-data",
                   "instance-data.ec2.internal", "metadata.azure.com", "metadata.tencentyun.com")
-#: Addresses refused unless allowed by name: IPv4 and IPv6 link-local (AWS/GCP/Azure metadata is 169.254.169.254,
-#: AWS's IPv6 one fd00:ec2::254) and Alibaba's 100.100.100.200.
-REFUSED_NETWORKS = tuple(ipaddress.ip_network(n) for n in
-                         ("169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "100.100.100.200/32"))
 #: Prometheus' ``errorType`` values quoted in a message (a fixed vocabulary; anything else is not quoted).
 ERROR_TYPES = ("timeout", "canceled", "execution", "bad_data", "internal", "unavailable", "not_found",
                "not_acceptable")
@@ -111,46 +108,42 @@ def _system_resolver(host: str) -> list[str]:
     return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None)})
 
 
-def _refused_address(text: str) -> bool:
-    try:
-        ip = ipaddress.ip_address(text.split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return any(ip.version == net.version and ip in net for net in REFUSED_NETWORKS)
+def _pattern_is_exact(pattern: str) -> bool:
+    return not any(ch in pattern for ch in "*?[")
 
 
 def check_url(url: str, policy: UrlPolicy, *, resolve: Resolver = _system_resolver) -> str | None:
-    """Why ``url`` may not be used (one line), or None. Resolves the host to catch names that point at link-local
-    addresses; a host that does not resolve is left to the request (which then fails as unavailable)."""
-    parts = urllib.parse.urlsplit(url)
-    host = (parts.hostname or "").lower().rstrip(".")
-    if parts.scheme not in ("http", "https") or not host:
-        return "spec.prometheus.url: needs http:// or https:// and a host"
-    if parts.username is not None or parts.password is not None or parts.query or parts.fragment or "#" in url:
-        return "spec.prometheus.url: userinfo, query and fragment are not allowed"
+    """Why ``url`` may not be used (one line), or None. The URL is read by :func:`kvplan_operator.prom_url.
+    parse_prom_url` (the one form both parsers read alike; the client connects to exactly those parts). A host the
+    allowed list names exactly is an explicit opt-in; one only a wildcard matches is still refused if it is, or
+    resolves to, a link-local or metadata address (:mod:`kvplan_operator.refused_address`, any IPv6 embedding),
+    since a wildcard (``*.svc``) admits names a tenant can create (an ExternalName Service). A host that does not
+    resolve is left to the request (which then fails as unavailable)."""
     try:
-        port = parts.port
-    except ValueError:
-        return "spec.prometheus.url: invalid port"
+        u = parse_prom_url(url)
+    except UrlRefused as exc:
+        return str(exc)
     if policy.allowed_hosts:
-        names = (host, f"{host}:{port}") if port else (host,)
-        if any(fnmatch.fnmatchcase(n, pat) for pat in policy.allowed_hosts for n in names):
+        names = (u.host_text, f"{u.host_text}:{u.port}") if u.port is not None else (u.host_text,)
+        matched = [pat for pat in policy.allowed_hosts for n in names if fnmatch.fnmatchcase(n, pat)]
+        if not matched:
+            return (f"spec.prometheus.url: host {u.host_text!r} is not in the operator's allowed Prometheus hosts "
+                    f"({', '.join(policy.allowed_hosts)})")
+        if any(_pattern_is_exact(pat) for pat in matched):
             return None
-        return (f"spec.prometheus.url: host {host!r} is not in the operator's allowed Prometheus hosts "
-                f"({', '.join(policy.allowed_hosts)})")
-    if host in METADATA_HOSTS:
-        return f"spec.prometheus.url: {host!r} is a cloud metadata host"
-    if _refused_address(host):
-        return f"spec.prometheus.url: {host} is a link-local/metadata address"
+    if u.host in METADATA_HOSTS or any(u.host.endswith("." + name) for name in METADATA_HOSTS if "." in name):
+        return f"spec.prometheus.url: {u.host!r} is a cloud metadata host"
+    if refused_address(u.host):
+        return f"spec.prometheus.url: {u.host_text} is a link-local/metadata address"
+    if u.kind != "name":
+        return None
     try:
-        addresses = resolve(host)
+        addresses = resolve(u.host)
     except (OSError, UnicodeError):
         return None
-    bad = [a for a in addresses if _refused_address(a)]
+    bad = [a for a in addresses if refused_address(a)]
     if bad:
-        return f"spec.prometheus.url: {host!r} resolves to the link-local/metadata address {bad[0]}"
+        return f"spec.prometheus.url: {u.host!r} resolves to the link-local/metadata address {bad[0]}"
     return None
 
 
@@ -274,8 +267,15 @@ class PromClient:
         if insecure_skip_verify:
             kwargs["cert_reqs"] = "CERT_NONE"
             kwargs["assert_hostname"] = False
+        try:  # the request is built from these validated parts, never from the raw string (prom_url)
+            self._url: PromUrl = parse_prom_url(url)
+        except UrlRefused as exc:
+            raise PromError(C.PROMETHEUS_URL_REFUSED, f"{exc}; no request sent") from None
         self._http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=timeout_s), **kwargs)
-        self._host = urllib.parse.urlsplit(self.url).netloc
+        # One pool bound to the validated host and port: a request target is a path, and urllib3 refuses (instead
+        # of sending) any absolute URL naming another host (HostChangedError).
+        self._pool = self._http.connection_from_host(self._url.host, self._url.effective_port, self._url.scheme)
+        self._host = self._url.authority
         self._insecure = insecure_skip_verify
 
     @classmethod
@@ -288,15 +288,14 @@ class PromClient:
     def _get(self, path: str, params: Mapping[str, str], what: str) -> Mapping[str, Any]:
         import urllib3
 
-        target = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
-        if urllib.parse.urlsplit(target).netloc != self._host:  # the credential goes nowhere else
-            raise PromError(C.PROMETHEUS_URL_REFUSED, f"{what}: the request would leave {self._host}")
+        target = f"{self._url.path}{path}?{urllib.parse.urlencode(params)}"
         self.requests_sent += 1
         try:
             with warnings.catch_warnings():
                 if self._insecure:  # opted in explicitly, and noted in status: not a warning per request
                     warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
-                rsp = self._http.request("GET", target, headers=self._headers, redirect=False, preload_content=False)
+                rsp = self._pool.request("GET", target, headers=self._headers, redirect=False, preload_content=False,
+                                         assert_same_host=True)
             try:
                 body = rsp.read(MAX_BODY_BYTES + 1)
             finally:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ from .history import ClassObservation
 from .plandetail import Detail, read_detail
 from .kube import KubeApi, KubeError
 from .prom import PromConnection, PromError, UrlPolicy, check_url
+from .prom_credentials import BadCredential, basic_password, basic_user, bearer_token
 from .run import Deps, Failure, RunContext
 from .sources import observe_histories
 from .sources.capacity import capacity_query, engine_capacity
@@ -167,11 +168,19 @@ def connection(spec: KVPlanSpec, namespace: str, kube: KubeApi, policy: UrlPolic
         return CredentialRefused(Failure("observe", C.AUTH_SECRET_MISSING, f"{what} not found ({field_path})", temporary=True,
                                 degraded=True))
 
+    def sendable(clean: Callable[[str, str], str], raw: str, origin: str, field_path: str) -> str:
+        try:
+            return clean(raw, origin)
+        except BadCredential as exc:
+            raise CredentialRefused(Failure("observe", C.PROMETHEUS_AUTH_REFUSED, f"{field_path}: {exc}; no request "
+                                            "sent", temporary=True, degraded=True)) from None
+
     if p.auth_secret_ref is not None:
         ref = p.auth_secret_ref
         token = kube.read_secret_key(namespace, ref.name, ref.key)
         if token is None:
             raise missing(f"auth secret {ref.name}[{ref.key}]", "spec.prometheus.authSecretRef")
+        token = sendable(bearer_token, token, f"Secret/{ref.name}[{ref.key}]", "spec.prometheus.authSecretRef")
     elif p.bearer_token_file is not None:
         path = os.path.normpath(p.bearer_token_file)
         if path not in policy.token_files:
@@ -184,9 +193,7 @@ def connection(spec: KVPlanSpec, namespace: str, kube: KubeApi, policy: UrlPolic
         except (OSError, UnicodeDecodeError) as exc:
             raise CredentialRefused(Failure("observe", C.PROMETHEUS_AUTH_REFUSED, f"spec.prometheus.bearerTokenFile: cannot "
                                    f"read {path} ({type(exc).__name__})", temporary=True, degraded=True)) from None
-        if not token:
-            raise CredentialRefused(Failure("observe", C.PROMETHEUS_AUTH_REFUSED, f"spec.prometheus.bearerTokenFile: {path} "
-                                   "is empty", temporary=True, degraded=True))
+        token = sendable(bearer_token, token, path, "spec.prometheus.bearerTokenFile")
     elif p.basic_auth is not None:
         b = p.basic_auth
         user = kube.read_secret_key(namespace, b.secret_ref.name, b.username_key)
@@ -194,7 +201,9 @@ def connection(spec: KVPlanSpec, namespace: str, kube: KubeApi, policy: UrlPolic
         if user is None or password is None:
             key = b.username_key if user is None else b.password_key
             raise missing(f"basic-auth secret {b.secret_ref.name}[{key}]", "spec.prometheus.basicAuth")
-        basic = (user, password)
+        basic = (sendable(basic_user, user, f"Secret/{b.secret_ref.name}[{b.username_key}]", "spec.prometheus.basicAuth"),
+                 sendable(basic_password, password, f"Secret/{b.secret_ref.name}[{b.password_key}]",
+                          "spec.prometheus.basicAuth"))
     tls = p.tls
     if tls is not None and tls.ca_secret_ref is not None:
         origin = f"Secret/{tls.ca_secret_ref.name}[{tls.ca_secret_ref.key}]"

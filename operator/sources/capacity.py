@@ -32,6 +32,7 @@ from kvcore.series import VLLM_CACHE_CONFIG_INFO, VLLM_KV_CACHE_USAGE, VLLM_PREE
 from .. import conditions as C
 from ..history import KEY_LABEL
 from ..prom import PromError
+from ..response_text import result_type_text
 from ..spec import KVPlanSpec
 from .vllm import group_selector
 
@@ -98,7 +99,7 @@ def engine_capacity(data: Mapping[str, Any], spec: KVPlanSpec) -> dict[str, Engi
     result = data.get("result")
     if data.get("resultType") not in (None, "vector") or not isinstance(result, list):
         raise PromError(C.PROMETHEUS_BAD_RESPONSE, "capacity query: expected a vector, got "
-                        f"{str(data.get('resultType'))[:20]!r}")
+                        f"{result_type_text(data.get('resultType'))}")
     if len(result) > MAX_SERIES:
         raise PromError(C.TOO_MANY_SERIES, f"capacity query: {len(result)} series (more than {MAX_SERIES}); narrow "
                         "the groups' metricsSelector")

@@ -262,7 +262,7 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
                                                  at=run.now), spec)
     except PromError as exc:
         return Failure("observe", exc.reason, str(exc), temporary=exc.reason != C.PROMETHEUS_URL_REFUSED,
-                       degraded=True)
+                       degraded=True, retry_after_s=exc.retry_after_s)
     few = [f"{c.name} ({classes[c.name].requests:g} < {c.history.min_samples})" for c in spec.classes
            if classes[c.name].history is None or classes[c.name].requests < c.history.min_samples]
     if few:

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 from . import conditions as C
 from .prom_url import PromUrl, UrlRefused, parse_prom_url
 from .refused_address import refused_address
+from .retry_after import with_retry_after
 
 #: Hosts that serve cloud instance credentials, refused unless allowed by name.
 METADATA_HOSTS = ("metadata.google.internal", "metadata.goog", "metadata", "instance-data",
@@ -63,6 +64,8 @@ class PromError(RuntimeError):
 
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason
+        #: How long the server asked to wait (its ``Retry-After``, :mod:`kvplan_operator.retry_after`), or None.
+        self.retry_after_s: float | None = None
         super().__init__(message)
 
 
@@ -310,7 +313,10 @@ class PromClient:
         if len(body) > MAX_BODY_BYTES:
             raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: the answer is larger than "
                             f"{MAX_BODY_BYTES // 2**20} MiB (a selector or class label matching far too many series?)")
-        return parse_response(rsp.status, body, what=what)
+        try:
+            return parse_response(rsp.status, body, what=what)
+        except PromError as exc:
+            raise with_retry_after(exc, rsp.status, rsp.headers) from None
 
     def query(self, promql: str, *, at: float | None = None) -> Mapping[str, Any]:
         params = {"query": promql} | ({"time": repr(float(at))} if at is not None else {})

@@ -252,7 +252,9 @@ def serve(script: Script, host: str = "127.0.0.1") -> tuple[http.server.Threadin
                 script.release.wait(30)
                 return
             status, headers, body = script.answers.get(path, (404, {}, b"not found " + SECRET_BODY.encode()))
-            self.send_response(status)
+            self.send_response_only(status)
+            if "Date" not in headers:  # a scripted Date (Retry-After tests) replaces the server's own
+                self.send_header("Date", self.date_time_string())
             for k, v in headers.items():
                 self.send_header(k, v)
             self.send_header("Content-Length", str(len(body)))

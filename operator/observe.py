@@ -259,7 +259,7 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
         engines = None
         if spec.capacity.from_engine:
             engines = engine_capacity(prom.query(capacity_query(spec, run.namespace, window_seconds(spec)),
-                                                 at=run.now), spec)
+                                                 at=run.now), spec, at=run.now)
     except PromError as exc:
         return Failure("observe", exc.reason, str(exc), temporary=exc.reason != C.PROMETHEUS_URL_REFUSED,
                        degraded=True, retry_after_s=exc.retry_after_s)

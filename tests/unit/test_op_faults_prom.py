@@ -41,6 +41,10 @@ def histogram(counts: dict[str, str], shift: float = 0.0) -> list:
     return [{"metric": {"le": le}, "values": [[T0 - 3600 + shift, v], [T0 + shift, v]]} for le, v in counts.items()]
 
 
+def shifted(series: list, by: float) -> list:
+    return [{**s, "values": [[t + by, v] for t, v in s["values"]]} for s in series]
+
+
 def keyed(series: list, *keys: str) -> list:
     return [s for k in (keys or ("class/chat", "class/code-gen")) for s in tagged(series, "kvplan_key", k)]
 
@@ -84,13 +88,13 @@ PROM_FAULTS = {
     "nan-rate": (INSTANT, prom_answer("scalar", [T0, "NaN"]), C.INVALID_RATE),
     "1e308-rate": (INSTANT, prom_answer("vector", [{"metric": {}, "value": [T0, "1e308"]}]), C.INVALID_RATE),
     # issue 26: samples of other times than asked
-    "samples-2h-older": (RANGE, prom_answer("matrix", keyed(histogram({"10": "5", "+Inf": "9"}, -7200))),
+    "samples-2h-older": (RANGE, prom_answer("matrix", keyed(shifted(busy(), -7200))),
                          C.STALE_SAMPLES),
-    "samples-3h-older": (RANGE, prom_answer("matrix", keyed(histogram({"10": "5", "+Inf": "9"}, -10800))),
+    "samples-3h-older": (RANGE, prom_answer("matrix", keyed(shifted(busy(), -10800))),
                          C.STALE_SAMPLES),
-    "samples-in-the-future": (RANGE, prom_answer("matrix", keyed(histogram({"10": "5", "+Inf": "9"}, 3600))),
+    "samples-in-the-future": (RANGE, prom_answer("matrix", keyed(shifted(busy(), 3600))),
                               C.STALE_SAMPLES),
-    "samples-off-the-step": (RANGE, prom_answer("matrix", keyed(histogram({"10": "5", "+Inf": "9"}, -1800))),
+    "samples-off-the-step": (RANGE, prom_answer("matrix", keyed(shifted(busy(), -1800))),
                              C.STALE_SAMPLES),
     "stale-rate-sample": (INSTANT, prom_answer("vector", [{"metric": {}, "value": [T0 - 7200, "2.0"]}]),
                           C.STALE_SAMPLES),

@@ -164,7 +164,11 @@ class RecordedProm:
         if self.fail:
             raise PrometheusUnavailable("down")
         if "cache_config_info" in promql:
-            return {"resultType": "vector", "result": copy.deepcopy(self.engines)}
+            result = copy.deepcopy(self.engines)
+            for s in result:  # stamped at the time asked, as Prometheus does
+                if at is not None and isinstance(s.get("value"), list) and len(s["value"]) == 2:
+                    s["value"][0] = at
+            return {"resultType": "vector", "result": result}
         return {"resultType": "vector", "result": [{"metric": {}, "value": [at, str(self.rate)]}]}
 
     def query_range(self, promql, *, start, end, step):

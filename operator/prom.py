@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import conditions as C
+from .prom_credentials import BadCredential, basic_password, basic_user, bearer_token
 from .prom_url import PromUrl, UrlRefused, parse_prom_url
 from .refused_address import refused_address
 from .retry_after import with_retry_after
@@ -260,9 +261,15 @@ class PromClient:
         self.requests_sent = 0
         self._headers = {k: v for k, v in headers}
         self._headers["Accept"] = "application/json"
-        if token:
-            self._headers["Authorization"] = f"Bearer {token}"
-        elif basic_auth is not None:
+        try:  # a credential no header can carry is a named refusal, not a ValueError out of urllib3
+            if token:
+                self._headers["Authorization"] = f"Bearer {bearer_token(token, 'the bearer token')}"
+            elif basic_auth is not None:
+                basic_auth = (basic_user(basic_auth[0], "the basic-auth user name"),
+                              basic_password(basic_auth[1], "the basic-auth password"))
+        except BadCredential as exc:
+            raise PromError(C.PROMETHEUS_AUTH_REFUSED, f"{exc}; no request sent") from None
+        if not token and basic_auth is not None:
             raw = f"{basic_auth[0]}:{basic_auth[1]}".encode()
             self._headers["Authorization"] = "Basic " + base64.b64encode(raw).decode()
         ctx = _tls_context(conn)

@@ -188,3 +188,58 @@ def test_prometheus_fault_matrix(prometheus_script):
     report("prometheus faults", counts, failures)
     assert counts["scenarios"] == len(PROM_FAULTS)
     assert failures == [], "\n".join(failures)
+
+
+# --- the bearer token's Secret (issue 26, item 8) ----------------------------------------------------------------
+#: name -> (the Secret's token value, the reason expected (None: planned) and the Authorization header sent, if any)
+CREDENTIAL_FAULTS = {
+    "trailing-newline": ("t0k3n\n", None, "Bearer t0k3n"),
+    "trailing-crlf": ("t0k3n\r\n", None, "Bearer t0k3n"),
+    "surrounding-whitespace": (" \tt0k3n \n\n", None, "Bearer t0k3n"),
+    "newline-inside": ("t0k\n3n", C.PROMETHEUS_AUTH_REFUSED, None),
+    "header-injection": ("t0k3n\r\nX-Evil: 1", C.PROMETHEUS_AUTH_REFUSED, None),
+    "space-inside": ("t0k 3n", C.PROMETHEUS_AUTH_REFUSED, None),
+    "nul": ("t0k3n\x00", C.PROMETHEUS_AUTH_REFUSED, None),
+    "delete-char": ("t0k3n\x7f", C.PROMETHEUS_AUTH_REFUSED, None),
+    "non-ascii": ("t\u00f6k3n", C.PROMETHEUS_AUTH_REFUSED, None),
+    "not-utf8": ("t0k3n\udcff", C.PROMETHEUS_AUTH_REFUSED, None),
+    "only-whitespace": ("\n", C.PROMETHEUS_AUTH_REFUSED, None),
+}
+
+
+def test_bearer_token_secret_matrix(prometheus_script):
+    script, url = prometheus_script
+    good_answers = {RANGE: prom_answer("matrix", keyed(busy())), INSTANT: GOOD_RATE}
+    failures: list[str] = []
+    counts: Counter = Counter()
+    for name, (token, reason, sent) in CREDENTIAL_FAULTS.items():
+        script.answers, script.hang = dict(good_answers), set()
+        world = World(url, real_client=True)
+        good = baseline(world)
+        world.kube.secrets[("prom-token", "token")] = token
+        script.seen.clear()
+        counts["scenarios"] += 1
+        try:
+            out = world.reconcile(T0 + 60)
+        except Exception as exc:
+            counts["exceptions"] += 1
+            failures.append(f"{name}: {type(exc).__name__} escaped reconcile: {exc}")
+            continue
+        counts[f"reason:{out.reason}"] += 1
+        check(world, out, good, expect=reason, label=name, failures=failures)
+        auth = sorted({a for _, a in script.seen})
+        if auth != ([sent] if sent else []):
+            failures.append(f"{name}: Authorization sent {auth}, expected {[sent] if sent else 'no request'}")
+        if reason is not None:
+            message = next(c for c in world.kube.status["conditions"] if c["type"] == "Degraded")["message"]
+            if "Secret/prom-token[token]" not in message or "spec.prometheus.authSecretRef" not in message:
+                failures.append(f"{name}: the message does not name the Secret key and the field: {message}")
+            if "t0k" in json.dumps(world.kube.status) + json.dumps(world.kube.events):
+                failures.append(f"{name}: the token reached status or events")
+            if out.retry_after is None:
+                failures.append(f"{name}: not retried (a fixed Secret must be picked up)")
+        world.kube.secrets[("prom-token", "token")] = "t0k3n"
+        recover(world, T0 + 60, failures, name)
+    report("bearer-token secrets", counts, failures)
+    assert counts["scenarios"] == len(CREDENTIAL_FAULTS)
+    assert failures == [], "\n".join(failures)

@@ -135,6 +135,8 @@ def windows_by_key(data: Mapping[str, Any], key_label: str | None, *, what: str 
         if not isinstance(series, Mapping):
             raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: a series is not an object")
         metric = series.get("metric") or {}
+        if not isinstance(metric, Mapping) or not isinstance(series.get("values") or [], list):
+            raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: a series is not {{metric, values}}")
         le = metric.get("le")
         if le is None:
             continue

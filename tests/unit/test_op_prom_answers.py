@@ -158,6 +158,9 @@ def _check(parse: Any, doc: Any, failures: list[str]) -> None:
 
 RANGE = {"resultType": "matrix", "result": tagged(MATRIX, "kvplan_class", "chat")
          + tagged(MATRIX, "kvplan_class", "other-team")}
+#: another team's series with a broken count: the message must say which series without its label value
+BAD_FOREIGN = copy.deepcopy(RANGE)
+BAD_FOREIGN["result"][5]["values"][1][1] = "NaN"
 RATE = {"resultType": "vector", "result": [{"metric": {"pod": "p"}, "value": [END, "2.5"]}]}
 CAPACITY = {"resultType": "vector", "result": [
     {"metric": {"__name__": "vllm:cache_config_info", "kvplan_key": "interactive", "num_gpu_blocks": "100",
@@ -167,10 +170,15 @@ CAPACITY = {"resultType": "vector", "result": [
 
 def test_no_answer_text_reaches_a_message():
     spec = parse_spec(STOCK)
+    def range_answer(d: Any) -> None:
+        check_range_times((w[0] for rows in windows_by_key(d, "kvplan_class", describe={"chat": "class chat"}).values()
+                           for w in rows), start=T[0], end=T[-1], step=3600.0, what="source kvplan")
+
+    with pytest.raises(PromError, match="a value of kvplan_class that no class names"):
+        range_answer(BAD_FOREIGN)
     parsers = [
-        ("range", RANGE, lambda d: check_range_times(
-            (w[0] for rows in windows_by_key(d, "kvplan_class", describe={"chat": "class chat"}).values()
-             for w in rows), start=T[0], end=T[-1], step=3600.0, what="source kvplan")),
+        ("range", RANGE, range_answer),
+        ("range-bad-foreign", BAD_FOREIGN, range_answer),
         ("rate", RATE, lambda d: rate_value(d, at=END)),
         ("capacity", CAPACITY, lambda d: engine_capacity(d, spec, at=END)),
         ("api", {"status": "error", "errorType": "bad_data", "error": "x"},

@@ -1,7 +1,7 @@
 """Phase 1, observe: every read of a reconcile, and nothing else.
 
 In order: the spec (:func:`kvplan_operator.spec.parse_spec`); where Prometheus may be asked
-(:func:`kvplan_operator.prom.check_url`); every target's objects (state ConfigMap, Deployments, router
+(:func:`kvplan_operator.prom.vet_url`: refused, or the addresses the client will connect to); every target's objects (state ConfigMap, Deployments, router
 ConfigMap, HTTPRoute, InferencePools); the HPAs/ScaledObjects; the KVPlans named as owner by objects this one
 wants to write; the Prometheus credentials and CA bundle (Secrets, a ConfigMap, an allowed token file); then
 Prometheus: one range query per history source (:mod:`kvplan_operator.sources`) and one instant query for the
@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvcore.planmodel import Plan
@@ -30,7 +30,7 @@ from .desired import ANN_GENERATION, ANN_LAYOUT_CHANGES, ANN_OWNER, ANN_RELAYOUT
 from .history import ClassObservation
 from .plandetail import Detail, read_detail
 from .kube import KubeApi, KubeError
-from .prom import PromConnection, PromError, UrlPolicy, check_url
+from .prom import PromConnection, PromError, UrlPolicy, vet_url
 from .prom_credentials import BadCredential, basic_password, basic_user, bearer_token
 from .run import Deps, Failure, RunContext
 from .sources import observe_histories
@@ -227,18 +227,21 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
         spec = parse_spec(run.body.get("spec"))
     except InvalidSpec as exc:
         return Failure("observe", exc.reason, str(exc), temporary=False)
-    refused = check_url(spec.prometheus.url, deps.prom_policy,
-                        **({"resolve": deps.resolve} if deps.resolve is not None else {}))
-    if refused:
-        return Failure("observe", C.PROMETHEUS_URL_REFUSED, refused + "; no request sent", temporary=False,
+    vetted = vet_url(spec.prometheus.url, deps.prom_policy,
+                     **({"resolve": deps.resolve} if deps.resolve is not None else {}))
+    if vetted.refused:
+        return Failure("observe", C.PROMETHEUS_URL_REFUSED, vetted.refused + "; no request sent", temporary=False,
                        degraded=True)
+    if vetted.unresolved:  # the client would look the name up again, and a second answer is not what was vetted
+        return Failure("observe", C.PROMETHEUS_UNAVAILABLE, "spec.prometheus.url: its host does not resolve; no "
+                       "request sent", temporary=True, degraded=True)
     targets = all_targets()
     try:
         objects = _read_objects(run, deps, spec, targets)
         scaled = deps.kube.autoscaled_deployments(run.namespace)
         owners = _owners(run, deps, objects)
         detail = read_detail(deps.kube, run.namespace, run.name)
-        conn = connection(spec, run.namespace, deps.kube, deps.prom_policy)
+        conn = replace(connection(spec, run.namespace, deps.kube, deps.prom_policy), addresses=vetted.addresses)
     except CredentialRefused as exc:
         return exc.failure
     except KubeError as exc:

@@ -109,46 +109,64 @@ class UrlPolicy:
 
 
 def _system_resolver(host: str) -> list[str]:
-    return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None)})
+    """Every address of ``host``, in the order ``getaddrinfo`` prefers (RFC 6724), each once."""
+    return list(dict.fromkeys(str(info[4][0]) for info in socket.getaddrinfo(host, None)))
 
 
 def _pattern_is_exact(pattern: str) -> bool:
     return not any(ch in pattern for ch in "*?[")
 
 
-def check_url(url: str, policy: UrlPolicy, *, resolve: Resolver = _system_resolver) -> str | None:
-    """Why ``url`` may not be used (one line), or None. The URL is read by :func:`kvplan_operator.prom_url.
-    parse_prom_url` (the one form both parsers read alike; the client connects to exactly those parts). A host the
-    allowed list names exactly is an explicit opt-in; one only a wildcard matches is still refused if it is, or
-    resolves to, a link-local or metadata address (:mod:`kvplan_operator.refused_address`, any IPv6 embedding),
-    since a wildcard (``*.svc``) admits names a tenant can create (an ExternalName Service). A host that does not
-    resolve is left to the request (which then fails as unavailable)."""
+@dataclass(frozen=True)
+class Vetted:
+    """What :func:`vet_url` found: why the URL is refused (None: it is not), and the addresses its host resolved
+    to when vetted, which the client then connects to (so a second lookup cannot answer differently: DNS
+    rebinding); ``unresolved``: the host is a name that did not resolve (no request is sent then)."""
+
+    refused: str | None
+    addresses: tuple[str, ...] = ()
+    unresolved: bool = False
+
+
+def vet_url(url: str, policy: UrlPolicy, *, resolve: Resolver = _system_resolver) -> Vetted:
+    """Vet ``url`` once: read by :func:`kvplan_operator.prom_url.parse_prom_url` (the one form both parsers read
+    alike; the client connects to exactly those parts), then the policy. A host the allowed list names exactly is
+    an explicit opt-in; one only a wildcard matches is still refused if it is, or resolves to, a link-local or
+    metadata address (:mod:`kvplan_operator.refused_address`, any IPv6 embedding), since a wildcard (``*.svc``)
+    admits names a tenant can create (an ExternalName Service). A name is resolved exactly once, here."""
     try:
         u = parse_prom_url(url)
     except UrlRefused as exc:
-        return str(exc)
+        return Vetted(str(exc))
+    exact = False
     if policy.allowed_hosts:
         names = (u.host_text, f"{u.host_text}:{u.port}") if u.port is not None else (u.host_text,)
         matched = [pat for pat in policy.allowed_hosts for n in names if fnmatch.fnmatchcase(n, pat)]
         if not matched:
-            return (f"spec.prometheus.url: host {u.host_text!r} is not in the operator's allowed Prometheus hosts "
-                    f"({', '.join(policy.allowed_hosts)})")
-        if any(_pattern_is_exact(pat) for pat in matched):
-            return None
-    if u.host in METADATA_HOSTS or any(u.host.endswith("." + name) for name in METADATA_HOSTS if "." in name):
-        return f"spec.prometheus.url: {u.host!r} is a cloud metadata host"
-    if refused_address(u.host):
-        return f"spec.prometheus.url: {u.host_text} is a link-local/metadata address"
+            return Vetted(f"spec.prometheus.url: host {u.host_text!r} is not in the operator's allowed Prometheus "
+                          f"hosts ({', '.join(policy.allowed_hosts)})")
+        exact = any(_pattern_is_exact(pat) for pat in matched)
+    if not exact and (u.host in METADATA_HOSTS or any(u.host.endswith("." + name) for name in METADATA_HOSTS
+                                                      if "." in name)):
+        return Vetted(f"spec.prometheus.url: {u.host!r} is a cloud metadata host")
+    if not exact and refused_address(u.host):
+        return Vetted(f"spec.prometheus.url: {u.host_text} is a link-local/metadata address")
     if u.kind != "name":
-        return None
+        return Vetted(None, (u.host,))
     try:
-        addresses = resolve(u.host)
+        addresses = tuple(dict.fromkeys(str(a) for a in resolve(u.host)))
     except (OSError, UnicodeError):
-        return None
+        addresses = ()
     bad = [a for a in addresses if refused_address(a)]
-    if bad:
-        return f"spec.prometheus.url: {u.host!r} resolves to the link-local/metadata address {bad[0]}"
-    return None
+    if bad and not exact:
+        return Vetted(f"spec.prometheus.url: {u.host!r} resolves to the link-local/metadata address {bad[0]}")
+    return Vetted(None, addresses, unresolved=not addresses)
+
+
+def check_url(url: str, policy: UrlPolicy, *, resolve: Resolver = _system_resolver) -> str | None:
+    """Why ``url`` may not be used (one line), or None (:func:`vet_url`; a host that does not resolve is not a
+    refusal: the observe phase reports it as unavailable)."""
+    return vet_url(url, policy, resolve=resolve).refused
 
 
 def _short_reason(status: int) -> str:
@@ -201,6 +219,10 @@ class PromConnection:
     insecure_skip_verify: bool = False
     #: Where the CA bundle came from (``Secret/prom-ca[ca.crt]``), for messages.
     ca_origin: str = ""
+    #: The addresses the URL's host name resolved to when it was vetted (:func:`vet_url`); the client connects to
+    #: the first (the name still goes in ``Host``, SNI and the certificate check). Empty: the host is an address,
+    #: or (tests) let urllib3 resolve the name.
+    addresses: tuple[str, ...] = ()
 
 
 def _tls_context(conn: PromConnection) -> ssl.SSLContext | None:
@@ -252,7 +274,8 @@ class PromClient:
 
     def __init__(self, url: str, *, timeout_s: float, token: str | None = None,
                  basic_auth: tuple[str, str] | None = None, headers: tuple[tuple[str, str], ...] = (),
-                 ca_pem: str | None = None, insecure_skip_verify: bool = False, ca_origin: str = "") -> None:
+                 ca_pem: str | None = None, insecure_skip_verify: bool = False, ca_origin: str = "",
+                 addresses: tuple[str, ...] = ()) -> None:
         import urllib3
 
         conn = PromConnection(url, timeout_s, token, basic_auth, headers, ca_pem, insecure_skip_verify, ca_origin)
@@ -283,8 +306,16 @@ class PromClient:
             raise PromError(C.PROMETHEUS_URL_REFUSED, f"{exc}; no request sent") from None
         self._http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=timeout_s), **kwargs)
         # One pool bound to the validated host and port: a request target is a path, and urllib3 refuses (instead
-        # of sending) any absolute URL naming another host (HostChangedError).
-        self._pool = self._http.connection_from_host(self._url.host, self._url.effective_port, self._url.scheme)
+        # of sending) any absolute URL naming another host (HostChangedError). A name is reached at the address
+        # vetted for it (no second lookup), with the name in Host, SNI and the certificate check.
+        connect_to, pool_kw = self._url.host, {}
+        if self._url.kind == "name" and addresses:
+            connect_to = addresses[0]
+            self._headers["Host"] = self._url.authority
+            if self._url.scheme == "https":
+                pool_kw["server_hostname"] = self._url.host
+        self._pool = self._http.connection_from_host(connect_to, self._url.effective_port, self._url.scheme,
+                                                     pool_kwargs=pool_kw)
         self._host = self._url.authority
         self._insecure = insecure_skip_verify
 
@@ -293,7 +324,7 @@ class PromClient:
         """A client for ``conn`` (raises ``PrometheusTLSError`` for a CA bundle that is not PEM)."""
         return cls(conn.url, timeout_s=conn.timeout_s, token=conn.token, basic_auth=conn.basic_auth,
                    headers=conn.headers, ca_pem=conn.ca_pem, insecure_skip_verify=conn.insecure_skip_verify,
-                   ca_origin=conn.ca_origin)
+                   ca_origin=conn.ca_origin, addresses=conn.addresses)
 
     def _get(self, path: str, params: Mapping[str, str], what: str) -> Mapping[str, Any]:
         import urllib3

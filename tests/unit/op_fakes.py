@@ -240,7 +240,7 @@ class Script:
         self.release = threading.Event()
 
 
-def serve(script: Script, host: str = "127.0.0.1") -> tuple[http.server.ThreadingHTTPServer, str]:
+def serve(script: Script, host: str = "127.0.0.1", port: int = 0) -> tuple[http.server.ThreadingHTTPServer, str]:
     """Serve ``script`` on ``host`` (127.0.0.1; any loopback address, a daemon thread); returns (server, base URL)."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -264,18 +264,18 @@ def serve(script: Script, host: str = "127.0.0.1") -> tuple[http.server.Threadin
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer((host, 0), Handler)
+    server = http.server.ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     return server, f"http://{host}:{server.server_address[1]}"
 
 
 @contextlib.contextmanager
-def scripted_prometheus(host: str = "127.0.0.1") -> Iterator[tuple[Script, str]]:
-    """A :class:`Script` served on ``host`` (127.0.0.1) for the block (script, base URL); afterwards hung requests
-    are released and the server is closed."""
+def scripted_prometheus(host: str = "127.0.0.1", port: int = 0) -> Iterator[tuple[Script, str]]:
+    """A :class:`Script` served on ``host`` (127.0.0.1; ``port``: any free one) for the block (script, base URL);
+    afterwards hung requests are released and the server is closed."""
     script = Script()
-    server, url = serve(script, host)
+    server, url = serve(script, host, port)
     try:
         yield script, url
     finally:

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from kvplan_operator import conditions as C
-from kvplan_operator.prom import PromClient, PromError, UrlPolicy, check_url
+from kvplan_operator.prom import PromClient, PromConnection, PromError, UrlPolicy, check_url, vet_url
 from kvplan_operator.prom_url import PromUrl, UrlRefused, parse_prom_url
 from kvplan_operator.refused_address import embedded_ipv4, refused_address
 from kvplan_operator.spec import InvalidSpec, parse_spec
@@ -306,3 +306,48 @@ def test_a_wildcard_does_not_admit_a_name_that_resolves_to_metadata():
     assert check_url("http://169.254.10.10/", policy, resolve=never_resolve) is None
     assert "metadata host" in (check_url("http://metadata.google.internal/", UrlPolicy(("*.internal",)),
                                          resolve=never_resolve) or "")
+
+
+# --- DNS rebinding: the name is looked up once, and the client connects to the address that was vetted -----------
+@pytest.fixture
+def same_port_trap() -> Iterator[tuple[Script, Script, int]]:
+    with scripted_prometheus("127.0.0.1") as (good, good_url):
+        port = int(good_url.rsplit(":", 1)[1])
+        with scripted_prometheus("127.0.0.2", port) as (trap, _):
+            for s in (good, trap):
+                s.answers["/api/v1/query"] = (200, {}, json.dumps(
+                    {"status": "success", "data": {"resultType": "vector", "result": []}}).encode())
+            yield good, trap, port
+
+
+def test_a_rebinding_name_reaches_only_the_vetted_address(same_port_trap):
+    good, trap, port = same_port_trap
+    answers = iter([["127.0.0.1"], ["127.0.0.2"], ["127.0.0.2"]])  # first lookup vetted, any later one rebinds
+    url = f"http://prom.rebind.test:{port}/"  # a name no system resolver knows: a second lookup would fail too
+    vetted = vet_url(url, UrlPolicy(), resolve=lambda host: next(answers))
+    assert vetted.refused is None and vetted.addresses == ("127.0.0.1",)
+    PromClient.connect(PromConnection(url, 2, token="s3cret", addresses=vetted.addresses)).query("up", at=1.0)
+    assert trap.seen == [] and good.seen == [("/api/v1/query", "Bearer s3cret")]
+    assert good.headers[0]["Host"] == f"prom.rebind.test:{port}"  # the name, not the address, goes in Host
+
+
+def test_a_name_that_resolves_to_metadata_among_others_is_refused():
+    vetted = vet_url("http://prom.example/", UrlPolicy(), resolve=lambda host: ["10.0.0.1", "::ffff:169.254.169.254"])
+    assert vetted.refused is not None and "resolves to" in vetted.refused
+
+
+def test_an_unresolvable_name_sends_no_request():
+    from kvplan_operator.reconcile import Deps, reconcile
+    from op_fakes import FakeKube, dep, kvplan  # type: ignore[import-not-found]
+    from test_op_prom_auth import _spec  # type: ignore[import-not-found]
+
+    def nowhere(host: str) -> list[str]:
+        raise OSError("no such host")
+
+    made: list = []
+    kube = FakeKube({"vllm-big": dep("vllm-big"), "vllm-small": dep("vllm-small")})
+    deps = Deps(kube=kube, prom_factory=lambda conn: made.append(conn), planner=lambda *a, **k: None,  # type: ignore
+                clock=lambda: 1.7e9, resolve=nowhere)
+    out = reconcile(kvplan(_spec({}), kube), deps)
+    assert out.reason == C.PROMETHEUS_UNAVAILABLE and "does not resolve" in out.message and made == []
+    assert out.retry_after is not None

@@ -4,13 +4,15 @@ that host and never copies a response body anywhere.
 URL rules (``spec.prometheus.url`` is written by whoever may write a KVPlan, and the operator attaches its
 Secret's bearer token to every request, so the URL decides where a credential goes):
 
-- syntax (checked in :mod:`kvplan_operator.spec`, no I/O): ``http``/``https``, a host, no userinfo, no query, no
-  fragment (a ``#`` would silently drop the API path);
-- policy (:func:`check_url`, in the observe phase): the host must match the operator's allowed list when one is
+- syntax (:func:`kvplan_operator.prom_url.parse_prom_url`, in the spec check, the policy and the client alike):
+  ``http``/``https``, a host in one canonical form that ``urllib.parse`` and urllib3 read the same way, no
+  userinfo, query, fragment, percent-encoded host, backslash or whitespace; the client is built from those parts;
+- policy (:func:`vet_url`, in the observe phase): the host must match the operator's allowed list when one is
   configured (``--prometheus-allowed-hosts`` / ``KVPLAN_PROMETHEUS_ALLOWED_HOSTS``, set from the chart's
-  ``prometheus.allowedHosts``); and unless the list names it explicitly, it must not be a metadata host
-  (``metadata.google.internal``, ...) nor resolve to a link-local address (169.254.0.0/16, fe80::/10), where
-  cloud credentials live.
+  ``prometheus.allowedHosts``); and unless the list names it exactly (no wildcard), it must not be a metadata host
+  (``metadata.google.internal``, ...) nor be or resolve to a link-local or metadata address under any IPv6
+  embedding (:mod:`kvplan_operator.refused_address`), where cloud credentials live. The name is resolved once,
+  there, and the client connects to that address (no second lookup for a rebinding DNS server to answer).
 
 The client (:class:`PromClient`) sends only ``GET`` to ``<url>/api/v1/query[_range]``, follows no redirect (a 3xx
 is an error: the token never reaches another host), uses no proxy from the environment, reads at most

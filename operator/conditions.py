@@ -85,6 +85,10 @@ PROMETHEUS_BAD_RESPONSE = "PrometheusBadResponse"
 #: A class's histogram is unusable: NaN/Inf or absurd (> 1e15) counts, negative counts, unparsable or negative
 #: ``le`` bounds, or cumulative counts that decrease with ``le`` (reversed buckets) beyond scrape skew.
 INVALID_HISTOGRAM = "InvalidHistogram"
+#: Prometheus answered samples of other times than asked: a range answer's point before the window's start, after
+#: its end or off its step, or an instant sample away from the time asked (a stale cache, a replayed answer);
+#: nothing of it is used, the last good plan is kept.
+STALE_SAMPLES = "StaleSamples"
 #: A class's arrivalRateQuery returned no sample (an empty vector), which is not 0 requests/s.
 NO_RATE_DATA = "NoRateData"
 #: A class's arrivalRateQuery returned NaN, +-Inf, a negative or an absurd (> 1e9 requests/s) value.
@@ -115,14 +119,14 @@ REASONS: tuple[str, ...] = (
     APPLY_FAILED, PENDING, READ_FAILED, OWNED_BY_OTHER, UNSUPPORTED_CONTAINER_LAYOUT, ROUTER_TARGET_INVALID,
     PROMETHEUS_URL_REFUSED, PROMETHEUS_REJECTED, PROMETHEUS_QUERY_ERROR, PROMETHEUS_BAD_RESPONSE, INVALID_HISTOGRAM,
     NO_RATE_DATA, INVALID_RATE, AUTH_SECRET_MISSING, STATUS_WRITE_FAILED, INTERNAL_ERROR, APPLYING,
-    PROMETHEUS_AUTH_REFUSED, PROMETHEUS_TLS_ERROR, METRIC_ABSENT, TOO_MANY_SERIES,
+    PROMETHEUS_AUTH_REFUSED, PROMETHEUS_TLS_ERROR, METRIC_ABSENT, TOO_MANY_SERIES, STALE_SAMPLES,
 )
 #: Failures of observation: the operator keeps serving the last good plan (Degraded=True; Ready stays True when a
 #: plan was applied before) and retries with backoff.
 DEGRADED_REASONS = (
     PROMETHEUS_UNAVAILABLE, TOO_FEW_SAMPLES, READ_FAILED, PROMETHEUS_URL_REFUSED, PROMETHEUS_REJECTED,
     PROMETHEUS_QUERY_ERROR, PROMETHEUS_BAD_RESPONSE, INVALID_HISTOGRAM, NO_RATE_DATA, INVALID_RATE,
-    AUTH_SECRET_MISSING, PROMETHEUS_AUTH_REFUSED, PROMETHEUS_TLS_ERROR, METRIC_ABSENT, TOO_MANY_SERIES,
+    AUTH_SECRET_MISSING, PROMETHEUS_AUTH_REFUSED, PROMETHEUS_TLS_ERROR, METRIC_ABSENT, TOO_MANY_SERIES, STALE_SAMPLES,
 )
 
 # --- Reasons of EngineKnobs (the plan applies; these say what of the engine knobs did not) ----------------------

@@ -265,7 +265,9 @@ class Kube:
         secret: Any = self._call(f"get Secret/{name}", lambda: self.core.read_namespaced_secret(
             name, namespace, _request_timeout=self.timeout_s), missing_ok=True)
         raw = (secret.data or {}).get(key) if secret is not None else None
-        return base64.b64decode(raw).decode() if raw else None
+        # Undecodable bytes stay as lone surrogates, for the credential's check to refuse naming the key
+        # (kvplan_operator.prom_credentials), instead of a UnicodeDecodeError escaping as InternalError.
+        return base64.b64decode(raw).decode("utf-8", "surrogateescape") if raw else None
 
     # --- writes ----------------------------------------------------------------------------------------------------
     # Deployments, ConfigMaps and HTTPRoutes are written with server-side apply as the field manager kvplan-operator

@@ -29,8 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prometheus metrics port (0 disables; default 8080 or $KVPLAN_METRICS_PORT)")
     p.add_argument("--prometheus-allowed-hosts", default=os.environ.get("KVPLAN_PROMETHEUS_ALLOWED_HOSTS", ""),
                    help="comma-separated hosts (patterns like *.monitoring.svc, optional :port) a KVPlan's "
-                        "spec.prometheus.url may name; empty: any host but link-local and metadata addresses "
-                        "(default $KVPLAN_PROMETHEUS_ALLOWED_HOSTS)")
+                        "spec.prometheus.url may name; empty: any host but link-local and metadata addresses (an "
+                        "exact name admits those, a wildcard never) (default $KVPLAN_PROMETHEUS_ALLOWED_HOSTS)")
     p.add_argument("--prometheus-token-files", default=os.environ.get("KVPLAN_PROMETHEUS_TOKEN_FILES", ""),
                    help="comma-separated files (exact paths in the operator's pod) a KVPlan's "
                         "spec.prometheus.bearerTokenFile may name; empty: none (default "

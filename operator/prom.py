@@ -4,13 +4,15 @@ that host and never copies a response body anywhere.
 URL rules (``spec.prometheus.url`` is written by whoever may write a KVPlan, and the operator attaches its
 Secret's bearer token to every request, so the URL decides where a credential goes):
 
-- syntax (checked in :mod:`kvplan_operator.spec`, no I/O): ``http``/``https``, a host, no userinfo, no query, no
-  fragment (a ``#`` would silently drop the API path);
-- policy (:func:`check_url`, in the observe phase): the host must match the operator's allowed list when one is
+- syntax (:func:`kvplan_operator.prom_url.parse_prom_url`, in the spec check, the policy and the client alike):
+  ``http``/``https``, a host in one canonical form that ``urllib.parse`` and urllib3 read the same way, no
+  userinfo, query, fragment, percent-encoded host, backslash or whitespace; the client is built from those parts;
+- policy (:func:`vet_url`, in the observe phase): the host must match the operator's allowed list when one is
   configured (``--prometheus-allowed-hosts`` / ``KVPLAN_PROMETHEUS_ALLOWED_HOSTS``, set from the chart's
-  ``prometheus.allowedHosts``); and unless the list names it explicitly, it must not be a metadata host
-  (``metadata.google.internal``, ...) nor resolve to a link-local address (169.254.0.0/16, fe80::/10), where
-  cloud credentials live.
+  ``prometheus.allowedHosts``); and unless the list names it exactly (no wildcard), it must not be a metadata host
+  (``metadata.google.internal``, ...) nor be or resolve to a link-local or metadata address under any IPv6
+  embedding (:mod:`kvplan_operator.refused_address`), where cloud credentials live. The name is resolved once,
+  there, and the client connects to that address (no second lookup for a rebinding DNS server to answer).
 
 The client (:class:`PromClient`) sends only ``GET`` to ``<url>/api/v1/query[_range]``, follows no redirect (a 3xx
 is an error: the token never reaches another host), uses no proxy from the environment, reads at most
@@ -29,7 +31,6 @@ from __future__ import annotations
 
 import base64
 import fnmatch
-import ipaddress
 import json
 import os
 import socket
@@ -41,14 +42,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import conditions as C
+from .prom_credentials import BadCredential, basic_password, basic_user, bearer_token
+from .prom_url import PromUrl, UrlRefused, parse_prom_url
+from .refused_address import refused_address
+from .retry_after import with_retry_after
 
 #: Hosts that serve cloud instance credentials, refused unless allowed by name.
 METADATA_HOSTS = ("metadata.google.internal", "metadata.goog", "metadata", "instance-data",
                   "instance-data.ec2.internal", "metadata.azure.com", "metadata.tencentyun.com")
-#: Addresses refused unless allowed by name: IPv4 and IPv6 link-local (AWS/GCP/Azure metadata is 169.254.169.254,
-#: AWS's IPv6 one fd00:ec2::254) and Alibaba's 100.100.100.200.
-REFUSED_NETWORKS = tuple(ipaddress.ip_network(n) for n in
-                         ("169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "100.100.100.200/32"))
 #: Prometheus' ``errorType`` values quoted in a message (a fixed vocabulary; anything else is not quoted).
 ERROR_TYPES = ("timeout", "canceled", "execution", "bad_data", "internal", "unavailable", "not_found",
                "not_acceptable")
@@ -66,6 +67,8 @@ class PromError(RuntimeError):
 
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason
+        #: How long the server asked to wait (its ``Retry-After``, :mod:`kvplan_operator.retry_after`), or None.
+        self.retry_after_s: float | None = None
         super().__init__(message)
 
 
@@ -108,50 +111,64 @@ class UrlPolicy:
 
 
 def _system_resolver(host: str) -> list[str]:
-    return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None)})
+    """Every address of ``host``, in the order ``getaddrinfo`` prefers (RFC 6724), each once."""
+    return list(dict.fromkeys(str(info[4][0]) for info in socket.getaddrinfo(host, None)))
 
 
-def _refused_address(text: str) -> bool:
+def _pattern_is_exact(pattern: str) -> bool:
+    return not any(ch in pattern for ch in "*?[")
+
+
+@dataclass(frozen=True)
+class Vetted:
+    """What :func:`vet_url` found: why the URL is refused (None: it is not), and the addresses its host resolved
+    to when vetted, which the client then connects to (so a second lookup cannot answer differently: DNS
+    rebinding); ``unresolved``: the host is a name that did not resolve (no request is sent then)."""
+
+    refused: str | None
+    addresses: tuple[str, ...] = ()
+    unresolved: bool = False
+
+
+def vet_url(url: str, policy: UrlPolicy, *, resolve: Resolver = _system_resolver) -> Vetted:
+    """Vet ``url`` once: read by :func:`kvplan_operator.prom_url.parse_prom_url` (the one form both parsers read
+    alike; the client connects to exactly those parts), then the policy. A host the allowed list names exactly is
+    an explicit opt-in; one only a wildcard matches is still refused if it is, or resolves to, a link-local or
+    metadata address (:mod:`kvplan_operator.refused_address`, any IPv6 embedding), since a wildcard (``*.svc``)
+    admits names a tenant can create (an ExternalName Service). A name is resolved exactly once, here."""
     try:
-        ip = ipaddress.ip_address(text.split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return any(ip.version == net.version and ip in net for net in REFUSED_NETWORKS)
+        u = parse_prom_url(url)
+    except UrlRefused as exc:
+        return Vetted(str(exc))
+    exact = False
+    if policy.allowed_hosts:
+        names = (u.host_text, f"{u.host_text}:{u.port}") if u.port is not None else (u.host_text,)
+        matched = [pat for pat in policy.allowed_hosts for n in names if fnmatch.fnmatchcase(n, pat)]
+        if not matched:
+            return Vetted(f"spec.prometheus.url: host {u.host_text!r} is not in the operator's allowed Prometheus "
+                          f"hosts ({', '.join(policy.allowed_hosts)})")
+        exact = any(_pattern_is_exact(pat) for pat in matched)
+    if not exact and (u.host in METADATA_HOSTS or any(u.host.endswith("." + name) for name in METADATA_HOSTS
+                                                      if "." in name)):
+        return Vetted(f"spec.prometheus.url: {u.host!r} is a cloud metadata host")
+    if not exact and refused_address(u.host):
+        return Vetted(f"spec.prometheus.url: {u.host_text} is a link-local/metadata address")
+    if u.kind != "name":
+        return Vetted(None, (u.host,))
+    try:
+        addresses = tuple(dict.fromkeys(str(a) for a in resolve(u.host)))
+    except (OSError, UnicodeError):
+        addresses = ()
+    bad = [a for a in addresses if refused_address(a)]
+    if bad and not exact:
+        return Vetted(f"spec.prometheus.url: {u.host!r} resolves to the link-local/metadata address {bad[0]}")
+    return Vetted(None, addresses, unresolved=not addresses)
 
 
 def check_url(url: str, policy: UrlPolicy, *, resolve: Resolver = _system_resolver) -> str | None:
-    """Why ``url`` may not be used (one line), or None. Resolves the host to catch names that point at link-local
-    addresses; a host that does not resolve is left to the request (which then fails as unavailable)."""
-    parts = urllib.parse.urlsplit(url)
-    host = (parts.hostname or "").lower().rstrip(".")
-    if parts.scheme not in ("http", "https") or not host:
-        return "spec.prometheus.url: needs http:// or https:// and a host"
-    if parts.username is not None or parts.password is not None or parts.query or parts.fragment or "#" in url:
-        return "spec.prometheus.url: userinfo, query and fragment are not allowed"
-    try:
-        port = parts.port
-    except ValueError:
-        return "spec.prometheus.url: invalid port"
-    if policy.allowed_hosts:
-        names = (host, f"{host}:{port}") if port else (host,)
-        if any(fnmatch.fnmatchcase(n, pat) for pat in policy.allowed_hosts for n in names):
-            return None
-        return (f"spec.prometheus.url: host {host!r} is not in the operator's allowed Prometheus hosts "
-                f"({', '.join(policy.allowed_hosts)})")
-    if host in METADATA_HOSTS:
-        return f"spec.prometheus.url: {host!r} is a cloud metadata host"
-    if _refused_address(host):
-        return f"spec.prometheus.url: {host} is a link-local/metadata address"
-    try:
-        addresses = resolve(host)
-    except (OSError, UnicodeError):
-        return None
-    bad = [a for a in addresses if _refused_address(a)]
-    if bad:
-        return f"spec.prometheus.url: {host!r} resolves to the link-local/metadata address {bad[0]}"
-    return None
+    """Why ``url`` may not be used (one line), or None (:func:`vet_url`; a host that does not resolve is not a
+    refusal: the observe phase reports it as unavailable)."""
+    return vet_url(url, policy, resolve=resolve).refused
 
 
 def _short_reason(status: int) -> str:
@@ -204,6 +221,10 @@ class PromConnection:
     insecure_skip_verify: bool = False
     #: Where the CA bundle came from (``Secret/prom-ca[ca.crt]``), for messages.
     ca_origin: str = ""
+    #: The addresses the URL's host name resolved to when it was vetted (:func:`vet_url`); the client connects to
+    #: the first (the name still goes in ``Host``, SNI and the certificate check). Empty: the host is an address,
+    #: or (tests) let urllib3 resolve the name.
+    addresses: tuple[str, ...] = ()
 
 
 def _tls_context(conn: PromConnection) -> ssl.SSLContext | None:
@@ -255,7 +276,8 @@ class PromClient:
 
     def __init__(self, url: str, *, timeout_s: float, token: str | None = None,
                  basic_auth: tuple[str, str] | None = None, headers: tuple[tuple[str, str], ...] = (),
-                 ca_pem: str | None = None, insecure_skip_verify: bool = False, ca_origin: str = "") -> None:
+                 ca_pem: str | None = None, insecure_skip_verify: bool = False, ca_origin: str = "",
+                 addresses: tuple[str, ...] = ()) -> None:
         import urllib3
 
         conn = PromConnection(url, timeout_s, token, basic_auth, headers, ca_pem, insecure_skip_verify, ca_origin)
@@ -264,9 +286,15 @@ class PromClient:
         self.requests_sent = 0
         self._headers = {k: v for k, v in headers}
         self._headers["Accept"] = "application/json"
-        if token:
-            self._headers["Authorization"] = f"Bearer {token}"
-        elif basic_auth is not None:
+        try:  # a credential no header can carry is a named refusal, not a ValueError out of urllib3
+            if token:
+                self._headers["Authorization"] = f"Bearer {bearer_token(token, 'the bearer token')}"
+            elif basic_auth is not None:
+                basic_auth = (basic_user(basic_auth[0], "the basic-auth user name"),
+                              basic_password(basic_auth[1], "the basic-auth password"))
+        except BadCredential as exc:
+            raise PromError(C.PROMETHEUS_AUTH_REFUSED, f"{exc}; no request sent") from None
+        if not token and basic_auth is not None:
             raw = f"{basic_auth[0]}:{basic_auth[1]}".encode()
             self._headers["Authorization"] = "Basic " + base64.b64encode(raw).decode()
         ctx = _tls_context(conn)
@@ -274,8 +302,23 @@ class PromClient:
         if insecure_skip_verify:
             kwargs["cert_reqs"] = "CERT_NONE"
             kwargs["assert_hostname"] = False
+        try:  # the request is built from these validated parts, never from the raw string (prom_url)
+            self._url: PromUrl = parse_prom_url(url)
+        except UrlRefused as exc:
+            raise PromError(C.PROMETHEUS_URL_REFUSED, f"{exc}; no request sent") from None
         self._http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=timeout_s), **kwargs)
-        self._host = urllib.parse.urlsplit(self.url).netloc
+        # One pool bound to the validated host and port: a request target is a path, and urllib3 refuses (instead
+        # of sending) any absolute URL naming another host (HostChangedError). A name is reached at the address
+        # vetted for it (no second lookup), with the name in Host, SNI and the certificate check.
+        connect_to, pool_kw = self._url.host, {}
+        if self._url.kind == "name" and addresses:
+            connect_to = addresses[0]
+            self._headers["Host"] = self._url.authority
+            if self._url.scheme == "https":
+                pool_kw["server_hostname"] = self._url.host
+        self._pool = self._http.connection_from_host(connect_to, self._url.effective_port, self._url.scheme,
+                                                     pool_kwargs=pool_kw)
+        self._host = self._url.authority
         self._insecure = insecure_skip_verify
 
     @classmethod
@@ -283,20 +326,19 @@ class PromClient:
         """A client for ``conn`` (raises ``PrometheusTLSError`` for a CA bundle that is not PEM)."""
         return cls(conn.url, timeout_s=conn.timeout_s, token=conn.token, basic_auth=conn.basic_auth,
                    headers=conn.headers, ca_pem=conn.ca_pem, insecure_skip_verify=conn.insecure_skip_verify,
-                   ca_origin=conn.ca_origin)
+                   ca_origin=conn.ca_origin, addresses=conn.addresses)
 
     def _get(self, path: str, params: Mapping[str, str], what: str) -> Mapping[str, Any]:
         import urllib3
 
-        target = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
-        if urllib.parse.urlsplit(target).netloc != self._host:  # the credential goes nowhere else
-            raise PromError(C.PROMETHEUS_URL_REFUSED, f"{what}: the request would leave {self._host}")
+        target = f"{self._url.path}{path}?{urllib.parse.urlencode(params)}"
         self.requests_sent += 1
         try:
             with warnings.catch_warnings():
                 if self._insecure:  # opted in explicitly, and noted in status: not a warning per request
                     warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
-                rsp = self._http.request("GET", target, headers=self._headers, redirect=False, preload_content=False)
+                rsp = self._pool.request("GET", target, headers=self._headers, redirect=False, preload_content=False,
+                                         assert_same_host=True)
             try:
                 body = rsp.read(MAX_BODY_BYTES + 1)
             finally:
@@ -311,7 +353,10 @@ class PromClient:
         if len(body) > MAX_BODY_BYTES:
             raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: the answer is larger than "
                             f"{MAX_BODY_BYTES // 2**20} MiB (a selector or class label matching far too many series?)")
-        return parse_response(rsp.status, body, what=what)
+        try:
+            return parse_response(rsp.status, body, what=what)
+        except PromError as exc:
+            raise with_retry_after(exc, rsp.status, rsp.headers) from None
 
     def query(self, promql: str, *, at: float | None = None) -> Mapping[str, Any]:
         params = {"query": promql} | ({"time": repr(float(at))} if at is not None else {})

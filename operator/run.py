@@ -71,6 +71,9 @@ class Failure:
     degraded: bool = False
     #: Extra keys for ``status.lastError`` (e.g. the planner's raw status).
     details: Mapping[str, Any] = field(default_factory=dict)
+    #: How long the failing server asked to wait (Prometheus' ``Retry-After``); the retry waits at least this long,
+    #: within the backoff's cap.
+    retry_after_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Phase 1, observe: every read of a reconcile, and nothing else.
 
 In order: the spec (:func:`kvplan_operator.spec.parse_spec`); where Prometheus may be asked
-(:func:`kvplan_operator.prom.check_url`); every target's objects (state ConfigMap, Deployments, router
+(:func:`kvplan_operator.prom.vet_url`: refused, or the addresses the client will connect to); every target's objects (state ConfigMap, Deployments, router
 ConfigMap, HTTPRoute, InferencePools); the HPAs/ScaledObjects; the KVPlans named as owner by objects this one
 wants to write; the Prometheus credentials and CA bundle (Secrets, a ConfigMap, an allowed token file); then
 Prometheus: one range query per history source (:mod:`kvplan_operator.observe.sources`) and one instant query for the
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvcore import Plan
@@ -30,7 +30,8 @@ from ..desired import ANN_GENERATION, ANN_LAYOUT_CHANGES, ANN_OWNER, ANN_RELAYOU
 from .history import ClassObservation
 from ..targets.plandetail import Detail, read_detail
 from ..kube import KubeApi, KubeError
-from ..prom import PromConnection, PromError, UrlPolicy, check_url
+from ..prom import PromConnection, PromError, UrlPolicy, vet_url
+from ..prom_credentials import BadCredential, basic_password, basic_user, bearer_token
 from ..run import Deps, Failure, RunContext
 from .sources import observe_histories
 from .sources.capacity import capacity_query, engine_capacity
@@ -167,11 +168,19 @@ def connection(spec: KVPlanSpec, namespace: str, kube: KubeApi, policy: UrlPolic
         return CredentialRefused(Failure("observe", C.AUTH_SECRET_MISSING, f"{what} not found ({field_path})", temporary=True,
                                 degraded=True))
 
+    def sendable(clean: Callable[[str, str], str], raw: str, origin: str, field_path: str) -> str:
+        try:
+            return clean(raw, origin)
+        except BadCredential as exc:
+            raise CredentialRefused(Failure("observe", C.PROMETHEUS_AUTH_REFUSED, f"{field_path}: {exc}; no request "
+                                            "sent", temporary=True, degraded=True)) from None
+
     if p.auth_secret_ref is not None:
         ref = p.auth_secret_ref
         token = kube.read_secret_key(namespace, ref.name, ref.key)
         if token is None:
             raise missing(f"auth secret {ref.name}[{ref.key}]", "spec.prometheus.authSecretRef")
+        token = sendable(bearer_token, token, f"Secret/{ref.name}[{ref.key}]", "spec.prometheus.authSecretRef")
     elif p.bearer_token_file is not None:
         path = os.path.normpath(p.bearer_token_file)
         if path not in policy.token_files:
@@ -184,9 +193,7 @@ def connection(spec: KVPlanSpec, namespace: str, kube: KubeApi, policy: UrlPolic
         except (OSError, UnicodeDecodeError) as exc:
             raise CredentialRefused(Failure("observe", C.PROMETHEUS_AUTH_REFUSED, f"spec.prometheus.bearerTokenFile: cannot "
                                    f"read {path} ({type(exc).__name__})", temporary=True, degraded=True)) from None
-        if not token:
-            raise CredentialRefused(Failure("observe", C.PROMETHEUS_AUTH_REFUSED, f"spec.prometheus.bearerTokenFile: {path} "
-                                   "is empty", temporary=True, degraded=True))
+        token = sendable(bearer_token, token, path, "spec.prometheus.bearerTokenFile")
     elif p.basic_auth is not None:
         b = p.basic_auth
         user = kube.read_secret_key(namespace, b.secret_ref.name, b.username_key)
@@ -194,7 +201,9 @@ def connection(spec: KVPlanSpec, namespace: str, kube: KubeApi, policy: UrlPolic
         if user is None or password is None:
             key = b.username_key if user is None else b.password_key
             raise missing(f"basic-auth secret {b.secret_ref.name}[{key}]", "spec.prometheus.basicAuth")
-        basic = (user, password)
+        basic = (sendable(basic_user, user, f"Secret/{b.secret_ref.name}[{b.username_key}]", "spec.prometheus.basicAuth"),
+                 sendable(basic_password, password, f"Secret/{b.secret_ref.name}[{b.password_key}]",
+                          "spec.prometheus.basicAuth"))
     tls = p.tls
     if tls is not None and tls.ca_secret_ref is not None:
         origin = f"Secret/{tls.ca_secret_ref.name}[{tls.ca_secret_ref.key}]"
@@ -218,18 +227,21 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
         spec = parse_spec(run.body.get("spec"))
     except InvalidSpec as exc:
         return Failure("observe", exc.reason, str(exc), temporary=False)
-    refused = check_url(spec.prometheus.url, deps.prom_policy,
-                        **({"resolve": deps.resolve} if deps.resolve is not None else {}))
-    if refused:
-        return Failure("observe", C.PROMETHEUS_URL_REFUSED, refused + "; no request sent", temporary=False,
+    vetted = vet_url(spec.prometheus.url, deps.prom_policy,
+                     **({"resolve": deps.resolve} if deps.resolve is not None else {}))
+    if vetted.refused:
+        return Failure("observe", C.PROMETHEUS_URL_REFUSED, vetted.refused + "; no request sent", temporary=False,
                        degraded=True)
+    if vetted.unresolved:  # the client would look the name up again, and a second answer is not what was vetted
+        return Failure("observe", C.PROMETHEUS_UNAVAILABLE, "spec.prometheus.url: its host does not resolve; no "
+                       "request sent", temporary=True, degraded=True)
     targets = all_targets()
     try:
         objects = _read_objects(run, deps, spec, targets)
         scaled = deps.kube.autoscaled_deployments(run.namespace)
         owners = _owners(run, deps, objects)
         detail = read_detail(deps.kube, run.namespace, run.name)
-        conn = connection(spec, run.namespace, deps.kube, deps.prom_policy)
+        conn = replace(connection(spec, run.namespace, deps.kube, deps.prom_policy), addresses=vetted.addresses)
     except CredentialRefused as exc:
         return exc.failure
     except KubeError as exc:
@@ -250,10 +262,10 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
         engines = None
         if spec.capacity.from_engine:
             engines = engine_capacity(prom.query(capacity_query(spec, run.namespace, window_seconds(spec)),
-                                                 at=run.now), spec)
+                                                 at=run.now), spec, at=run.now)
     except PromError as exc:
         return Failure("observe", exc.reason, str(exc), temporary=exc.reason != C.PROMETHEUS_URL_REFUSED,
-                       degraded=True)
+                       degraded=True, retry_after_s=exc.retry_after_s)
     few = [f"{c.name} ({classes[c.name].requests:g} < {c.history.min_samples})" for c in spec.classes
            if classes[c.name].history is None or classes[c.name].requests < c.history.min_samples]
     if few:

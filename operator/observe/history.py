@@ -41,7 +41,9 @@ from kvcore import class_histories as _binned_histories
 from kvcore import History
 
 from .. import conditions as C
+from ..answer_time import check_instant_time
 from ..prom import PromError
+from ..response_text import le_label, le_text, result_type_text, series_key_text
 
 #: The label a query adds to tell apart the keys of a source without a class label (stock vLLM, one key per
 #: Deployment or selector): ``label_replace(..., "kvplan_key", "<key>", "", "")``.
@@ -79,23 +81,24 @@ class ClassObservation:
 def _number(raw: Any, what: str) -> float:
     try:
         return float(raw)
-    except (TypeError, ValueError):
-        raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: value {str(raw)[:20]!r} is not a number") from None
+    except (TypeError, ValueError, OverflowError):
+        raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: a sample value or timestamp is not a number") from None
 
 
 def _bound(le: Any, what: str) -> float:
     try:
         b = float(le)
-    except (TypeError, ValueError):
-        raise PromError(C.INVALID_HISTOGRAM, f"{what}: bucket bound le={str(le)[:20]!r} is not a number") from None
+    except (TypeError, ValueError, OverflowError):
+        raise PromError(C.INVALID_HISTOGRAM, f"{what}: a bucket bound (le) is not a number") from None
     if math.isnan(b) or b < 0:
-        raise PromError(C.INVALID_HISTOGRAM, f"{what}: bucket bound le={str(le)[:20]} must be >= 0")
+        raise PromError(C.INVALID_HISTOGRAM, f"{what}: bucket bound le={le_text(b)} must be >= 0")
     return b
 
 
 def _series(data: Mapping[str, Any], what: str) -> list[Any]:
     if data.get("resultType") not in (None, "matrix") or not isinstance(data.get("result", []), list):
-        raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: expected a matrix, got {str(data.get('resultType'))[:20]!r}")
+        raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: expected a matrix, got "
+                        f"{result_type_text(data.get('resultType'))}")
     result: list[Any] = data.get("result", [])
     if len(result) > MAX_SERIES:
         raise PromError(C.TOO_MANY_SERIES, f"{what}: the query returned {len(result)} series (more than "
@@ -107,16 +110,17 @@ def check_window(bounds: Sequence[float], labels: Sequence[str], counts: Sequenc
                  ts: float) -> None:
     """Cumulative counts must not fall with ``le`` beyond scrape skew; raises ``InvalidHistogram``."""
     total = max(counts, default=0.0)
-    peak, peak_label = 0.0, ""
-    for b, label, c in zip(bounds, labels, counts):
+    peak, peak_bound = 0.0, 0.0
+    for b, c in zip(bounds, counts):  # messages show the bounds as numbers, never the answer's label text
         if peak - c > SKEW_REQUESTS + SKEW_FRACTION * total:
             if math.isinf(b):
                 raise PromError(C.INVALID_HISTOGRAM, f"{what}: the +Inf bucket ({c:g}) is lower than the last finite "
-                                f"bucket le={peak_label} ({peak:g}) at t={ts:.0f}: every request is counted in +Inf")
+                                f"bucket le={le_text(peak_bound)} ({peak:g}) at t={ts:.0f}: every request is counted "
+                                "in +Inf")
             raise PromError(C.INVALID_HISTOGRAM, f"{what}: cumulative count falls from {peak:g} to {c:g} at "
-                            f"le={label} (t={ts:.0f}); reversed or decreasing buckets")
+                            f"le={le_text(b)} (t={ts:.0f}); reversed or decreasing buckets")
         if c >= peak:
-            peak, peak_label = c, label
+            peak, peak_bound = c, b
 
 
 def windows_by_key(data: Mapping[str, Any], key_label: str | None, *, what: str = "histogram",
@@ -131,6 +135,8 @@ def windows_by_key(data: Mapping[str, Any], key_label: str | None, *, what: str 
         if not isinstance(series, Mapping):
             raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: a series is not an object")
         metric = series.get("metric") or {}
+        if not isinstance(metric, Mapping) or not isinstance(series.get("values") or [], list):
+            raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: a series is not {{metric, values}}")
         le = metric.get("le")
         if le is None:
             continue
@@ -138,17 +144,17 @@ def windows_by_key(data: Mapping[str, Any], key_label: str | None, *, what: str 
         if key not in raw and len(raw) >= MAX_KEYS:
             raise PromError(C.TOO_MANY_SERIES, f"{what}: label {key_label} takes more than {MAX_KEYS} values; "
                             "choose a class label with one value per request class, or narrow the selector")
-        name = (describe or {}).get(key, f"{key_label}={key!r}" if key_label else "")
+        name = (describe or {}).get(key, series_key_text(key_label))
         where = f"{what}" + (f", {name}" if name else "")
         bound = _bound(le, where)
-        labels.setdefault(key, {}).setdefault(bound, str(le))
+        labels.setdefault(key, {}).setdefault(bound, le_label(le, bound))
         by_time = raw.setdefault(key, {})
         for point in series.get("values") or []:
             if not isinstance(point, Sequence) or len(point) != 2:
                 raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: a sample is not [time, value]")
             ts, v = _number(point[0], what), _number(point[1], what)
             if not math.isfinite(v) or v < 0 or v > MAX_COUNT:
-                raise PromError(C.INVALID_HISTOGRAM, f"{where}: count {v:g} at le={str(le)[:20]} (t={ts:.0f}) is "
+                raise PromError(C.INVALID_HISTOGRAM, f"{where}: count {v:g} at le={le_text(bound)} (t={ts:.0f}) is "
                                 f"not a finite request count in [0, {MAX_COUNT:g}]")
             row = by_time.setdefault(ts, {})
             row[bound] = row.get(bound, 0.0) + v
@@ -156,7 +162,7 @@ def windows_by_key(data: Mapping[str, Any], key_label: str | None, *, what: str 
     for key, by_time in raw.items():
         bounds = sorted(labels[key])
         names = [labels[key][b] for b in bounds]
-        name = (describe or {}).get(key, f"{key_label}={key!r}" if key_label else "")
+        name = (describe or {}).get(key, series_key_text(key_label))
         where = f"{what}" + (f", {name}" if name else "")
         rows: list[Window] = []
         for ts in sorted(by_time):
@@ -213,13 +219,16 @@ def newest_rate(windows: Sequence[Window], *, end: float, window_s: float, what:
     return rate
 
 
-def rate_value(data: Mapping[str, Any], *, what: str = "arrivalRateQuery") -> float:
+def rate_value(data: Mapping[str, Any], *, what: str = "arrivalRateQuery", at: float | None = None) -> float:
     """An instant query's value, requests/s: a scalar, or the sum of a vector's samples.
 
-    An empty vector raises ``NoRateData``; NaN, +-Inf, negative or absurd values raise ``InvalidRate``."""
+    An empty vector raises ``NoRateData``; NaN, +-Inf, negative or absurd values raise ``InvalidRate``; with ``at``
+    (the time asked), a sample stamped elsewhere raises ``StaleSamples`` (:mod:`kvplan_operator.answer_time`)."""
     result_type, result = data.get("resultType"), data.get("result")
     if result_type == "scalar" and isinstance(result, Sequence) and len(result) == 2:
         value = _number(result[1], what)
+        if at is not None:
+            check_instant_time(_number(result[0], what), at=at, what=what)
     elif result_type in ("vector", None) and isinstance(result, list):
         if not result:
             raise PromError(C.NO_RATE_DATA, f"{what} returned no sample (an empty result is not 0 requests/s)")
@@ -229,8 +238,11 @@ def rate_value(data: Mapping[str, Any], *, what: str = "arrivalRateQuery") -> fl
             if not isinstance(point, Sequence) or len(point) != 2:
                 raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: a sample is not [time, value]")
             value += _number(point[1], what)
+            if at is not None:
+                check_instant_time(_number(point[0], what), at=at, what=what)
     else:
-        raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: expected a scalar or vector, got {result_type!r}")
+        raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: expected a scalar or vector, got "
+                        f"{result_type_text(result_type)}")
     if not math.isfinite(value) or value < 0 or value > MAX_RATE:
         raise PromError(C.INVALID_RATE, f"{what} returned {value:g} requests/s (must be finite, >= 0 and "
                         f"<= {MAX_RATE:g})")

@@ -109,6 +109,8 @@ class Recorder:
         if self.deps.metrics is not None:
             self.deps.metrics.failure(self.run.owner, f.reason)
         retry = self.backoff() if f.temporary else None
+        if retry is not None and f.retry_after_s is not None:  # the server asked for longer: honour it, within the cap
+            retry = max(retry, min(f.retry_after_s, float(self.deps.backoff_max_s)))
         written, err = self.finish()
         if err is not None:
             return Outcome(False, C.STATUS_WRITE_FAILED, f"{f.reason}: {f.message}; and {err}", self.backoff(),

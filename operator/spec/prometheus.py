@@ -9,10 +9,14 @@ import re
 
 from pydantic import Field, field_validator
 
+from ..prom_url import FIELD, UrlRefused, parse_prom_url
 from .base import CONFIGMAP_KEY, DNS_SUBDOMAIN, HEADER_NAME, HEADER_VALUE, SpecModel, parse_duration
 
-#: ``http(s)://host[:port][/path]``: no userinfo (``@`` before the path), no query, no fragment.
-PROMETHEUS_URL = r"^https?://[^/@#?\s]+(/[^#?\s]*)?$"
+#: ``http(s)://host[:port][/path]`` as the CRD's pattern says it: a host of letters, digits, ``-`` and ``.`` or a
+#: bracketed IPv6 address, no userinfo, query, fragment, percent-encoded host, backslash or whitespace. The full
+#: rules (one reading for every parser) are :func:`kvplan_operator.prom_url.parse_prom_url`'s.
+PROMETHEUS_URL = (r"^https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?"
+                  r"(/([-A-Za-z0-9._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2})*)*$")
 #: Headers ``spec.prometheus.headers`` may not set: credentials go through the auth fields (so they stay on the
 #: Prometheus host and out of the spec), and the rest belong to HTTP itself.
 FORBIDDEN_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "host", "content-length",
@@ -68,7 +72,12 @@ class Prometheus(SpecModel):
     def _url(cls, value: str) -> str:
         if not re.match(PROMETHEUS_URL, value):
             raise ValueError("needs http:// or https://, a host and an optional port and path; userinfo (user@), "
-                             "a query (?) and a fragment (#) are not allowed")
+                             "a query (?), a fragment (#), percent-encoding or a backslash in the host, whitespace "
+                             "and non-ASCII characters are not allowed")
+        try:
+            parse_prom_url(value)
+        except UrlRefused as exc:
+            raise ValueError(str(exc).removeprefix(FIELD + ": ")) from None
         return value
 
     @property

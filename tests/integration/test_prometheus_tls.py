@@ -113,3 +113,33 @@ def test_https_url_on_a_plain_server_and_a_bad_bundle(prometheus: LocalPrometheu
         PromClient.connect(PromConnection(tls_url, 10, ca_pem="-----BEGIN CERTIFICATE-----\nnope\n",
                                           ca_origin="Secret/prom-ca[ca.crt]"))
     assert info.value.reason == C.PROMETHEUS_TLS_ERROR and "Secret/prom-ca[ca.crt]" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("hosts", "name", "problem"),
+    [
+        pytest.param(("prom.example.org",), "prom.example.org", None, id="the-name-is-checked"),
+        pytest.param(("prom.example.org",), "other.example.org", "certificate verify failed: Hostname mismatch, "
+                     "certificate is not valid for 'other.example.org'", id="another-name-is-refused"),
+        pytest.param(("127.0.0.1",), "prom.example.org", "certificate verify failed: Hostname mismatch, "
+                     "certificate is not valid for 'prom.example.org'", id="the-address-alone-is-not-enough"),
+    ],
+)
+def test_a_name_reached_at_its_vetted_address_keeps_tls_on_the_name(pki: TestCA, hosts: tuple[str, ...],
+                                                                     name: str, problem: str | None) -> None:
+    """Issue 26 (DNS rebinding): the client connects to the address the URL's name resolved to when vetted, and
+    sends the name in SNI and checks the certificate against the name, never the address."""
+    server = _server(tls=pki.server(f"pinned-{name}-{len(hosts[0])}", hosts=hosts))
+    url = server.url.replace("127.0.0.1", name)
+    try:
+        client = PromClient.connect(PromConnection(url, 10, ca_pem=pki.pem, addresses=("127.0.0.1",)))
+        if problem is None:
+            assert one(client) == 1.0
+        else:
+            with pytest.raises(PromError) as info:
+                one(client)
+            assert info.value.reason == C.PROMETHEUS_TLS_ERROR
+            assert str(info.value) == f"instant query: TLS to {url} failed: {problem}"
+    finally:
+        server.stop()
+        pytest_fixtures.STARTED.extend(server.history)

@@ -31,7 +31,9 @@ from kvcore import VLLM_CACHE_CONFIG_INFO, VLLM_KV_CACHE_USAGE, VLLM_PREEMPTIONS
 
 from ... import conditions as C
 from ..history import KEY_LABEL
+from ...answer_time import check_instant_time
 from ...prom import PromError
+from ...response_text import result_type_text
 from ...spec import KVPlanSpec
 from .vllm import group_selector
 
@@ -93,12 +95,14 @@ def engine_tokens(labels: Mapping[str, Any]) -> float | None:
     return tokens
 
 
-def engine_capacity(data: Mapping[str, Any], spec: KVPlanSpec) -> dict[str, EngineCapacity]:
-    """The capacity query's answer -> per group :class:`EngineCapacity` (every group present)."""
+def engine_capacity(data: Mapping[str, Any], spec: KVPlanSpec, *, at: float | None = None
+                    ) -> dict[str, EngineCapacity]:
+    """The capacity query's answer -> per group :class:`EngineCapacity` (every group present). With ``at`` (the
+    time asked), a sample stamped elsewhere is ``StaleSamples`` (:mod:`kvplan_operator.answer_time`)."""
     result = data.get("result")
     if data.get("resultType") not in (None, "vector") or not isinstance(result, list):
         raise PromError(C.PROMETHEUS_BAD_RESPONSE, "capacity query: expected a vector, got "
-                        f"{str(data.get('resultType'))[:20]!r}")
+                        f"{result_type_text(data.get('resultType'))}")
     if len(result) > MAX_SERIES:
         raise PromError(C.TOO_MANY_SERIES, f"capacity query: {len(result)} series (more than {MAX_SERIES}); narrow "
                         "the groups' metricsSelector")
@@ -111,6 +115,9 @@ def engine_capacity(data: Mapping[str, Any], spec: KVPlanSpec) -> dict[str, Engi
         point = s.get("value") if isinstance(s, Mapping) else None
         if not isinstance(labels, Mapping) or not isinstance(point, Sequence) or len(point) != 2:
             raise PromError(C.PROMETHEUS_BAD_RESPONSE, "capacity query: a sample is not {metric, value}")
+        if at is not None:
+            stamp = _float(point[0])
+            check_instant_time(stamp if stamp is not None else float("nan"), at=at, what="capacity query")
         group = str(labels.get(KEY_LABEL, ""))
         name = str(labels.get("__name__", ""))
         name = "vllm:" + name[5:] if name.startswith("vllm_") else name

@@ -16,6 +16,7 @@ class (naming the class label value, or the group); every other bad answer raise
 
 from __future__ import annotations
 
+from ..answer_time import check_range_times
 from ..history import ClassObservation, class_histories, newest_rate, rate_value, windows_by_key
 from ...prom import PromApi, PromError
 from ...spec import KVPlanSpec
@@ -49,8 +50,11 @@ def observe_histories(prom: PromApi, spec: KVPlanSpec, namespace: str, *, now: f
     index = {c.name: i for i, c in enumerate(spec.classes)}
     out: dict[str, ClassObservation] = {}
     for q in plan_queries(spec, namespace, window_s):
-        data = prom.query_range(q.promql, start=now - window_s * (windows - 1), end=now, step=window_s)
+        start = now - window_s * (windows - 1)
+        data = prom.query_range(q.promql, start=start, end=now, step=window_s)
         by_key = windows_by_key(data, q.key_label, what=f"source {q.source} ({q.metric})", describe=q.where)
+        check_range_times((w[0] for rows in by_key.values() for w in rows), start=start, end=now, step=window_s,
+                          what=f"source {q.source} ({q.metric})")
         if not any(by_key.values()):
             raise _absent(q, None, 0)
         for key in q.keys:
@@ -68,7 +72,7 @@ def observe_histories(prom: PromApi, spec: KVPlanSpec, namespace: str, *, now: f
                     rate, rate_from = float(c.arrival_rate), "spec"
                 elif c.arrival_rate_query is not None:
                     rate = rate_value(prom.query(c.arrival_rate_query, at=now),
-                                      what=f"class {name} spec.classes[{i}].arrivalRateQuery")
+                                      what=f"class {name} spec.classes[{i}].arrivalRateQuery", at=now)
                     rate_from = "query"
                 else:
                     rate = newest_rate(by_key[key], end=now, window_s=window_s,

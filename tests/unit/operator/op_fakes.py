@@ -240,8 +240,8 @@ class Script:
         self.release = threading.Event()
 
 
-def serve(script: Script) -> tuple[http.server.ThreadingHTTPServer, str]:
-    """Serve ``script`` on 127.0.0.1 (a daemon thread); returns (server, base URL)."""
+def serve(script: Script, host: str = "127.0.0.1", port: int = 0) -> tuple[http.server.ThreadingHTTPServer, str]:
+    """Serve ``script`` on ``host`` (127.0.0.1; any loopback address, a daemon thread); returns (server, base URL)."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
@@ -252,7 +252,9 @@ def serve(script: Script) -> tuple[http.server.ThreadingHTTPServer, str]:
                 script.release.wait(30)
                 return
             status, headers, body = script.answers.get(path, (404, {}, b"not found " + SECRET_BODY.encode()))
-            self.send_response(status)
+            self.send_response_only(status)
+            if "Date" not in headers:  # a scripted Date (Retry-After tests) replaces the server's own
+                self.send_header("Date", self.date_time_string())
             for k, v in headers.items():
                 self.send_header(k, v)
             self.send_header("Content-Length", str(len(body)))
@@ -262,18 +264,18 @@ def serve(script: Script) -> tuple[http.server.ThreadingHTTPServer, str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = http.server.ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
+    return server, f"http://{host}:{server.server_address[1]}"
 
 
 @contextlib.contextmanager
-def scripted_prometheus() -> Iterator[tuple[Script, str]]:
-    """A :class:`Script` served on 127.0.0.1 for the block (script, base URL); afterwards hung requests are released
-    and the server is closed."""
+def scripted_prometheus(host: str = "127.0.0.1", port: int = 0) -> Iterator[tuple[Script, str]]:
+    """A :class:`Script` served on ``host`` (127.0.0.1; ``port``: any free one) for the block (script, base URL);
+    afterwards hung requests are released and the server is closed."""
     script = Script()
-    server, url = serve(script)
+    server, url = serve(script, host, port)
     try:
         yield script, url
     finally:

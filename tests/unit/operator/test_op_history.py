@@ -92,7 +92,8 @@ def _one_window(counts: dict[str, str]) -> dict:
         pytest.param({"10": "1", "100": "2", "+Inf": "+Inf"}, C.INVALID_HISTOGRAM, "inf", id="inf-count"),
         pytest.param({"10": "1", "100": "2", "+Inf": "1e308"}, C.INVALID_HISTOGRAM, "1e+308", id="1e308-count"),
         pytest.param({"10": "-3", "+Inf": "5"}, C.INVALID_HISTOGRAM, "-3", id="negative-count"),
-        pytest.param({"ten": "1", "+Inf": "5"}, C.INVALID_HISTOGRAM, "le='ten'", id="bad-le"),
+        pytest.param({"ten": "1", "+Inf": "5"}, C.INVALID_HISTOGRAM, "bucket bound (le) is not a number",
+                     id="bad-le"),
         pytest.param({"-10": "1", "+Inf": "5"}, C.INVALID_HISTOGRAM, "le=-10", id="negative-le"),
         pytest.param({"10": "many", "+Inf": "5"}, C.PROMETHEUS_BAD_RESPONSE, "not a number", id="non-numeric"),
     ],
@@ -149,10 +150,13 @@ class RecordedProm:
     """A recorded Prometheus: every history source's range query gets ``matrix`` once per key it asks for (the
     ``kvplan_key`` values of a stock-vLLM union, or ``values`` of a labelled source's class label); the capacity
     query gets ``engines`` (a vector; none by default: the groups stay on their profiles); any other instant query
-    (an ``arrivalRateQuery``) gets ``rate``. Records every call."""
+    (an ``arrivalRateQuery``) gets ``rate``. Records every call. As a real Prometheus, it answers the times asked:
+    ``matrix``'s timestamps are read relative to ``anchor`` (the fixtures' "now", ``T[-1]``) and moved with the
+    query's ``end`` (a point an hour before ``anchor`` is an hour before ``end``)."""
 
-    def __init__(self, matrix=MATRIX, rate=0.7, fail=False, values=("chat", "code-gen"), engines=()):
+    def __init__(self, matrix=MATRIX, rate=0.7, fail=False, values=("chat", "code-gen"), engines=(), anchor=T[-1]):
         self.matrix, self.rate, self.fail, self.values, self.engines = matrix, rate, fail, values, list(engines)
+        self.anchor = anchor
         self.calls: list[tuple] = []
 
     def query(self, promql, *, at=None):
@@ -160,7 +164,11 @@ class RecordedProm:
         if self.fail:
             raise PrometheusUnavailable("down")
         if "cache_config_info" in promql:
-            return {"resultType": "vector", "result": copy.deepcopy(self.engines)}
+            result = copy.deepcopy(self.engines)
+            for s in result:  # stamped at the time asked, as Prometheus does
+                if at is not None and isinstance(s.get("value"), list) and len(s["value"]) == 2:
+                    s["value"][0] = at
+            return {"resultType": "vector", "result": result}
         return {"resultType": "vector", "result": [{"metric": {}, "value": [at, str(self.rate)]}]}
 
     def query_range(self, promql, *, start, end, step):
@@ -175,6 +183,8 @@ class RecordedProm:
             result = [s for v in self.values for s in tagged(self.matrix, by.group(1), v)]
         else:
             result = copy.deepcopy(self.matrix)
+        for s in result:
+            s["values"] = [[float(t) + end - self.anchor, v] for t, v in s.get("values") or []]
         return {"resultType": "matrix", "result": result}
 
 

@@ -125,6 +125,16 @@ DEGRADED_REASONS = (
     AUTH_SECRET_MISSING, PROMETHEUS_AUTH_REFUSED, PROMETHEUS_TLS_ERROR, METRIC_ABSENT, TOO_MANY_SERIES,
 )
 
+# --- Deadlines and stopping (issue 26) ---------------------------------------------------------------------------
+#: The reconcile's cycle deadline (``--cycle-deadline``, chart ``replan.cycleDeadlineSeconds``) passed before it
+#: could apply: nothing of this cycle was applied, the last good plan stays in force (Degraded), retried with backoff.
+CYCLE_DEADLINE_EXCEEDED = "CycleDeadlineExceeded"
+#: The operator is shutting down (SIGTERM): the reconcile in flight was cut before it applied anything; only in the
+#: outcome and the log (status is not written on the way out; the next operator re-plans).
+OPERATOR_STOPPING = "OperatorStopping"
+REASONS = REASONS + (CYCLE_DEADLINE_EXCEEDED, OPERATOR_STOPPING)
+DEGRADED_REASONS = DEGRADED_REASONS + (CYCLE_DEADLINE_EXCEEDED,)
+
 # --- Reasons of EngineKnobs (the plan applies; these say what of the engine knobs did not) ----------------------
 #: Every knob the plan chose is in force (or, with ``engine.knobs: Formula``, kvplan sets only --max-num-seqs).
 KNOBS_IN_FORCE = "KnobsInForce"

@@ -274,7 +274,13 @@ class PromClient:
         if insecure_skip_verify:
             kwargs["cert_reqs"] = "CERT_NONE"
             kwargs["assert_hostname"] = False
-        self._http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=timeout_s), **kwargs)
+        from . import prom_transport
+
+        #: Monotonic end of the reconcile's cycle (:mod:`kvplan_operator.cycle`), None: only ``timeout_s`` bounds
+        #: a request; ``cycle_s`` is that budget in seconds, for messages.
+        self.cycle_deadline: float | None = None
+        self.cycle_s: float | None = None
+        self._http = prom_transport.pool_manager(retries=False, timeout=urllib3.Timeout(total=timeout_s), **kwargs)
         self._host = urllib.parse.urlsplit(self.url).netloc
         self._insecure = insecure_skip_verify
 
@@ -292,22 +298,40 @@ class PromClient:
         if urllib.parse.urlsplit(target).netloc != self._host:  # the credential goes nowhere else
             raise PromError(C.PROMETHEUS_URL_REFUSED, f"{what}: the request would leave {self._host}")
         self.requests_sent += 1
-        try:
-            with warnings.catch_warnings():
-                if self._insecure:  # opted in explicitly, and noted in status: not a warning per request
-                    warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
-                rsp = self._http.request("GET", target, headers=self._headers, redirect=False, preload_content=False)
+        from . import deadline, prom_transport
+
+        guard = deadline.RequestGuard(self.timeout_s, self.cycle_deadline)
+        with guard:  # bounds the whole request (connect, TLS, headers, body), not each read
+            if guard.fired is not None:  # stopping, or the cycle deadline already passed: send nothing
+                raise prom_transport.cut_error(guard, what=what, host=self._host, limit_s=self.timeout_s,
+                                               cycle_s=self.cycle_s)
             try:
-                body = rsp.read(MAX_BODY_BYTES + 1)
-            finally:
-                rsp.release_conn()
-        except urllib3.exceptions.HTTPError as exc:
-            problem = tls_problem(exc)
-            if problem is not None:
-                raise PromError(C.PROMETHEUS_TLS_ERROR, f"{what}: TLS to {self.url} failed: {problem}") from None
-            name = type(exc).__name__
-            kind = "timed out" if "Timeout" in name or "timed out" in str(exc) else f"failed ({name})"
-            raise PrometheusUnavailable(f"{what}: request to {self._host} {kind}") from None
+                with warnings.catch_warnings():
+                    if self._insecure:  # opted in explicitly, and noted in status: not a warning per request
+                        warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+                    rsp = self._http.request("GET", target, headers=self._headers, redirect=False,
+                                             preload_content=False, timeout=prom_transport.timeout(guard))
+                try:
+                    body = _read_body(prom_transport.body_reader(rsp, guard), MAX_BODY_BYTES + 1)
+                finally:
+                    rsp.release_conn()
+            except (urllib3.exceptions.HTTPError, OSError, PromError) as exc:
+                if guard.fired is not None or prom_transport.is_cut(exc):
+                    raise prom_transport.cut_error(guard, what=what, host=self._host, limit_s=self.timeout_s,
+                                                   cycle_s=self.cycle_s) from None
+                if isinstance(exc, PromError):
+                    raise
+                problem = tls_problem(exc)
+                if problem is not None:
+                    raise PromError(C.PROMETHEUS_TLS_ERROR, f"{what}: TLS to {self.url} failed: {problem}") from None
+                name = type(exc).__name__
+                kind = "timed out" if "Timeout" in name or "timed out" in str(exc) else f"failed ({name})"
+                raise PrometheusUnavailable(f"{what}: request to {self._host} {kind}") from None
+            except Exception as exc:  # http.client's own errors on a socket the guard shut down
+                if guard.fired is not None or prom_transport.is_cut(exc):
+                    raise prom_transport.cut_error(guard, what=what, host=self._host, limit_s=self.timeout_s,
+                                                   cycle_s=self.cycle_s) from None
+                raise
         if len(body) > MAX_BODY_BYTES:
             raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: the answer is larger than "
                             f"{MAX_BODY_BYTES // 2**20} MiB (a selector or class label matching far too many series?)")
@@ -320,6 +344,19 @@ class PromClient:
     def query_range(self, promql: str, *, start: float, end: float, step: float) -> Mapping[str, Any]:
         params = {"query": promql, "start": repr(float(start)), "end": repr(float(end)), "step": f"{int(step)}s"}
         return self._get("/api/v1/query_range", params, "range query")
+
+
+def _read_body(read: Callable[[int], bytes], limit: int) -> bytes:
+    """At most ``limit`` bytes of a body, in chunks (each read is checked against the request's deadline)."""
+    parts: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = read(min(1 << 20, limit - size))
+        if not chunk:
+            break
+        parts.append(chunk)
+        size += len(chunk)
+    return b"".join(parts)
 
 
 def default_prom_factory(conn: PromConnection) -> PromApi:

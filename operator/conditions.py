@@ -132,7 +132,10 @@ CYCLE_DEADLINE_EXCEEDED = "CycleDeadlineExceeded"
 #: The operator is shutting down (SIGTERM): the reconcile in flight was cut before it applied anything; only in the
 #: outcome and the log (status is not written on the way out; the next operator re-plans).
 OPERATOR_STOPPING = "OperatorStopping"
-REASONS = REASONS + (CYCLE_DEADLINE_EXCEEDED, OPERATOR_STOPPING)
+#: A reconcile was not started because its namespace already has ``--namespace-concurrency`` reconciles in flight,
+#: or the KVPlan one (only in the log: the timer tries again at its next tick, a change handler shortly).
+NAMESPACE_BUSY = "NamespaceBusy"
+REASONS = REASONS + (CYCLE_DEADLINE_EXCEEDED, OPERATOR_STOPPING, NAMESPACE_BUSY)
 DEGRADED_REASONS = DEGRADED_REASONS + (CYCLE_DEADLINE_EXCEEDED,)
 
 # --- Reasons of EngineKnobs (the plan applies; these say what of the engine knobs did not) ----------------------

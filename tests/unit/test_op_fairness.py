@@ -148,3 +148,50 @@ def test_slots_table():
     for ns, uid in (("a", "2"), ("a", "3"), ("b", "4")):
         s.leave(ns, uid)
     assert s.in_flight == {} and s.running == set()
+
+
+# --- the settings: kvplan-operator flags, their environment defaults, the chart --------------------------------
+@pytest.mark.parametrize(("argv", "env", "deadline", "concurrency"), [
+    pytest.param([], {}, 120.0, 2, id="defaults"),
+    pytest.param([], {"KVPLAN_CYCLE_DEADLINE_S": "30", "KVPLAN_NAMESPACE_CONCURRENCY": "5"}, 30.0, 5, id="env"),
+    pytest.param(["--cycle-deadline", "0", "--namespace-concurrency", "1"], {}, 0.0, 1, id="flags-none-and-one"),
+    pytest.param(["--cycle-deadline", "7.5"], {"KVPLAN_CYCLE_DEADLINE_S": "30"}, 7.5, 2, id="flag-over-env"),
+])
+def test_settings_flags(monkeypatch, argv, env, deadline, concurrency):
+    from kvplan_operator.main import build_parser
+
+    for k in ("KVPLAN_CYCLE_DEADLINE_S", "KVPLAN_NAMESPACE_CONCURRENCY"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    a = build_parser().parse_args(argv)
+    assert (a.cycle_deadline, a.namespace_concurrency) == (deadline, concurrency)
+
+
+@pytest.mark.parametrize(("flag", "value"), [
+    pytest.param(f, v, id=f"{f}={v}") for f, vals in (
+        ("--cycle-deadline", ("-1", "nan", "inf", "abc", "", "1e999")),
+        ("--namespace-concurrency", ("0", "-2", "1.5", "x", "")))
+    for v in vals])
+def test_settings_bad_values_name_the_flag(capsys, flag, value):
+    from kvplan_operator.main import build_parser
+
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args([flag, value])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("kvplan-operator: error: argument") and flag in err and "Traceback" not in err
+
+
+def test_chart_passes_the_settings():
+    import pathlib
+
+    import yaml
+
+    root = pathlib.Path(__file__).resolve().parents[2] / "charts" / "kvplan-operator"
+    values = yaml.safe_load((root / "values.yaml").read_text())["replan"]
+    assert (values["cycleDeadlineSeconds"], values["namespaceConcurrency"]) == (120, 2)
+    template = (root / "templates" / "deployment.yaml").read_text()
+    for env, key in (("KVPLAN_CYCLE_DEADLINE_S", "cycleDeadlineSeconds"),
+                     ("KVPLAN_NAMESPACE_CONCURRENCY", "namespaceConcurrency")):
+        assert f"name: {env}\n              value: {{{{ .Values.replan.{key} | quote }}}}" in template

@@ -57,6 +57,9 @@ TOKEN_FILES_ENV = "KVPLAN_PROMETHEUS_TOKEN_FILES"
 #: Largest answer read, bytes. 64 MiB holds 64 classes x 90 fine buckets x 48 windows several times over; a
 #: selector or class label matching far more (a request id as class label) is cut here, not read into memory.
 MAX_BODY_BYTES = 64 * 1024 * 1024
+#: Most series (elements of ``data.result``) one answer may hold: the history checks' own limit
+#: (:data:`kvplan_operator.history.MAX_SERIES`); an answer past it stops being read (``TooManySeries``).
+MAX_ANSWER_SERIES = 65_536
 
 Resolver = Callable[[str], Sequence[str]]
 
@@ -291,14 +294,15 @@ class PromClient:
                    headers=conn.headers, ca_pem=conn.ca_pem, insecure_skip_verify=conn.insecure_skip_verify,
                    ca_origin=conn.ca_origin)
 
-    def _get(self, path: str, params: Mapping[str, str], what: str) -> Mapping[str, Any]:
+    def _get(self, path: str, params: Mapping[str, str], what: str, max_points: int | None = None
+             ) -> Mapping[str, Any]:
         import urllib3
 
         target = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
         if urllib.parse.urlsplit(target).netloc != self._host:  # the credential goes nowhere else
             raise PromError(C.PROMETHEUS_URL_REFUSED, f"{what}: the request would leave {self._host}")
         self.requests_sent += 1
-        from . import deadline, prom_transport
+        from . import deadline, prom_stream, prom_transport
 
         guard = deadline.RequestGuard(self.timeout_s, self.cycle_deadline)
         with guard:  # bounds the whole request (connect, TLS, headers, body), not each read
@@ -312,8 +316,13 @@ class PromClient:
                     rsp = self._http.request("GET", target, headers=self._headers, redirect=False,
                                              preload_content=False, timeout=prom_transport.timeout(guard))
                 try:
-                    body = _read_body(prom_transport.body_reader(rsp, guard), MAX_BODY_BYTES + 1)
-                finally:
+                    read = prom_transport.body_reader(rsp, guard)
+                    if 200 <= rsp.status < 300:  # streamed into compact series (:mod:`.prom_stream`)
+                        return prom_stream.read_data(rsp.status, read, what=what, max_bytes=MAX_BODY_BYTES,
+                                                     max_series=MAX_ANSWER_SERIES, max_points=max_points)
+                    body = _read_body(read, MAX_BODY_BYTES + 1)
+                finally:  # never back to the pool: a body cut short would be the next answer's start
+                    rsp.close()
                     rsp.release_conn()
             except (urllib3.exceptions.HTTPError, OSError, PromError) as exc:
                 if guard.fired is not None or prom_transport.is_cut(exc):
@@ -343,7 +352,8 @@ class PromClient:
 
     def query_range(self, promql: str, *, start: float, end: float, step: float) -> Mapping[str, Any]:
         params = {"query": promql, "start": repr(float(start)), "end": repr(float(end)), "step": f"{int(step)}s"}
-        return self._get("/api/v1/query_range", params, "range query")
+        return self._get("/api/v1/query_range", params, "range query",
+                         max_points=int(max(0.0, end - start) // max(1.0, float(int(step)))) + 1)
 
 
 def _read_body(read: Callable[[int], bytes], limit: int) -> bytes:

@@ -16,11 +16,25 @@ class (naming the class label value, or the group); every other bad answer raise
 
 from __future__ import annotations
 
+from kvcore.planner.limits import BASE_BYTES, DEFAULT_MEMORY_LIMIT, FLEET_BYTES_PER_SAMPLE
+from kvcore.samples import History
+
 from ..history import ClassObservation, class_histories, newest_rate, rate_value, windows_by_key
 from ..prom import PromApi, PromError
 from ..spec import KVPlanSpec
 from .. import conditions as C
 from . import SourceQuery, plan_queries
+
+
+#: Most samples the histories of one reconcile may hold: what kvcore's planner accepts within its memory limit
+#: (``kvcore.planner.limits``: the fleet method's per-sample bytes, the costliest, above its base), so that observe
+#: never builds histories (16 bytes a sample) the planner would refuse (about 8.5 million, 130 MiB).
+MAX_HISTORY_SAMPLES = int((DEFAULT_MEMORY_LIMIT - BASE_BYTES) // FLEET_BYTES_PER_SAMPLE)
+
+
+def history_samples(history: History | None) -> int:
+    """Samples a class's history holds (0 for none)."""
+    return 0 if history is None else sum(len(w.values) for w in history.windows)
 
 
 def window_seconds(spec: KVPlanSpec) -> float:
@@ -48,18 +62,27 @@ def observe_histories(prom: PromApi, spec: KVPlanSpec, namespace: str, *, now: f
     windows = spec.prometheus.windows
     index = {c.name: i for i, c in enumerate(spec.classes)}
     out: dict[str, ClassObservation] = {}
+    samples = 0
     for q in plan_queries(spec, namespace, window_s):
         data = prom.query_range(q.promql, start=now - window_s * (windows - 1), end=now, step=window_s)
-        by_key = windows_by_key(data, q.key_label, what=f"source {q.source} ({q.metric})", describe=q.where)
+        by_key = windows_by_key(data, q.key_label, what=f"source {q.source} ({q.metric})", describe=q.where,
+                                keep=set(q.keys), max_windows=windows)
+        del data  # the compact windows are all that is kept of the answer
         if not any(by_key.values()):
             raise _absent(q, None, 0)
         for key in q.keys:
             if key not in by_key:
                 raise _absent(q, key, len(by_key))
-        per_class = {name: [dict(zip(b, c)) for _, b, c in by_key[key]]
-                     for key, names in q.keys.items() for name in names}
-        binned = class_histories(per_class, max_model_len={
-            name: float(spec.classes[index[name]].max_output_tokens) for name in per_class})
+        binned = {}
+        for key, names in q.keys.items():  # one class's windows as dicts at a time: memory of one class
+            for name in names:
+                binned.update(class_histories({name: [dict(zip(b, c)) for _, b, c in by_key[key]]}, max_model_len={
+                    name: float(spec.classes[index[name]].max_output_tokens)}))
+                samples += history_samples(binned[name].history)
+                if samples > MAX_HISTORY_SAMPLES:  # stop before holding what the planner would refuse
+                    raise PromError(C.TOO_MANY_SERIES, f"source {q.source}: the histories up to class {name} hold "
+                                    f"{samples:,} samples, more than the {MAX_HISTORY_SAMPLES:,} the planner can "
+                                    "plan within its memory limit; use fewer windows, buckets or classes")
         for key, names in q.keys.items():
             for name in names:
                 c, i = spec.classes[index[name]], index[name]

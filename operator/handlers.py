@@ -103,6 +103,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # Enough workers that namespaces at their --namespace-concurrency cannot take them all (:mod:`.fairness`).
     settings.execution.max_workers = workers(settings.execution.max_workers, memo.runtime.slots.limit,
                                              os.cpu_count() or 1)
+    started = getattr(memo, "started", None)
+    if started is not None:  # kvplan-operator takes SIGTERM itself from here on (:mod:`.shutdown`)
+        started.set()
 
 
 @kopf.on.cleanup()

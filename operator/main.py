@@ -13,6 +13,7 @@ import asyncio
 import os
 import random
 import sys
+import threading
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -105,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         for line in ensure_peering(memo.runtime.deps.kube, name=args.peering, namespaces=args.namespace,
                                    clusterwide=clusterwide):
             print(f"kvplan-operator: peering {line}; priority {priority}", file=sys.stderr, flush=True)
-    asyncio.run(kopf.operator(
+    from . import shutdown
+
+    memo.started = threading.Event()  # set once kopf's startup handlers ran (handlers.configure)
+    asyncio.run(shutdown.run(
+        kopf.operator, memo.started,
         standalone=args.standalone,
         priority=priority,
         # With a peering name kopf treats peering as mandatory and pauses every watch until a peer object is

@@ -24,6 +24,7 @@ from .kube import GROUP, PLURAL, VERSION, Kube, KubeError
 from .metrics import Metrics
 from .prom import UrlPolicy, default_prom_factory
 from .reconcile import Deps, Outcome, reconcile
+from .budget import bounded_planner
 from .cycle import DEFAULT_CYCLE_DEADLINE_S
 from .deadline import stop_all
 from .fairness import DEFAULT_NAMESPACE_CONCURRENCY, Slots, workers
@@ -80,7 +81,7 @@ def default_runtime(config: Config = CONFIG) -> Runtime:
         metrics.serve(config.metrics_port)
     deps = Deps(kube=Kube.from_environment(),
                 prom_factory=default_prom_factory,
-                planner=plan, metrics=metrics, backoff_base_s=config.backoff_base_s, knob_cache=KnobCache(),
+                planner=bounded_planner(plan), metrics=metrics, backoff_base_s=config.backoff_base_s, knob_cache=KnobCache(),
                 rule_work=config.rule_work,
                 prom_policy=UrlPolicy.from_environment(),
                 cycle_deadline_s=config.cycle_deadline_s if config.cycle_deadline_s > 0 else None)

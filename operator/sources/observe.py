@@ -16,9 +16,9 @@ class (naming the class label value, or the group); every other bad answer raise
 
 from __future__ import annotations
 
-from kvcore.planner.limits import BASE_BYTES, DEFAULT_MEMORY_LIMIT, FLEET_BYTES_PER_SAMPLE
 from kvcore.samples import History
 
+from .. import budget
 from ..history import ClassObservation, class_histories, newest_rate, rate_value, windows_by_key
 from ..prom import PromApi, PromError
 from ..spec import KVPlanSpec
@@ -26,10 +26,8 @@ from .. import conditions as C
 from . import SourceQuery, plan_queries
 
 
-#: Most samples the histories of one reconcile may hold: what kvcore's planner accepts within its memory limit
-#: (``kvcore.planner.limits``: the fleet method's per-sample bytes, the costliest, above its base), so that observe
-#: never builds histories (16 bytes a sample) the planner would refuse (about 8.5 million, 130 MiB).
-MAX_HISTORY_SAMPLES = int((DEFAULT_MEMORY_LIMIT - BASE_BYTES) // FLEET_BYTES_PER_SAMPLE)
+#: Most samples the histories of one reconcile may hold (:mod:`kvplan_operator.budget`).
+MAX_HISTORY_SAMPLES = budget.MAX_HISTORY_SAMPLES
 
 
 def history_samples(history: History | None) -> int:

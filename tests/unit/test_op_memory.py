@@ -1,7 +1,7 @@
 """The memory of reconciles at the caps stays under the chart's memory limit (issue 26, item 4): three KVPlans
 reconciled at once in a fresh process (as kopf's workers would), each reading the caps answer -- 1,024 values of
 the class label x 64 buckets x 48 windows = 65,536 series, 57 MiB -- from a scripted Prometheus on loopback with the
-real client, then the real planner; the child's peak RSS (``ru_maxrss``, exact, not a timing) must stay under
+real client, then the real planner; the child's peak RSS (VmHWM, exact, not a timing) must stay under
 ``resources.limits.memory`` of charts/kvplan-operator/values.yaml. 16 classes plan in full; 256 classes (the CRD's
 most) hold more history than the planner accepts and stop at that bound (TooManySeries) before building it.
 Before the streaming reader one such answer took a process from 160 to 658 MiB and three peaked at 1,585 MiB."""

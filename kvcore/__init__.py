@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, tuple[str, str]] = {
+    "FLEET_BYTES_PER_SAMPLE": ("kvcore.planner.limits", "FLEET_BYTES_PER_SAMPLE"),
+    "BASE_BYTES": ("kvcore.planner.limits", "BASE_BYTES"),
     "HistorySource": ("kvcore.catalogue", "HistorySource"),
     "InputError": ("kvcore.errors", "InputError"),
     "Cell": ("kvcore.evaluate", "Cell"),
@@ -152,29 +154,32 @@ _EXPORTS: dict[str, tuple[str, str]] = {
 """Public name -> (module, attribute) it is read from on first use."""
 
 __all__ = [
-    "bin_lengths", "binned_history", "BinningBound", "bucket_samples", "Buckets", "build_1_2_5_buckets",
-    "capped_reserve", "Cell", "choose_knobs", "choose_reserves", "class_histories", "class_rho", "ClassHistory",
-    "ClassPlan", "ClassSpec", "cost_ratio", "CostSpec", "DEFAULT_METHODS", "DEFAULT_MODEL", "DEFAULT_RADIUS",
-    "DEFAULT_RHOS", "DEFAULT_SHIFTS", "drift_radius", "engine_rho", "EngineConfig", "EngineEvaluation",
-    "EngineFleet", "EngineRow", "EngineSetup", "ENVOY_TOKEN_TYPE", "ENVOY_TOKEN_USAGE", "episodes_for",
-    "evaluate_engine", "Evaluation", "exact_bounds", "exposed_side", "FRONTIER_WATERMARKS", "gate",
-    "generate_fleet", "generate_instance", "get_policy", "gm_markdown", "GroupEngine", "GroupPlan", "GroupReplays",
-    "GroupSpec", "History", "HistorySource", "input_error", "InputError", "Instance", "Jobs", "KnobClass",
-    "knobs_for_plan", "kvplan_buckets", "KVPLAN_CLASS_LABEL", "KVPLAN_OUTPUT_TOKENS", "Layout", "LAYOUTS",
-    "LLMD_OUTPUT_TOKENS", "load_trace", "measure_row", "MODELS", "NO_RESERVATIONS", "ObjectiveTerms",
-    "parse_reservations", "plan", "Plan", "plan_groups", "PlanStatus", "ProfileOverride", "PromptLengthRule",
-    "RadiusChoice", "RadiusPolicy", "ratio_cells", "register_policy", "render_reservations", "ReplaySet",
-    "ReplayStore", "request_cost", "resample_trace", "ReservationResult", "Reservations", "ReservationsError",
-    "reserve", "ReserveChoice", "reserves_for_plan", "resolve_lmax", "resolve_profile", "roofline",
-    "run_evaluation", "run_fast", "run_reference", "run_variant", "Samples", "Scenario", "series", "Shape",
-    "shift_blind_bound", "ShiftBlindBound", "Side", "SimConfig", "SimFleet", "SimGroup", "SimPolicy", "simulate",
-    "simulate_engine", "simulate_reference", "SKEW_FRACTION", "SKEW_REQUESTS", "SloSpec", "solve_dro_exact",
-    "solve_dro_lp", "solve_exact", "split_episodes", "StepTiming", "Trace", "vllm_buckets",
-    "VLLM_CACHE_CONFIG_INFO", "VLLM_GENERATION_TOKENS", "VLLM_GENERATION_TOKENS_ESCAPED", "VLLM_KV_CACHE_USAGE",
-    "VLLM_PREEMPTIONS", "wasserstein1_side", "WATERMARK_MIN_VERSION", "with_horizon", "Workload",
+    "BASE_BYTES", "bin_lengths", "binned_history", "BinningBound", "bucket_samples", "Buckets",
+    "build_1_2_5_buckets", "capped_reserve", "Cell", "choose_knobs", "choose_reserves", "class_histories",
+    "class_rho", "ClassHistory", "ClassPlan", "ClassSpec", "cost_ratio", "CostSpec", "DEFAULT_METHODS",
+    "DEFAULT_MODEL", "DEFAULT_RADIUS", "DEFAULT_RHOS", "DEFAULT_SHIFTS", "drift_radius", "engine_rho",
+    "EngineConfig", "EngineEvaluation", "EngineFleet", "EngineRow", "EngineSetup", "ENVOY_TOKEN_TYPE",
+    "ENVOY_TOKEN_USAGE", "episodes_for", "evaluate_engine", "Evaluation", "exact_bounds", "exposed_side",
+    "FLEET_BYTES_PER_SAMPLE", "FRONTIER_WATERMARKS", "gate", "generate_fleet", "generate_instance", "get_policy",
+    "gm_markdown", "GroupEngine", "GroupPlan", "GroupReplays", "GroupSpec", "History", "HistorySource",
+    "input_error", "InputError", "Instance", "Jobs", "KnobClass", "knobs_for_plan", "kvplan_buckets",
+    "KVPLAN_CLASS_LABEL", "KVPLAN_OUTPUT_TOKENS", "Layout", "LAYOUTS", "LLMD_OUTPUT_TOKENS", "load_trace",
+    "measure_row", "MODELS", "NO_RESERVATIONS", "ObjectiveTerms", "parse_reservations", "plan", "Plan",
+    "plan_groups", "PlanStatus", "ProfileOverride", "PromptLengthRule", "RadiusChoice", "RadiusPolicy",
+    "ratio_cells", "register_policy", "render_reservations", "ReplaySet", "ReplayStore", "request_cost",
+    "resample_trace", "ReservationResult", "Reservations", "ReservationsError", "reserve", "ReserveChoice",
+    "reserves_for_plan", "resolve_lmax", "resolve_profile", "roofline", "run_evaluation", "run_fast",
+    "run_reference", "run_variant", "Samples", "Scenario", "series", "Shape", "shift_blind_bound",
+    "ShiftBlindBound", "Side", "SimConfig", "SimFleet", "SimGroup", "SimPolicy", "simulate", "simulate_engine",
+    "simulate_reference", "SKEW_FRACTION", "SKEW_REQUESTS", "SloSpec", "solve_dro_exact", "solve_dro_lp",
+    "solve_exact", "split_episodes", "StepTiming", "Trace", "vllm_buckets", "VLLM_CACHE_CONFIG_INFO",
+    "VLLM_GENERATION_TOKENS", "VLLM_GENERATION_TOKENS_ESCAPED", "VLLM_KV_CACHE_USAGE", "VLLM_PREEMPTIONS",
+    "wasserstein1_side", "WATERMARK_MIN_VERSION", "with_horizon", "Workload",
 ]
 
 if TYPE_CHECKING:
+    from kvcore.planner.limits import FLEET_BYTES_PER_SAMPLE as FLEET_BYTES_PER_SAMPLE
+    from kvcore.planner.limits import BASE_BYTES as BASE_BYTES
     from kvcore.catalogue import HistorySource as HistorySource
     from kvcore.errors import InputError as InputError
     from kvcore.evaluate import Cell as Cell

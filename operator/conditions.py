@@ -123,11 +123,24 @@ REASONS: tuple[str, ...] = (
 )
 #: Failures of observation: the operator keeps serving the last good plan (Degraded=True; Ready stays True when a
 #: plan was applied before) and retries with backoff.
-DEGRADED_REASONS = (
+DEGRADED_REASONS: tuple[str, ...] = (
     PROMETHEUS_UNAVAILABLE, TOO_FEW_SAMPLES, READ_FAILED, PROMETHEUS_URL_REFUSED, PROMETHEUS_REJECTED,
     PROMETHEUS_QUERY_ERROR, PROMETHEUS_BAD_RESPONSE, INVALID_HISTOGRAM, NO_RATE_DATA, INVALID_RATE,
     AUTH_SECRET_MISSING, PROMETHEUS_AUTH_REFUSED, PROMETHEUS_TLS_ERROR, METRIC_ABSENT, TOO_MANY_SERIES, STALE_SAMPLES,
 )
+
+# --- Deadlines and stopping (issue 26) ---------------------------------------------------------------------------
+#: The reconcile's cycle deadline (``--cycle-deadline``, chart ``replan.cycleDeadlineSeconds``) passed before it
+#: could apply: nothing of this cycle was applied, the last good plan stays in force (Degraded), retried with backoff.
+CYCLE_DEADLINE_EXCEEDED = "CycleDeadlineExceeded"
+#: The operator is shutting down (SIGTERM): the reconcile in flight was cut before it applied anything; only in the
+#: outcome and the log (status is not written on the way out; the next operator re-plans).
+OPERATOR_STOPPING = "OperatorStopping"
+#: A reconcile was not started because its namespace already has ``--namespace-concurrency`` reconciles in flight,
+#: or the KVPlan one (only in the log: the timer tries again at its next tick, a change handler shortly).
+NAMESPACE_BUSY = "NamespaceBusy"
+REASONS = REASONS + (CYCLE_DEADLINE_EXCEEDED, OPERATOR_STOPPING, NAMESPACE_BUSY)
+DEGRADED_REASONS = DEGRADED_REASONS + (CYCLE_DEADLINE_EXCEEDED,)
 
 # --- Reasons of EngineKnobs (the plan applies; these say what of the engine knobs did not) ----------------------
 #: Every knob the plan chose is in force (or, with ``engine.knobs: Formula``, kvplan sets only --max-num-seqs).

@@ -2,7 +2,9 @@
 errors. One reconcile runs on create, update (spec) and resume, and a timer re-plans at each KVPlan's
 ``spec.replan.interval`` (rolling horizon). The timer ticks every :attr:`Config.tick_s` and reconciles only when
 due (new generation, interval elapsed, or a scheduled retry), so each KVPlan keeps its own interval.
-A per-object lock keeps the timer and a change handler from reconciling the same KVPlan at once.
+A per-object lock keeps the timer and a change handler from reconciling the same KVPlan at once, and at most
+``--namespace-concurrency`` reconciles of one namespace run at once (:mod:`.fairness`: a reconcile never waits for
+a slot). On kopf's cleanup (SIGTERM) every Prometheus request in flight is cut (:func:`.deadline.stop_all`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ from .kube import GROUP, PLURAL, VERSION, Kube, KubeError
 from .record.metrics import Metrics
 from .prom import UrlPolicy, default_prom_factory
 from .reconcile import Deps, Outcome, reconcile
+from .budget import bounded_planner
+from .cycle import DEFAULT_CYCLE_DEADLINE_S
+from .deadline import stop_all
+from .fairness import DEFAULT_NAMESPACE_CONCURRENCY, Slots, workers
 from .run import DEFAULT_RULE_WORK
 from .spec.base import parse_duration
 from .record.status import parse_iso
@@ -40,6 +46,11 @@ class Config:
     #: Work budget of the engine-model rules per re-plan cycle, simulated requests [KVPLAN_RULE_WORK]
     #: (:mod:`.engine_rules`; default :data:`~.run.DEFAULT_RULE_WORK`).
     rule_work: int = int(os.environ.get("KVPLAN_RULE_WORK", str(DEFAULT_RULE_WORK)))
+    #: Cycle deadline of one reconcile, seconds [KVPLAN_CYCLE_DEADLINE_S] (:mod:`.cycle`; 0 = none).
+    cycle_deadline_s: float = float(os.environ.get("KVPLAN_CYCLE_DEADLINE_S", str(DEFAULT_CYCLE_DEADLINE_S)))
+    #: Reconciles in flight per namespace [KVPLAN_NAMESPACE_CONCURRENCY] (:mod:`.fairness`).
+    namespace_concurrency: int = int(os.environ.get("KVPLAN_NAMESPACE_CONCURRENCY",
+                                                    str(DEFAULT_NAMESPACE_CONCURRENCY)))
 
 
 CONFIG = Config()
@@ -54,6 +65,8 @@ class Runtime:
     last_attempt: dict[str, float] = field(default_factory=dict)
     retry_at: dict[str, float] = field(default_factory=dict)
     guard: threading.Lock = field(default_factory=threading.Lock)
+    #: Reconciles in flight per namespace and per KVPlan (:mod:`.fairness`): never waited for.
+    slots: Slots = field(default_factory=Slots)
 
     def lock(self, uid: str) -> threading.Lock:
         with self.guard:
@@ -68,10 +81,11 @@ def default_runtime(config: Config = CONFIG) -> Runtime:
         metrics.serve(config.metrics_port)
     deps = Deps(kube=Kube.from_environment(),
                 prom_factory=default_prom_factory,
-                planner=plan, metrics=metrics, backoff_base_s=config.backoff_base_s, knob_cache=KnobCache(),
+                planner=bounded_planner(plan), metrics=metrics, backoff_base_s=config.backoff_base_s, knob_cache=KnobCache(),
                 rule_work=config.rule_work,
-                prom_policy=UrlPolicy.from_environment())
-    return Runtime(deps)
+                prom_policy=UrlPolicy.from_environment(),
+                cycle_deadline_s=config.cycle_deadline_s if config.cycle_deadline_s > 0 else None)
+    return Runtime(deps, slots=Slots(max(1, config.namespace_concurrency)))
 
 
 @kopf.on.login()
@@ -87,11 +101,40 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.posting.enabled = False
     if getattr(memo, "runtime", None) is None:
         memo.runtime = default_runtime()
+    # Enough workers that namespaces at their --namespace-concurrency cannot take them all (:mod:`.fairness`).
+    settings.execution.max_workers = workers(settings.execution.max_workers, memo.runtime.slots.limit,
+                                             os.cpu_count() or 1)
+    started = getattr(memo, "started", None)
+    if started is not None:  # kvplan-operator takes SIGTERM itself from here on (:mod:`.shutdown`)
+        started.set()
+
+
+@kopf.on.cleanup()
+def stop(**_: Any) -> None:
+    """SIGTERM: cut every Prometheus request in flight and refuse new ones, so each worker thread finishes its
+    reconcile (without applying) at once and the process exits promptly."""
+    stop_all()
 
 
 def _run(body: Any, memo: kopf.Memo, trigger: str, logger: logging.Logger | logging.LoggerAdapter[Any]
          ) -> Outcome | None:
     rt: Runtime = memo.runtime
+    meta = body["metadata"]
+    uid = meta["uid"]
+    busy = rt.slots.enter(meta["namespace"], uid)
+    if busy is not None:  # never wait for a slot: waiting holds a kopf worker
+        logger.info("reconcile (%s) not started: %s: %s", trigger, C.NAMESPACE_BUSY, busy)
+        if trigger == "timer":
+            return None
+        return Outcome(False, C.NAMESPACE_BUSY, busy, min(rt.deps.backoff_base_s, CONFIG.tick_s), [], False, 0.0)
+    try:
+        return _run_in_slot(rt, body, trigger, logger)
+    finally:
+        rt.slots.leave(meta["namespace"], uid)
+
+
+def _run_in_slot(rt: Runtime, body: Any, trigger: str, logger: logging.Logger | logging.LoggerAdapter[Any]
+                 ) -> Outcome | None:
     meta = body["metadata"]
     uid = meta["uid"]
     with rt.lock(uid):

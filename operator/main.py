@@ -13,6 +13,7 @@ import asyncio
 import os
 import random
 import sys
+import threading
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,11 +36,35 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated files (exact paths in the operator's pod) a KVPlan's "
                         "spec.prometheus.bearerTokenFile may name; empty: none (default "
                         "$KVPLAN_PROMETHEUS_TOKEN_FILES)")
+    p.add_argument("--cycle-deadline", type=seconds, default=os.environ.get("KVPLAN_CYCLE_DEADLINE_S", "120"),
+                   help="seconds one reconcile may take before it applies: past it nothing of the cycle is applied "
+                        "(CycleDeadlineExceeded, the last good plan stays); 0: none (default 120 or "
+                        "$KVPLAN_CYCLE_DEADLINE_S)")
+    p.add_argument("--namespace-concurrency", type=count,
+                   default=os.environ.get("KVPLAN_NAMESPACE_CONCURRENCY", "2"),
+                   help="reconciles of one namespace in flight at once, so that one tenant's slow Prometheus "
+                        "cannot take every worker (default 2 or $KVPLAN_NAMESPACE_CONCURRENCY)")
     p.add_argument("--verbose", action="store_true", help="debug logging")
     p.add_argument("--log-format", choices=sorted(LOG_FORMATS), default=os.environ.get("KVPLAN_LOG_FORMAT", "full"),
                    help="full (default: time, logger, level, message), plain (message only) or json (one JSON "
                         "object per line, with the KVPlan's namespace/name under 'object'); $KVPLAN_LOG_FORMAT")
     return p
+
+
+def seconds(text: str) -> float:
+    """A non-negative finite number of seconds (argparse names the flag in its error)."""
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(text)
+    return value
+
+
+def count(text: str) -> int:
+    """A positive integer."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
 
 
 LOG_FORMATS = {"plain": "PLAIN", "full": "FULL", "json": "JSON"}
@@ -62,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["KVPLAN_METRICS_PORT"] = str(args.metrics_port)
     os.environ["KVPLAN_PROMETHEUS_ALLOWED_HOSTS"] = args.prometheus_allowed_hosts
     os.environ["KVPLAN_PROMETHEUS_TOKEN_FILES"] = args.prometheus_token_files
+    os.environ["KVPLAN_CYCLE_DEADLINE_S"] = repr(float(args.cycle_deadline))
+    os.environ["KVPLAN_NAMESPACE_CONCURRENCY"] = str(args.namespace_concurrency)
     import kopf
 
     from . import handlers  # registers the handlers on kopf's default registry
@@ -69,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     from .kube import ensure_peering
 
     memo = kopf.Memo()
-    memo.runtime = handlers.default_runtime(handlers.Config(metrics_port=args.metrics_port))
+    memo.runtime = handlers.default_runtime(handlers.Config(
+        metrics_port=args.metrics_port, cycle_deadline_s=float(args.cycle_deadline),
+        namespace_concurrency=int(args.namespace_concurrency)))
     configure_logging(args)
     priority = args.priority if args.priority is not None else random.SystemRandom().randint(1, 2**30)
     clusterwide = args.all_namespaces or not args.namespace
@@ -77,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         for line in ensure_peering(memo.runtime.deps.kube, name=args.peering, namespaces=args.namespace,
                                    clusterwide=clusterwide):
             print(f"kvplan-operator: peering {line}; priority {priority}", file=sys.stderr, flush=True)
-    asyncio.run(kopf.operator(
+    from . import shutdown
+
+    memo.started = threading.Event()  # set once kopf's startup handlers ran (handlers.configure)
+    asyncio.run(shutdown.run(
+        kopf.operator, memo.started,
         standalone=args.standalone,
         priority=priority,
         # With a peering name kopf treats peering as mandatory and pauses every watch until a peer object is

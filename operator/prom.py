@@ -58,6 +58,9 @@ TOKEN_FILES_ENV = "KVPLAN_PROMETHEUS_TOKEN_FILES"
 #: Largest answer read, bytes. 64 MiB holds 64 classes x 90 fine buckets x 48 windows several times over; a
 #: selector or class label matching far more (a request id as class label) is cut here, not read into memory.
 MAX_BODY_BYTES = 64 * 1024 * 1024
+#: Most series (elements of ``data.result``) one answer may hold: the history checks' own limit
+#: (:data:`kvplan_operator.observe.history.MAX_SERIES`); an answer past it stops being read (``TooManySeries``).
+MAX_ANSWER_SERIES = 65_536
 
 Resolver = Callable[[str], Sequence[str]]
 
@@ -306,7 +309,13 @@ class PromClient:
             self._url: PromUrl = parse_prom_url(url)
         except UrlRefused as exc:
             raise PromError(C.PROMETHEUS_URL_REFUSED, f"{exc}; no request sent") from None
-        self._http = urllib3.PoolManager(retries=False, timeout=urllib3.Timeout(total=timeout_s), **kwargs)
+        from . import prom_transport
+
+        #: Monotonic end of the reconcile's cycle (:mod:`kvplan_operator.cycle`), None: only ``timeout_s`` bounds
+        #: a request; ``cycle_s`` is that budget in seconds, for messages.
+        self.cycle_deadline: float | None = None
+        self.cycle_s: float | None = None
+        self._http = prom_transport.pool_manager(retries=False, timeout=urllib3.Timeout(total=timeout_s), **kwargs)
         # One pool bound to the validated host and port: a request target is a path, and urllib3 refuses (instead
         # of sending) any absolute URL naming another host (HostChangedError). A name is reached at the address
         # vetted for it (no second lookup), with the name in Host, SNI and the certificate check.
@@ -328,28 +337,52 @@ class PromClient:
                    headers=conn.headers, ca_pem=conn.ca_pem, insecure_skip_verify=conn.insecure_skip_verify,
                    ca_origin=conn.ca_origin, addresses=conn.addresses)
 
-    def _get(self, path: str, params: Mapping[str, str], what: str) -> Mapping[str, Any]:
+    def _get(self, path: str, params: Mapping[str, str], what: str, max_points: int | None = None
+             ) -> Mapping[str, Any]:
         import urllib3
 
         target = f"{self._url.path}{path}?{urllib.parse.urlencode(params)}"
         self.requests_sent += 1
-        try:
-            with warnings.catch_warnings():
-                if self._insecure:  # opted in explicitly, and noted in status: not a warning per request
-                    warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
-                rsp = self._pool.request("GET", target, headers=self._headers, redirect=False, preload_content=False,
-                                         assert_same_host=True)
+        from . import deadline, prom_stream, prom_transport
+
+        guard = deadline.RequestGuard(self.timeout_s, self.cycle_deadline)
+        with guard:  # bounds the whole request (connect, TLS, headers, body), not each read
+            if guard.fired is not None:  # stopping, or the cycle deadline already passed: send nothing
+                raise prom_transport.cut_error(guard, what=what, host=self._host, limit_s=self.timeout_s,
+                                               cycle_s=self.cycle_s)
             try:
-                body = rsp.read(MAX_BODY_BYTES + 1)
-            finally:
-                rsp.release_conn()
-        except urllib3.exceptions.HTTPError as exc:
-            problem = tls_problem(exc)
-            if problem is not None:
-                raise PromError(C.PROMETHEUS_TLS_ERROR, f"{what}: TLS to {self.url} failed: {problem}") from None
-            name = type(exc).__name__
-            kind = "timed out" if "Timeout" in name or "timed out" in str(exc) else f"failed ({name})"
-            raise PrometheusUnavailable(f"{what}: request to {self._host} {kind}") from None
+                with warnings.catch_warnings():
+                    if self._insecure:  # opted in explicitly, and noted in status: not a warning per request
+                        warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+                    rsp = self._pool.request("GET", target, headers=self._headers, redirect=False,
+                                             preload_content=False, assert_same_host=True,
+                                             timeout=prom_transport.timeout(guard))
+                try:
+                    read = prom_transport.body_reader(rsp, guard)
+                    if 200 <= rsp.status < 300:  # streamed into compact series (:mod:`.prom_stream`)
+                        return prom_stream.read_data(rsp.status, read, what=what, max_bytes=MAX_BODY_BYTES,
+                                                     max_series=MAX_ANSWER_SERIES, max_points=max_points)
+                    body = _read_body(read, MAX_BODY_BYTES + 1)
+                finally:  # never back to the pool: a body cut short would be the next answer's start
+                    rsp.close()
+                    rsp.release_conn()
+            except (urllib3.exceptions.HTTPError, OSError, PromError) as exc:
+                if guard.fired is not None or prom_transport.is_cut(exc):
+                    raise prom_transport.cut_error(guard, what=what, host=self._host, limit_s=self.timeout_s,
+                                                   cycle_s=self.cycle_s) from None
+                if isinstance(exc, PromError):
+                    raise
+                problem = tls_problem(exc)
+                if problem is not None:
+                    raise PromError(C.PROMETHEUS_TLS_ERROR, f"{what}: TLS to {self.url} failed: {problem}") from None
+                name = type(exc).__name__
+                kind = "timed out" if "Timeout" in name or "timed out" in str(exc) else f"failed ({name})"
+                raise PrometheusUnavailable(f"{what}: request to {self._host} {kind}") from None
+            except Exception as exc:  # http.client's own errors on a socket the guard shut down
+                if guard.fired is not None or prom_transport.is_cut(exc):
+                    raise prom_transport.cut_error(guard, what=what, host=self._host, limit_s=self.timeout_s,
+                                                   cycle_s=self.cycle_s) from None
+                raise
         if len(body) > MAX_BODY_BYTES:
             raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: the answer is larger than "
                             f"{MAX_BODY_BYTES // 2**20} MiB (a selector or class label matching far too many series?)")
@@ -364,7 +397,21 @@ class PromClient:
 
     def query_range(self, promql: str, *, start: float, end: float, step: float) -> Mapping[str, Any]:
         params = {"query": promql, "start": repr(float(start)), "end": repr(float(end)), "step": f"{int(step)}s"}
-        return self._get("/api/v1/query_range", params, "range query")
+        return self._get("/api/v1/query_range", params, "range query",
+                         max_points=int(max(0.0, end - start) // max(1.0, float(int(step)))) + 1)
+
+
+def _read_body(read: Callable[[int], bytes], limit: int) -> bytes:
+    """At most ``limit`` bytes of a body, in chunks (each read is checked against the request's deadline)."""
+    parts: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = read(min(1 << 20, limit - size))
+        if not chunk:
+            break
+        parts.append(chunk)
+        size += len(chunk)
+    return b"".join(parts)
 
 
 def default_prom_factory(conn: PromConnection) -> PromApi:

@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import conditions as C
+from . import cycle
 from .apply import apply
 from .build import build
 from .decide import decide
@@ -47,17 +48,28 @@ class _Clock:
         self.t = now
 
 
+def _stopped(run: RunContext, f: Failure) -> Outcome:
+    """The operator is stopping: no status write on the way out (the next operator re-plans)."""
+    return Outcome(False, f.reason, f.message, None, [], False, run.elapsed())
+
+
 def _reconcile(run: RunContext, deps: Deps, clock: _Clock) -> Outcome:
     obs = observe(run, deps)
     clock.lap("observe")
     if isinstance(obs, Failure):
-        return Recorder(run, deps).failure(obs)
+        return _stopped(run, obs) if obs.reason == C.OPERATOR_STOPPING else Recorder(run, deps).failure(obs)
+    late = cycle.check(run, deps.clock, phase="observe", where="after observe")
+    if late is not None:
+        return _stopped(run, late) if late.reason == C.OPERATOR_STOPPING else Recorder(run, deps).failure(late)
     clock.phases["prometheus"] = obs.query_seconds
     rec = Recorder(run, deps, obs)
     dec = decide(run, obs, deps)
     clock.lap("decide")
     if isinstance(dec, Failure):
         return rec.failure(dec)
+    late = cycle.check(run, deps.clock, phase="decide", where="after decide, before any write")
+    if late is not None:
+        return _stopped(run, late) if late.reason == C.OPERATOR_STOPPING else rec.failure(late)
     clock.phases["planner"] = dec.solve_seconds
     built = build(run, obs, dec)
     clock.lap("build")
@@ -76,7 +88,7 @@ def _reconcile(run: RunContext, deps: Deps, clock: _Clock) -> Outcome:
 
 def reconcile(body: Mapping[str, Any], deps: Deps) -> Outcome:
     """Run the five phases once for ``body`` (a KVPlan as the apiserver returned it). Never raises ``Exception``."""
-    run = RunContext.start(body, deps.clock())
+    run = RunContext.start(body, deps.clock(), deps.cycle_deadline_s)
     clock = _Clock()
     try:
         out = _reconcile(run, deps, clock)

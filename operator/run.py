@@ -57,6 +57,9 @@ class Deps:
     knob_cache: KnobCache | None = None
     #: Work budget of the engine-model rules per re-plan cycle, simulated requests (:mod:`.engine_rules`).
     rule_work: int = DEFAULT_RULE_WORK
+    #: The reconcile's cycle deadline, seconds (:mod:`kvplan_operator.cycle`); None: none (the operator's runtime
+    #: sets ``--cycle-deadline``).
+    cycle_deadline_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -88,13 +91,18 @@ class RunContext:
     now: float
     old_status: Mapping[str, Any]
     started: float
+    #: When the cycle must be done, in the clock ``now`` came from (None: no deadline), and its budget in seconds
+    #: (:mod:`kvplan_operator.cycle`).
+    deadline: float | None = None
+    deadline_s: float | None = None
 
     @classmethod
-    def start(cls, body: Mapping[str, Any], now: float) -> RunContext:
+    def start(cls, body: Mapping[str, Any], now: float, deadline_s: float | None = None) -> RunContext:
         meta = body["metadata"]
         return cls(body=body, namespace=meta["namespace"], name=meta["name"], uid=meta.get("uid"),
                    generation=meta.get("generation"), now=now, old_status=dict(body.get("status") or {}),
-                   started=time.perf_counter())
+                   started=time.perf_counter(), deadline=None if deadline_s is None else now + deadline_s,
+                   deadline_s=deadline_s)
 
     @property
     def owner(self) -> str:

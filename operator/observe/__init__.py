@@ -26,6 +26,7 @@ from typing import Any
 from kvcore import Plan
 
 from .. import conditions as C
+from .. import cycle
 from ..desired import ANN_GENERATION, ANN_LAYOUT_CHANGES, ANN_OWNER, ANN_RELAYOUT_GENERATION, LayoutChange
 from .history import ClassObservation
 from ..targets.plandetail import Detail, read_detail
@@ -257,7 +258,7 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
     changes, relayout_gen = _budget(run, objects["state-configmap"].get(run.state_configmap))
     t0 = time.perf_counter()
     try:
-        prom = deps.prom_factory(conn)
+        prom = cycle.bound(deps.prom_factory(conn), run, deps.clock)
         classes = observe_histories(prom, spec, run.namespace, now=run.now)
         engines = None
         if spec.capacity.from_engine:

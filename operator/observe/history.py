@@ -31,9 +31,11 @@ naming the class, the window and the bucket.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
+
+import numpy as np
 
 from kvcore import SKEW_FRACTION, SKEW_REQUESTS
 from kvcore import ClassHistory
@@ -44,6 +46,7 @@ from .. import conditions as C
 from ..answer_time import check_instant_time
 from ..prom import PromError
 from ..response_text import le_label, le_text, result_type_text, series_key_text
+from ..prom_stream import Points
 
 #: The label a query adds to tell apart the keys of a source without a class label (stock vLLM, one key per
 #: Deployment or selector): ``label_replace(..., "kvplan_key", "<key>", "", "")``.
@@ -59,8 +62,12 @@ MAX_KEYS = 1024
 #: Most series one history query may return: the CRD's 256 classes x 256 buckets (kvplan's fine layout has 87 at an
 #: 8k context and 116 at 128k), i.e. 64 per key at MAX_KEYS.
 MAX_SERIES = 65_536
+#: Most buckets (distinct ``le``) of one class's histogram: kvplan's fine layout has 87 at an 8k context and 116 at
+#: 128k; more is a selector mixing histograms, and each becomes part of every window of the class's history.
+MAX_BUCKETS = 256
 
 Window = tuple[float, list[str], list[float]]
+"""One window of one key: its time, the ``le`` labels (ascending bounds) and their cumulative counts."""
 
 
 @dataclass(frozen=True)
@@ -123,14 +130,73 @@ def check_window(bounds: Sequence[float], labels: Sequence[str], counts: Sequenc
             peak, peak_bound = c, b
 
 
+class KeyWindows(Sequence[Window]):
+    """One key's windows, oldest first, kept compact: the times, the ``le`` labels (ascending bounds) and one
+    ``float64`` matrix of cumulative counts (window x bucket); each :data:`Window` is made when asked for."""
+
+    def __init__(self, times: Sequence[float], labels: list[str], counts: Any) -> None:
+        self.times, self.labels, self.counts = list(times), labels, counts
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    @overload
+    def __getitem__(self, i: int) -> Window: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Window]: ...
+
+    def __getitem__(self, i: int | slice) -> Window | list[Window]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        if self.counts is None:
+            raise LookupError("this key's counts were not kept (windows_by_key keep=...)")
+        return self.times[i], self.labels, [float(c) for c in self.counts[i]]
+
+
+def _points(series: Mapping[str, Any], what: str, where: str, le: Any) -> tuple[Any, Any]:
+    """A series' points as (times, values) float arrays, each checked (module docstring)."""
+    raw = series.get("values") or []
+    if isinstance(raw, Points):
+        ts, vs = np.frombuffer(raw.t, dtype=np.float64), np.frombuffer(raw.v, dtype=np.float64)
+    else:
+        ts_l, vs_l = [], []
+        for point in raw:
+            if not isinstance(point, Sequence) or len(point) != 2:
+                raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: a sample is not [time, value]")
+            ts_l.append(_number(point[0], what))
+            vs_l.append(_number(point[1], what))
+        ts, vs = np.asarray(ts_l, dtype=np.float64), np.asarray(vs_l, dtype=np.float64)
+    bad = ~(np.isfinite(vs) & (vs >= 0) & (vs <= MAX_COUNT))
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise PromError(C.INVALID_HISTOGRAM, f"{where}: count {vs[k]:g} at le={le_text(_bound(le, where))} (t={ts[k]:.0f}) is "
+                        f"not a finite request count in [0, {MAX_COUNT:g}]")
+    return ts, vs
+
+
 def windows_by_key(data: Mapping[str, Any], key_label: str | None, *, what: str = "histogram",
-                   describe: Mapping[str, str] | None = None) -> dict[str, list[Window]]:
-    """A range-query ``data`` (one series per ``le`` and key) -> ``{key: [(t, bounds, cumulative counts)]}``, each
-    list oldest first. ``key_label`` None: every series is one key ``""``. Bounds are sorted ascending (series naming
-    the same bound are summed); a timestamp missing from some ``le`` series of a key counts 0 there. ``describe``
-    names a key in messages (``class chat``). Raises :class:`PromError` on anything the module docstring lists."""
-    raw: dict[str, dict[float, dict[float, float]]] = {}
-    labels: dict[str, dict[float, str]] = {}
+                   describe: Mapping[str, str] | None = None, keep: Collection[str] | None = None,
+                   max_windows: int | None = None) -> dict[str, KeyWindows]:
+    """A range-query ``data`` (one series per ``le`` and key) -> ``{key: windows}`` (:class:`KeyWindows`: per
+    window ``(t, bounds, cumulative counts)``, oldest first). ``key_label`` None: every series is one key ``""``.
+    Bounds are sorted ascending (series naming the same bound are summed); a timestamp missing from some ``le``
+    series of a key counts 0 there. ``describe`` names a key in messages (``class chat``). Every key is checked;
+    only those in ``keep`` (all when None) are returned, with at most :data:`MAX_BUCKETS` buckets each, and a key
+    may have at most ``max_windows`` distinct timestamps (the range's steps); the others are listed without their
+counts. Memory: one ``float64`` per (key
+    kept, window, bucket). Raises :class:`PromError` on anything the module docstring lists."""
+    refs: dict[str, list[tuple[float, str, Any, Any]]] = {}
+    times: dict[str, set[float]] = {}
+
+    def where_of(key: str) -> str:
+        name = (describe or {}).get(key, series_key_text(key_label))
+        return f"{what}" + (f", {name}" if name else "")
+
     for series in _series(data, what):
         if not isinstance(series, Mapping):
             raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: a series is not an object")
@@ -141,41 +207,57 @@ def windows_by_key(data: Mapping[str, Any], key_label: str | None, *, what: str 
         if le is None:
             continue
         key = "" if key_label is None else str(metric.get(key_label, ""))
-        if key not in raw and len(raw) >= MAX_KEYS:
+        if key not in refs and len(refs) >= MAX_KEYS:
             raise PromError(C.TOO_MANY_SERIES, f"{what}: label {key_label} takes more than {MAX_KEYS} values; "
                             "choose a class label with one value per request class, or narrow the selector")
-        name = (describe or {}).get(key, series_key_text(key_label))
-        where = f"{what}" + (f", {name}" if name else "")
+        where = where_of(key)
         bound = _bound(le, where)
-        labels.setdefault(key, {}).setdefault(bound, le_label(le, bound))
-        by_time = raw.setdefault(key, {})
-        for point in series.get("values") or []:
-            if not isinstance(point, Sequence) or len(point) != 2:
-                raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: a sample is not [time, value]")
-            ts, v = _number(point[0], what), _number(point[1], what)
-            if not math.isfinite(v) or v < 0 or v > MAX_COUNT:
-                raise PromError(C.INVALID_HISTOGRAM, f"{where}: count {v:g} at le={le_text(bound)} (t={ts:.0f}) is "
-                                f"not a finite request count in [0, {MAX_COUNT:g}]")
-            row = by_time.setdefault(ts, {})
-            row[bound] = row.get(bound, 0.0) + v
-    out: dict[str, list[Window]] = {}
-    for key, by_time in raw.items():
-        bounds = sorted(labels[key])
-        names = [labels[key][b] for b in bounds]
-        name = (describe or {}).get(key, series_key_text(key_label))
-        where = f"{what}" + (f", {name}" if name else "")
-        rows: list[Window] = []
-        for ts in sorted(by_time):
-            counts = [by_time[ts].get(b, 0.0) for b in bounds]
-            check_window(bounds, names, counts, what=where, ts=ts)
-            rows.append((ts, names, counts))
-        out[key] = rows
+        ts, vs = _points(series, what, where, le)
+        seen = times.setdefault(key, set())
+        seen.update(ts.tolist())
+        if max_windows is not None and len(seen) > max_windows:
+            raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{where}: more distinct timestamps than the {max_windows} "
+                            "windows of the range asked for")
+        refs.setdefault(key, []).append((bound, le_label(le, bound), ts, vs))
+    out: dict[str, KeyWindows] = {}
+    for key, items in refs.items():
+        where = where_of(key)
+        labels: dict[float, str] = {}
+        for bound, label, _, _ in items:
+            labels.setdefault(bound, label)
+        bounds = sorted(labels)
+        if (keep is None or key in keep) and len(bounds) > MAX_BUCKETS:
+            raise PromError(C.TOO_MANY_SERIES, f"{where}: {len(bounds)} buckets (more than {MAX_BUCKETS}); is "
+                            "the selector mixing histograms?")
+        order = np.asarray(sorted(times[key]), dtype=np.float64)
+        column = {b: j for j, b in enumerate(bounds)}
+        counts = np.zeros((len(order), len(bounds)))
+        for bound, _, ts, vs in items:
+            if len(ts):
+                np.add.at(counts[:, column[bound]], np.searchsorted(order, ts), vs)
+        names = [labels[b] for b in bounds]
+        _check_rows(order, bounds, names, counts, where)
+        # a key not kept is listed (its windows' times and buckets, for messages), its counts dropped
+        out[key] = KeyWindows(order.tolist(), names, counts if keep is None or key in keep else None)
     return out
 
 
-def windows_from_matrix(data: Mapping[str, Any], *, what: str = "histogram") -> list[Window]:
+def _check_rows(order: Any, bounds: list[float], names: list[str], counts: Any, where: str) -> None:
+    """:func:`check_window` on every window of one key at once; the first window that fails is named by it."""
+    if counts.size == 0:
+        return
+    peak = np.maximum.accumulate(np.maximum(counts, 0.0), axis=1)
+    before = np.concatenate([np.zeros((counts.shape[0], 1)), peak[:, :-1]], axis=1)
+    tol = SKEW_REQUESTS + SKEW_FRACTION * counts.max(axis=1, initial=0.0)
+    bad = np.nonzero(((before - counts) > tol[:, None]).any(axis=1))[0]
+    if len(bad):
+        i = int(bad[0])
+        check_window(bounds, names, counts[i].tolist(), what=where, ts=float(order[i]))
+
+
+def windows_from_matrix(data: Mapping[str, Any], *, what: str = "histogram") -> Sequence[Window]:
     """One key's windows (a query summed ``by (le)`` only)."""
-    return windows_by_key(data, None, what=what).get("", [])
+    return windows_by_key(data, None, what=what).get("", KeyWindows([], [], np.zeros((0, 0))))
 
 
 def class_histories(windows_by_class: Mapping[str, Sequence[Mapping[str, float]]], *,

@@ -17,11 +17,23 @@ class (naming the class label value, or the group); every other bad answer raise
 from __future__ import annotations
 
 from ..answer_time import check_range_times
+from kvcore import History
+
+from ... import budget
 from ..history import ClassObservation, class_histories, newest_rate, rate_value, windows_by_key
 from ...prom import PromApi, PromError
 from ...spec import KVPlanSpec
 from ... import conditions as C
 from . import SourceQuery, plan_queries
+
+
+#: Most samples the histories of one reconcile may hold (:mod:`kvplan_operator.budget`).
+MAX_HISTORY_SAMPLES = budget.MAX_HISTORY_SAMPLES
+
+
+def history_samples(history: History | None) -> int:
+    """Samples a class's history holds (0 for none)."""
+    return 0 if history is None else sum(len(w.values) for w in history.windows)
 
 
 def window_seconds(spec: KVPlanSpec) -> float:
@@ -49,21 +61,30 @@ def observe_histories(prom: PromApi, spec: KVPlanSpec, namespace: str, *, now: f
     windows = spec.prometheus.windows
     index = {c.name: i for i, c in enumerate(spec.classes)}
     out: dict[str, ClassObservation] = {}
+    samples = 0
     for q in plan_queries(spec, namespace, window_s):
         start = now - window_s * (windows - 1)
         data = prom.query_range(q.promql, start=start, end=now, step=window_s)
-        by_key = windows_by_key(data, q.key_label, what=f"source {q.source} ({q.metric})", describe=q.where)
-        check_range_times((w[0] for rows in by_key.values() for w in rows), start=start, end=now, step=window_s,
+        by_key = windows_by_key(data, q.key_label, what=f"source {q.source} ({q.metric})", describe=q.where,
+                                keep=set(q.keys), max_windows=windows)
+        del data  # the compact windows are all that is kept of the answer
+        check_range_times((ts for kw in by_key.values() for ts in kw.times), start=start, end=now, step=window_s,
                           what=f"source {q.source} ({q.metric})")
         if not any(by_key.values()):
             raise _absent(q, None, 0)
         for key in q.keys:
             if key not in by_key:
                 raise _absent(q, key, len(by_key))
-        per_class = {name: [dict(zip(b, c)) for _, b, c in by_key[key]]
-                     for key, names in q.keys.items() for name in names}
-        binned = class_histories(per_class, max_model_len={
-            name: float(spec.classes[index[name]].max_output_tokens) for name in per_class})
+        binned = {}
+        for key, names in q.keys.items():  # one class's windows as dicts at a time: memory of one class
+            for name in names:
+                binned.update(class_histories({name: [dict(zip(b, c)) for _, b, c in by_key[key]]}, max_model_len={
+                    name: float(spec.classes[index[name]].max_output_tokens)}))
+                samples += history_samples(binned[name].history)
+                if samples > MAX_HISTORY_SAMPLES:  # stop before holding what the planner would refuse
+                    raise PromError(C.TOO_MANY_SERIES, f"source {q.source}: the histories up to class {name} hold "
+                                    f"{samples:,} samples, more than the {MAX_HISTORY_SAMPLES:,} the planner can "
+                                    "plan within its memory limit; use fewer windows, buckets or classes")
         for key, names in q.keys.items():
             for name in names:
                 c, i = spec.classes[index[name]], index[name]

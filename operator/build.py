@@ -15,7 +15,9 @@ writes for it.
   published ones over them; a class with nowhere else to go gets no interim routing: its routing stays as it is
   until the final step);
 - the disruption budget: a re-layout of a Deployment kvplan already manages, or a knob change that restarts one,
-  is recorded (time, target layouts or knobs) in the state ConfigMap, which is written before any Deployment.
+  is recorded (time, target layouts or knobs) in the state ConfigMap, which is written before any Deployment; the
+  continuation of the newest attempt (after a failure or a kill) re-stamps that record with this apply's time
+  instead of adding one, so every write of a re-layout lies inside the hour it is counted in (issue 26).
 
 ``DryRun`` builds the desired state (status reports it) but no writes. A target that cannot express the desired
 state (missing Deployment, another KVPlan's Deployment, a shell string it cannot edit, an InferencePool that is
@@ -161,15 +163,16 @@ def desired_state(run: RunContext, obs: Observation, dec: Decided) -> Desired:
     changes = obs.layout_changes
     relayout_gen = obs.relayout_generation
     if relayout and spec.mode == "Apply":
-        if not dec.resumed:
-            changes = (*dec.changes, LayoutChange(round(run.now, 3),
-                                                  layouts_key({k: t.layout for k, t in gt.items()})))
+        changes = (*(dec.changes[:-1] if dec.resumed else dec.changes),
+                   LayoutChange(round(run.now, 3), layouts_key({k: t.layout for k, t in gt.items()})))
         if dec.spec_changed:
             relayout_gen = run.generation
     elif dec.knobs.record is not None and spec.mode == "Apply":  # a knob change restarts pods: counted the same
         changes = (*dec.changes, LayoutChange(round(run.now, 3), dec.knobs.record))
         if dec.spec_changed:
             relayout_gen = run.generation
+    elif dec.knobs.resumed and dec.changes and spec.mode == "Apply":
+        changes = (*dec.changes[:-1], LayoutChange(round(run.now, 3), dec.changes[-1].layouts))
     pid = plan_id(gt, ct)
     return Desired(plan_id=pid, groups=gt, classes=ct, rates=rates,
                    manage_replicas={g.name: obs.groups[g.name].autoscaler is None for g in spec.groups},

@@ -42,6 +42,7 @@ from .policy import target_layouts
 from .run import Failure, RunContext
 from .spec import KVPlanSpec, RequestClass, history_key
 from .targets import BuildInput, Target, TargetRefused, all_targets
+from .targets.ownership import own_conflict
 from .translate import capacity_overrides, horizon_ratio, radius_policy
 
 #: Refusals a later reconcile may see resolved on its own (the object appears, the other KVPlan goes away).
@@ -249,6 +250,12 @@ def build(run: RunContext, obs: Observation, dec: Decided) -> Built | Failure:
     desired = desired_state(run, obs, dec)
     notes = notes_for(obs, dec, desired)
     targets = all_targets()
+    foreign = [m for name, body in sorted(obs.detail.chunks.items())
+               if (m := own_conflict("plan detail", name, body, owner=run.owner, namespace=run.namespace,
+                                     owners_alive=obs.owners_alive))]
+    if foreign:  # the record phase writes them, in DryRun too: refused before anything is applied (issue 26)
+        return Failure("build", C.OWNED_BY_OTHER, "; ".join(foreign) + "; nothing applied", temporary=True,
+                       details={"planId": desired.plan_id})
     if obs.spec.mode == "DryRun":
         return Built(desired, (), targets, tuple(notes))
     inp = BuildInput(run=run, spec=obs.spec, desired=desired, observed=obs.objects, owners_alive=obs.owners_alive)

@@ -15,7 +15,9 @@ writes for it.
   published ones over them; a class with nowhere else to go gets no interim routing: its routing stays as it is
   until the final step);
 - the disruption budget: a re-layout of a Deployment kvplan already manages, or a knob change that restarts one,
-  is recorded (time, target layouts or knobs) in the state ConfigMap, which is written before any Deployment.
+  is recorded (time, target layouts or knobs) in the state ConfigMap, which is written before any Deployment; the
+  continuation of the newest attempt (after a failure or a kill) re-stamps that record with this apply's time
+  instead of adding one, so every write of a re-layout lies inside the hour it is counted in (issue 26).
 
 ``DryRun`` builds the desired state (status reports it) but no writes. A target that cannot express the desired
 state (missing Deployment, another KVPlan's Deployment, a shell string it cannot edit, an InferencePool that is
@@ -40,6 +42,7 @@ from .decide.policy import target_layouts
 from .run import Failure, RunContext
 from .spec import KVPlanSpec, RequestClass, history_key
 from .targets import BuildInput, Target, TargetRefused, all_targets
+from .targets.ownership import own_conflict
 from .decide.translate import capacity_overrides, horizon_ratio, radius_policy
 
 #: Refusals a later reconcile may see resolved on its own (the object appears, the other KVPlan goes away).
@@ -161,15 +164,16 @@ def desired_state(run: RunContext, obs: Observation, dec: Decided) -> Desired:
     changes = obs.layout_changes
     relayout_gen = obs.relayout_generation
     if relayout and spec.mode == "Apply":
-        if not dec.resumed:
-            changes = (*dec.changes, LayoutChange(round(run.now, 3),
-                                                  layouts_key({k: t.layout for k, t in gt.items()})))
+        changes = (*(dec.changes[:-1] if dec.resumed else dec.changes),
+                   LayoutChange(round(run.now, 3), layouts_key({k: t.layout for k, t in gt.items()})))
         if dec.spec_changed:
             relayout_gen = run.generation
     elif dec.knobs.record is not None and spec.mode == "Apply":  # a knob change restarts pods: counted the same
         changes = (*dec.changes, LayoutChange(round(run.now, 3), dec.knobs.record))
         if dec.spec_changed:
             relayout_gen = run.generation
+    elif dec.knobs.resumed and dec.changes and spec.mode == "Apply":
+        changes = (*dec.changes[:-1], LayoutChange(round(run.now, 3), dec.changes[-1].layouts))
     pid = plan_id(gt, ct)
     return Desired(plan_id=pid, groups=gt, classes=ct, rates=rates,
                    manage_replicas={g.name: obs.groups[g.name].autoscaler is None for g in spec.groups},
@@ -246,6 +250,12 @@ def build(run: RunContext, obs: Observation, dec: Decided) -> Built | Failure:
     desired = desired_state(run, obs, dec)
     notes = notes_for(obs, dec, desired)
     targets = all_targets()
+    foreign = [m for name, body in sorted(obs.detail.chunks.items())
+               if (m := own_conflict("plan detail", name, body, owner=run.owner, namespace=run.namespace,
+                                     owners_alive=obs.owners_alive))]
+    if foreign:  # the record phase writes them, in DryRun too: refused before anything is applied (issue 26)
+        return Failure("build", C.OWNED_BY_OTHER, "; ".join(foreign) + "; nothing applied", temporary=True,
+                       details={"planId": desired.plan_id})
     if obs.spec.mode == "DryRun":
         return Built(desired, (), targets, tuple(notes))
     inp = BuildInput(run=run, spec=obs.spec, desired=desired, observed=obs.objects, owners_alive=obs.owners_alive)

@@ -8,10 +8,13 @@
    pinned to its current layout, but only when that layout is still one the spec allows (a layout the spec no
    longer lists is never held).
 3. :func:`kvplan_operator.decide.policy.decide` picks between them with the budget: the re-layouts *attempted* in the last
-   hour, read from the state ConfigMap (so failures and restarts do not reset it). Resuming an attempt already
-   counted (same target layouts, within the hour; e.g. after the operator died between two Deployment patches)
-   does not count again. A spec change bypasses the budget once per generation: not once the Deployments carry
-   that generation, nor once its re-layout was attempted (the state ConfigMap remembers which generation did).
+   hour, read from the state ConfigMap (so failures and restarts do not reset it). Only the continuation of the
+   *newest* attempt of the hour (same target layouts; e.g. after the operator died between two Deployment patches)
+   is not counted again (:func:`kvplan_operator.decide.policy.resumes`); returning to an older attempt's target is a new
+   re-layout. A spec change skips ``minImprovement`` once per generation (not once the Deployments carry that
+   generation, nor once its re-layout was attempted: the state ConfigMap remembers which generation did), never
+   the hourly budget. When the current layouts cannot be kept and the budget is spent, nothing is applied
+   (``Infeasible``, the last good plan stays in force).
 4. kvcore's engine-model rules on the chosen plan, within the cycle's work budget (:mod:`.engine_rules`); the
    engine knobs of each group (:mod:`kvplan_operator.decide.knobs`), with the same disruption budget for a knob
    change that restarts pods; and, per group running kvplan's plugin, the reservations it gates admission with
@@ -35,7 +38,8 @@ from .knobs import KnobDecision, class_priorities, decide_knobs, engine_version,
 from .rules import KNOBS, RuleAnswers, RuleRun, run_rules
 from .gate import GateDecision, gate_reservations
 from ..observe import Observation
-from .policy import OK_STATUSES, Decision, decide as choose, layout_moves, layouts_of, recent_changes, target_layouts
+from .policy import (OK_STATUSES, BudgetSpent, Decision, decide as choose, layout_moves, layouts_of, recent_changes,
+                     resumes, target_layouts)
 from ..run import Deps, Failure, RunContext
 from ..spec import KVPlanSpec
 from .translate import build_instance, cr_path
@@ -107,20 +111,20 @@ def decide(run: RunContext, obs: Observation, deps: Deps) -> Decided | Failure:
                     and obs.relayout_generation != run.generation and not (written and all(written)))
     seen = {k: s.layout for k, s in obs.groups.items() if s.layout is not None}
     target = layouts_key(target_layouts(free, seen))
-    resumed = any(c.layouts == target for c in changes)
+    resumed = resumes([c.layouts for c in changes], target)
     hold: Plan | None = None
-    if layout_moves(free, pinned) and not spec_changed and not resumed:
+    if layout_moves(free, pinned) and not resumed:
         held = _solve(deps, obs, previous, layouts=pinned)
         if isinstance(held, Failure):
             return held
         hold = held
         solve_s += hold.solve_seconds
-    decision = choose(free, hold, current=pinned, min_improvement=spec.replan.min_improvement,
-                      changes_last_hour=len(changes), max_per_hour=spec.replan.max_layout_changes_per_hour,
-                      spec_changed=spec_changed or resumed)
-    if resumed and decision.relayout:
-        decision = Decision(decision.plan, True, "resuming the re-layout attempted within the hour: "
-                            + decision.reason.removeprefix("spec changed: "))
+    try:
+        decision = choose(free, hold, current=pinned, min_improvement=spec.replan.min_improvement,
+                          changes_last_hour=len(changes), max_per_hour=spec.replan.max_layout_changes_per_hour,
+                          spec_changed=spec_changed, resuming=resumed)
+    except BudgetSpent as exc:
+        return Failure("decide", C.INFEASIBLE, str(exc), temporary=False)
     unheld = sorted(k for k, v in current.items() if k not in pinned and layouts_of(decision.plan).get(k) != v)
     if unheld:
         decision = Decision(decision.plan, True, decision.reason + "; layout of " + ", ".join(unheld)

@@ -17,8 +17,8 @@ Per group (``spec.groups[].engine``, ``spec.groups[].plugin``):
 
 **Budget.** Any flag change rolls the Deployment. A group whose knobs differ from what its engines run restarts,
 which counts exactly like a re-layout (:mod:`kvplan_operator.decide.policy`): free when this apply re-lays out anyway (one
-attempt), or on a Deployment kvplan does not manage yet (first adoption); allowed once per spec change (counted);
-a resumed attempt (same knobs, recorded within the hour) is not counted again; otherwise allowed while fewer than
+attempt), or on a Deployment kvplan does not manage yet (first adoption); the continuation of the newest attempt of
+the hour (same knobs) is not counted again; otherwise, a spec change included, allowed while fewer than
 ``replan.maxLayoutChangesPerHour`` restarts were attempted in the last hour (counted), else **held**: the group
 keeps every knob it runs (none of them half-changed), and each held knob's planned and current value is reported.
 
@@ -38,6 +38,7 @@ from typing import Any
 from kvcore import Instance
 from kvcore import WATERMARK_MIN_VERSION as WATERMARK_VERSION  # --watermark exists from vLLM 0.33 on
 
+from .policy import resumes
 from ..spec import Group, KVPlanSpec
 from ..spec.engine import DEFAULT_VLLM_VERSION, parse_version
 from ..targets.deployment import find_container
@@ -106,6 +107,8 @@ class KnobDecision:
     class_priority: Mapping[str, int] = field(default_factory=dict)
     record: str | None = None
     budget: str = ""
+    #: True when this apply continues the newest attempt of the hour (its record is re-stamped, not added).
+    resumed: bool = False
 
     def restarted(self) -> list[str]:
         """Groups whose knobs this apply changes."""
@@ -254,18 +257,19 @@ def decide_knobs(spec: KVPlanSpec, instance: Instance, choices: Mapping[str, Any
                     and bodies.get(g.name) is not None and differs(planned[g.name], now[g.name]))
     key = "knobs:" + ",".join(f"{n}={'/'.join(str(v) for v in planned[n].flags().values())}" for n in moving)
     record: str | None = None
+    resumed = False
     held: set[str] = set()
     if not moving:
         budget = ""
     elif relaid:
         budget = f"knobs of {', '.join(moving)} change with the re-layout of {', '.join(sorted(relaid))}"
-    elif spec_changed:
-        budget, record = f"spec changed: knobs of {', '.join(moving)} change (a restart, counted)", key
-    elif key in recorded:
+    elif resumes(recorded, key):  # only the newest attempt of the hour can be unfinished (issue 26)
+        resumed = True
         budget = f"resuming the knob change of {', '.join(moving)} attempted within the hour"
-    elif len(recorded) < max_per_hour:
-        budget, record = (f"knobs of {', '.join(moving)} change: a restart ({len(recorded) + 1} of "
-                          f"maxLayoutChangesPerHour {max_per_hour} in the last hour)"), key
+    elif len(recorded) < max_per_hour:  # a spec change does not bypass the budget either
+        budget, record = (("spec changed: " if spec_changed else "") + f"knobs of {', '.join(moving)} change: a "
+                          f"restart ({len(recorded) + 1} of maxLayoutChangesPerHour {max_per_hour} in the last "
+                          "hour)"), key
     else:
         held = set(moving)
         budget = (f"knob change of {', '.join(moving)} held: {len(recorded)} restart(s) in the last hour "
@@ -283,7 +287,7 @@ def decide_knobs(spec: KVPlanSpec, instance: Instance, choices: Mapping[str, Any
             else (f"pending: {pending_note}" if n in pending else None), failed=failed.get(n),
             pending=n in pending)
     policy = any(k.target.scheduling_policy == "priority" for k in groups.values())
-    return KnobDecision(groups, class_priorities(instance) if policy else {}, record, budget)
+    return KnobDecision(groups, class_priorities(instance) if policy else {}, record, budget, resumed)
 
 
 def engine_status(k: GroupKnobs) -> dict[str, Any]:

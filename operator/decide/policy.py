@@ -6,10 +6,17 @@ reservations (ConfigMaps) are not. So, per reconcile, the planner solves twice w
 taken only when
 
 1. its objective beats hold's by at least ``minImprovement`` (relative), and
-2. fewer than ``maxLayoutChangesPerHour`` layout changes happened in the last hour;
+2. fewer than ``maxLayoutChangesPerHour`` layout changes were attempted in the last hour;
 
-otherwise the hold plan is used: new routing and reservations, old layouts. A change of the spec itself (new
-generation) or a group with no current layout (first adoption) is never held back.
+otherwise the hold plan is used: new routing and reservations, old layouts. A group with no current layout (first
+adoption) is never held back. A change of the spec itself (new generation) skips ``minImprovement``, never the
+hourly budget (issue 26: every re-layout that is written counts, whatever the reason).
+
+**Resuming.** The only re-layout that is not counted again is the continuation of the *newest* attempt of the hour
+(:func:`resumes`): after a failure or a kill between its Deployment patches, the Deployments it did not reach yet
+get the layouts already counted. A plan that returns to the target of an older attempt (A -> B -> A, A -> B -> C ->
+A, ...) is a new re-layout: before issue 26 "any attempt of the hour" counted as resumed, so a plan oscillating
+between two layouts re-laid a Deployment out 10 times in 8.4 s under ``maxLayoutChangesPerHour: 2``.
 """
 
 from __future__ import annotations
@@ -54,6 +61,13 @@ def recent_changes(history: Sequence[float], now: float) -> list[float]:
     return [t for t in history if now - t < HOUR_S]
 
 
+def resumes(recorded: Sequence[str], key: str) -> bool:
+    """Whether an apply aiming at ``key`` continues the newest attempt of the hour (``recorded``: the keys of the
+    hour's attempts, oldest first; layouts and engine-knob restarts alike). Only the newest one can be unfinished:
+    any later attempt was recorded after it, so returning to an older target is a new re-layout."""
+    return bool(key) and bool(recorded) and recorded[-1] == key
+
+
 def improvement(free: Plan, hold: Plan) -> float:
     """Relative objective gain of ``free`` over ``hold`` ((hold - free) / |hold|); +inf when hold is unusable."""
     if hold.status not in OK_STATUSES or hold.objective is None:
@@ -66,24 +80,40 @@ def improvement(free: Plan, hold: Plan) -> float:
     return (h - f) / abs(h)
 
 
+class BudgetSpent(Exception):
+    """The current layouts cannot be kept (the hold plan is unusable) and the budget allows no re-layout: nothing
+    can be applied; the last good plan stays in force. The message says why."""
+
+
 def decide(free: Plan, hold: Plan | None, *, current: Mapping[str, tuple[int, int]], min_improvement: float,
-           changes_last_hour: int, max_per_hour: int, spec_changed: bool) -> Decision:
-    """Pick the plan to apply (see the module docstring)."""
+           changes_last_hour: int, max_per_hour: int, spec_changed: bool, resuming: bool = False) -> Decision:
+    """Pick the plan to apply (see the module docstring). ``resuming``: the free plan's target is the newest
+    attempt's of the hour (:func:`resumes`), already counted. Raises :class:`BudgetSpent` when the hold plan is
+    unusable and the budget is spent."""
     moves = layout_moves(free, current)
     if not moves:
         first = sorted(set(layouts_of(free)) - set(current))
         if first:
             return Decision(free, False, f"first layout of {', '.join(first)} (not yet managed by kvplan)")
         return Decision(free, False, "layouts unchanged")
-    if spec_changed:
-        return Decision(free, True, f"spec changed: re-layout of {', '.join(moves)}")
+    which = ", ".join(moves)
+    if resuming:
+        return Decision(free, True, f"resuming the re-layout attempted within the hour: re-layout of {which}")
+    spent = changes_last_hour >= max_per_hour
+    budget = f"{changes_last_hour} layout changes in the last hour (maxLayoutChangesPerHour {max_per_hour})"
     if hold is None or hold.status not in OK_STATUSES:
-        return Decision(free, True, f"current layouts infeasible now: re-layout of {', '.join(moves)}")
-    gain = improvement(free, hold)
+        if spent:
+            raise BudgetSpent(f"the current layouts are infeasible now and the re-layout of {which} is held: "
+                              f"{budget}; the last good plan stays in force")
+        return Decision(free, True, ("spec changed: " if spec_changed else "current layouts infeasible now: ")
+                        + f"re-layout of {which}")
+    gain = math.inf if spec_changed else improvement(free, hold)
     if gain < min_improvement:
-        return Decision(hold, False, f"re-layout of {', '.join(moves)} held: objective gain {gain:.1%} "
+        return Decision(hold, False, f"re-layout of {which} held: objective gain {gain:.1%} "
                                      f"< minImprovement {min_improvement:.1%}")
-    if changes_last_hour >= max_per_hour:
-        return Decision(hold, False, f"re-layout of {', '.join(moves)} held: {changes_last_hour} layout changes in "
-                                     f"the last hour (maxLayoutChangesPerHour {max_per_hour})")
-    return Decision(free, True, f"re-layout of {', '.join(moves)}: objective gain {gain:.1%}")
+    if spent:
+        return Decision(hold, False, ("spec changed: " if spec_changed else "") + f"re-layout of {which} held: "
+                        + budget)
+    if spec_changed:
+        return Decision(free, True, f"spec changed: re-layout of {which}")
+    return Decision(free, True, f"re-layout of {which}: objective gain {gain:.1%}")

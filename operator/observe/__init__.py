@@ -27,7 +27,7 @@ from kvcore import Plan
 
 from .. import conditions as C
 from .. import cycle
-from ..desired import ANN_GENERATION, ANN_LAYOUT_CHANGES, ANN_OWNER, ANN_RELAYOUT_GENERATION, LayoutChange
+from ..desired import ANN_GENERATION, ANN_LAYOUT_CHANGES, ANN_RELAYOUT_GENERATION, LayoutChange
 from .history import ClassObservation
 from ..targets.plandetail import Detail, read_detail
 from ..kube import KubeApi, KubeError
@@ -41,6 +41,7 @@ from ..spec import InvalidSpec, KVPlanSpec, parse_spec
 from .capacity import GroupCapacity, capacity_view
 from ..targets import Observed, Target, all_targets
 from ..targets.deployment import read_layout
+from ..targets.ownership import claimant
 from ..targets.state_configmap import decode_changes
 
 
@@ -98,12 +99,13 @@ def _read_objects(run: RunContext, deps: Deps, spec: KVPlanSpec, targets: tuple[
     return {t.name: t.read(deps.kube, run.namespace, t.names(spec, run)) for t in targets}
 
 
-def _owners(run: RunContext, deps: Deps, objects: Mapping[str, Observed]) -> dict[str, bool]:
-    """Other KVPlans named as owner on the objects we would write -> whether each still exists."""
+def _owners(run: RunContext, deps: Deps, objects: Mapping[str, Observed], detail: Detail) -> dict[str, bool]:
+    """Other KVPlans named as owner (``kvplan.io/owner`` or an ownerReference) on the objects we would write, the
+    plan's detail ConfigMaps included -> whether each still exists."""
     found: set[str] = set()
-    for observed in objects.values():
+    for observed in (*objects.values(), detail.chunks):
         for body in observed.values():
-            owner = ((body or {}).get("metadata", {}).get("annotations") or {}).get(ANN_OWNER)
+            owner = claimant(body, run.namespace)
             if owner and owner != run.owner:
                 found.add(str(owner))
     out: dict[str, bool] = {}
@@ -240,8 +242,8 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
     try:
         objects = _read_objects(run, deps, spec, targets)
         scaled = deps.kube.autoscaled_deployments(run.namespace)
-        owners = _owners(run, deps, objects)
         detail = read_detail(deps.kube, run.namespace, run.name)
+        owners = _owners(run, deps, objects, detail)
         conn = replace(connection(spec, run.namespace, deps.kube, deps.prom_policy), addresses=vetted.addresses)
     except CredentialRefused as exc:
         return exc.failure

@@ -192,10 +192,30 @@ class FleetCosts(SpecModel):
                          "c_rej/c_w = 5000.")
 
 
+#: The forms of the ConfigMap names a KVPlan derives from its own: ``<kvplan>-kvplan`` (state), ``<kvplan>-plan``
+#: and ``<kvplan>-plan-<i>`` (the plan's detail). A router ConfigMap of such a name could be another KVPlan's.
+GENERATED_CONFIGMAP_FORMS = (("state", re.compile(r"-kvplan$")), ("plan detail", re.compile(r"-plan(?:-[0-9]+)?$")))
+
+
+def generated_configmap_form(name: str) -> str | None:
+    """Which generated ConfigMap ``name`` has the form of (``"state"``, ``"plan detail"``), or None."""
+    return next((what for what, form in GENERATED_CONFIGMAP_FORMS if form.search(name)), None)
+
+
 class ConfigMapRef(SpecModel):
     name: str = Field(pattern=DNS_SUBDOMAIN, max_length=253)
     key: str = Field("routing.json", pattern=CONFIGMAP_KEY, max_length=253)
     format: Literal["kvplan.v1"] = "kvplan.v1"
+
+    @field_validator("name")
+    @classmethod
+    def _not_generated(cls, name: str) -> str:
+        """Issue 26: a router ConfigMap named like a KVPlan's state or detail ConfigMap overwrote another KVPlan's."""
+        what = generated_configmap_form(name)
+        if what is not None:
+            raise ValueError(f"{name!r} has the form of a KVPlan's own {what} ConfigMap (<kvplan>-kvplan, "
+                             "<kvplan>-plan, <kvplan>-plan-<n> are reserved); choose another name")
+        return name
 
 
 class HttpRouteRef(SpecModel):

@@ -22,10 +22,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..desired import ANN_OWNER, Desired, Write
+from ..desired import Desired, Write
 from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import KVPlanSpec
+from .ownership import claimant
 
 #: Object name -> its body as read (None: it does not exist).
 Observed = Mapping[str, Mapping[str, Any] | None]
@@ -82,8 +83,9 @@ class Target(Protocol):
 
 
 def owner_conflict(kind: str, name: str, body: Mapping[str, Any] | None, inp: BuildInput) -> str | None:
-    """A message when ``body`` carries another KVPlan's ``kvplan.io/owner`` and that KVPlan still exists."""
-    owner = ((body or {}).get("metadata", {}).get("annotations") or {}).get(ANN_OWNER)
+    """A message when ``body`` names another KVPlan as its owner (``kvplan.io/owner``, or an ownerReference) and that
+    KVPlan still exists."""
+    owner = claimant(body, inp.run.namespace)
     if owner and owner != inp.run.owner and inp.owners_alive.get(owner, True):
         return f"{kind} {name} is managed by KVPlan {owner}"
     return None

@@ -106,7 +106,7 @@ def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, targe
     edited: Mapping[str, Any] = container
     if not plugin and is_plugin_scheduler(literal(flags[SCHEDULER_FLAG] or "")):
         command0, args0 = remove_flags(container, [SCHEDULER_FLAG])
-        edited = {"command": command0, "args": args0}
+        edited = {**container, "command": command0, "args": args0}  # the env too: it decides what $NAME holds
     command, args = write_flags(edited, {TP_FLAG: str(target.tp), PP_FLAG: str(target.pp)} | knob_values(
         flags, target))
     gpus = str(target.gpus_per_replica)

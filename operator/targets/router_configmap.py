@@ -18,7 +18,8 @@ from ..desired import ANN_OWNED, ANN_OWNER, ANN_PLAN, ClassTarget, Desired, Stag
 from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import KVPlanSpec
-from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
+from . import BuildInput, TargetPlan, TargetRefused
+from .ownership import router_conflict
 from .plandetail import is_chunk
 from .state_configmap import configmap_drift, write_configmap
 
@@ -116,7 +117,8 @@ class RouterConfigMapTarget:
             raise TargetRefused(C.ROUTER_TARGET_INVALID, f"spec.router.configMap.name {ref.name!r} is one of this "
                                                          f"KVPlan's {what}; choose another name")
         current = inp.observed.get(self.name, {}).get(ref.name)
-        conflict = owner_conflict("ConfigMap", ref.name, current, inp)
+        conflict = router_conflict(ref.name, current, owner=inp.run.owner, namespace=inp.run.namespace,
+                                   owners_alive=inp.owners_alive)
         if conflict:
             raise TargetRefused(C.OWNED_BY_OTHER, conflict)
         writes: list[Write] = []

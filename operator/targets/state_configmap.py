@@ -12,10 +12,11 @@
   mounted file in place, so a reservation change reaches the engines without a restart. A reservation key no
   group writes any more is removed, unless a Deployment of the spec still projects it (a pod started meanwhile
   could not mount its volume);
-- an ownerReference to the KVPlan (garbage-collected with it).
+- an ownerReference to the KVPlan (garbage-collected with it) and the annotation ``kvplan.io/owner``; an existing
+  ConfigMap of that name that is not this KVPlan's is refused (``OwnedByOther``: :mod:`.ownership`).
 
-Created when missing (a 409 on create, another writer won the race, re-reads and patches), else merge-patched
-when a value differs.
+Created when missing (a 409 on create, another writer won the race, re-reads the object and patches it only when it
+is this KVPlan's: :func:`.ownership.recheck_created`), else merge-patched when a value differs.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..desired import (ANN_LAYOUT_CHANGES, ANN_OWNED, ANN_RELAYOUT_GENERATION, Desired, LayoutChange, Stage,
-                       Write)
+from .. import conditions as C
+from ..desired import (ANN_LAYOUT_CHANGES, ANN_OWNED, ANN_OWNER, ANN_RELAYOUT_GENERATION, Desired, LayoutChange,
+                       Stage, Write)
 from ..kube import KubeApi, KubeError
 from ..run import RunContext
 from ..spec import KVPlanSpec
-from . import BuildInput, TargetPlan
+from . import BuildInput, TargetPlan, TargetRefused
+from .ownership import own_conflict, recheck_created
 from .plugin_mount import file_key, is_file_key, projected_keys
 
 RESERVE_PREFIX = "KVPLAN_RESERVE_"
@@ -54,9 +57,9 @@ def decode_changes(text: str | None) -> tuple[LayoutChange, ...]:
 
 
 def build_state_configmap(*, name: str, namespace: str, owner_ref: Mapping[str, Any], spec: KVPlanSpec,
-                          desired: Desired) -> dict[str, Any]:
+                          desired: Desired, owner: str) -> dict[str, Any]:
     """The whole state ConfigMap for ``desired``."""
-    annotations = {ANN_OWNED: "data,metadata.annotations[kvplan.io/layout-changes]",
+    annotations = {ANN_OWNER: owner, ANN_OWNED: "data,metadata.annotations[kvplan.io/layout-changes]",
                    ANN_LAYOUT_CHANGES: encode_changes(desired.layout_changes)}
     if desired.relayout_generation is not None:
         annotations[ANN_RELAYOUT_GENERATION] = str(desired.relayout_generation)
@@ -92,8 +95,12 @@ def write_configmap(kube: KubeApi, namespace: str, w: Write) -> None:
     except KubeError as exc:
         if exc.status != 409:
             raise
-        kube.patch_configmap(namespace, w.name, {"metadata": {"annotations": w.body["metadata"]["annotations"]},
-                                                 "data": w.body["data"]})
+        annotations = w.body["metadata"]["annotations"]
+        refused = recheck_created(kube.get_configmap(namespace, w.name), name=w.name, owner=annotations[ANN_OWNER],
+                                  namespace=namespace, generated=w.target != "router-configmap")
+        if refused:
+            raise KubeError(f"create ConfigMap/{w.name}", "Conflict", 409, refused) from None
+        kube.patch_configmap(namespace, w.name, {"metadata": {"annotations": annotations}, "data": w.body["data"]})
 
 
 class StateConfigMapTarget:
@@ -110,8 +117,12 @@ class StateConfigMapTarget:
     def build(self, inp: BuildInput) -> TargetPlan:
         name = inp.run.state_configmap
         current = inp.observed.get(self.name, {}).get(name)
+        conflict = own_conflict("state", name, current, owner=inp.run.owner, namespace=inp.run.namespace,
+                                owners_alive=inp.owners_alive)
+        if conflict:
+            raise TargetRefused(C.OWNED_BY_OTHER, conflict)
         body = build_state_configmap(name=name, namespace=inp.run.namespace, owner_ref=inp.run.owner_reference,
-                                     spec=inp.spec, desired=inp.desired)
+                                     spec=inp.spec, desired=inp.desired, owner=inp.run.owner)
         if current is None:
             return TargetPlan((Write(Stage.STATE, self.name, "ConfigMap", name, "create", body),))
         data: dict[str, Any] = dict(body["data"])

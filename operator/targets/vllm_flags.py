@@ -1,28 +1,39 @@
-"""Where a container's vLLM flags live, and how to change them so vLLM really sees the change. Pure.
+"""Where a container's vLLM flags live, and how to change them so vLLM really runs the change. Pure.
 
-Kubernetes runs ``command + args`` (``command`` empty: the image's entrypoint). Three layouts occur:
+Kubernetes runs ``command + args`` (``command`` empty: the image's entrypoint, ``vllm serve`` in vllm/vllm-openai),
+expanding ``$(NAME)`` from the container's env. kvplan reads that argv the way the shell and vLLM 0.33's own parser
+do (issue 26, item 5: before, a later ``-tp 8``, ``--tensor_parallel_size 8`` or ``--tensor-parallel 2``, a flag in
+a ``# comment``, an ``echo vllm serve`` or a ``"$@"`` passed to another command made status say TP 4 where vLLM ran
+TP 8 or 1):
 
-- **argv** (``vllm serve m --tensor-parallel-size 4`` split into ``command``/``args``, or the
-  ``vllm/vllm-openai`` image's entrypoint with flags in ``args``): a flag is replaced where it is (both
-  ``--flag value`` and ``--flag=value``); an absent one is appended to the argv's end;
-- **shell string** (``command: [sh, -c, "... vllm serve m --tensor-parallel-size 1 ..."]``, or the script in
-  ``args[0]`` after ``command: [sh, -c]``; the production-stack chart's layout): a flag written with a literal value
-  is replaced inside the string, every other character kept; an absent flag is inserted right after the one
-  ``vllm serve`` (or ``vllm.entrypoints.openai.api_server``) in the script, or, when the script passes ``"$@"`` on,
-  among the positional arguments after it. A flag set from a variable (``--tensor-parallel-size $TP``), a script
-  with no or several vLLM invocations, or one that takes no ``"$@"`` is refused with :class:`Unexpressible`:
-  anything appended after a ``sh -c`` script becomes ``$0``, ``$1``... and is silently ignored;
-- **shell file** (``command: [bash, /start.sh]``): flags already in the argv are replaced; an absent one is refused
-  (whether the script passes it on is unknowable).
+- :mod:`.vllm_view` finds the argv vLLM receives, word by word: the args of the image's entrypoint; the words after
+  ``vllm serve`` or ``python -m vllm.entrypoints.openai.api_server`` in ``command + args``; in a ``sh -c`` script
+  (``command: [sh, -c, "..."]``, or ``command: [bash, -c]`` with the script in ``args[0]``, the vLLM
+  production-stack chart's layout), the words of its one vLLM command as the shell reads them (:mod:`.shell_words`),
+  with ``"$@"`` in that command standing for the positional arguments after ``$0``;
+- :mod:`.vllm_argv` finds every word vLLM reads as a flag kvplan owns, in any spelling (``--flag v``,
+  ``--flag=v``, ``--flag_with_underscores``, ``-tp``/``-pp``, ``-tp=8``): each is set to kvplan's value in place
+  (every other character of a script kept), so the last one, which vLLM uses, is kvplan's; an absent flag is added
+  at the end of vLLM's argv (after every other word, so nothing later can override it): appended to the argv, at
+  the end of the script's vLLM command, or after the positional words when that command ends with ``"$@"``;
+- refused (:class:`Unexpressible`, condition ``UnsupportedContainerLayout``, nothing applied) whenever kvplan cannot
+  vouch for what vLLM will run: an abbreviation (``--tensor-parallel``) or malformed short name (``-tp8``, ``-t``),
+  ``--config file.yaml``, a bare ``--``, a value known only at run time (``--tensor-parallel-size $TP``), a word
+  known only at run time after the flag (``$EXTRA_ARGS``: it may set it again), a script with no or several vLLM
+  commands, shell constructs not parsed (here-documents, ``if``/``for``/``case``, subshells, functions), and a
+  kubelet ``$(NAME)`` inside a script;
+- **shell file** (``command: [bash, /start.sh]``) or another program in ``command``: flags already in the argv are
+  replaced; an absent one is refused (whether that program passes flags on is unknowable).
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
+
+from .vllm_argv import later_unknown, scan, value_index, value_of
+from .vllm_view import Edit, Layout, View, edit, layout_of, view
 
 TP_FLAG = "--tensor-parallel-size"
 PP_FLAG = "--pipeline-parallel-size"
@@ -37,19 +48,11 @@ FLAGS = (TP_FLAG, PP_FLAG, SEQS_FLAG, WATERMARK_FLAG, POLICY_FLAG, SCHEDULER_FLA
 #: What vLLM 0.33 runs when a knob's flag is absent: the A100 defaults (``EngineArgs.get_batch_defaults``: 256
 #: sequences below 70 GiB or on an A100; H100/H200 get 1024), no watermark, first come first served.
 VLLM_DEFAULTS = {SEQS_FLAG: "256", WATERMARK_FLAG: "0", POLICY_FLAG: "fcfs"}
-SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "busybox"})
-_SEP = r"(?:=|(?:[ \t]|\\\r?\n)+)"
-_VALUE = r"(\"[^\"\n]*\"|'[^'\n]*'|[^\s;&|)`]+)"
-_VLLM = re.compile(r"(?<![\w./-])(?:vllm(?:[ \t]|\\\r?\n)+serve|vllm\.entrypoints\.openai\.api_server)(?![\w.-])")
-_PASS_ON = re.compile(r"\$@|\$\{@\}")
+__all__ = ["Layout", "layout_of", "read_flags", "write_flags", "remove_flags", "has_switch", "Unexpressible"]
 
 
 class Unexpressible(ValueError):
     """The container's command/args cannot carry the flag without it being ignored; the message says why."""
-
-
-def _flag_re(flag: str) -> re.Pattern[str]:
-    return re.compile(r"(?<![\w-])" + re.escape(flag) + _SEP + _VALUE)
 
 
 def literal(raw: str) -> str | None:
@@ -115,166 +118,122 @@ def set_flag(args: Sequence[str], flag: str, value: str | None) -> list[str]:
     return out if placed else out + [flag, value]
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Where a container's vLLM argv is: ``kind`` and, for a ``sh -c`` script, its place (``("command", i)`` or
-    ``("args", 0)``)."""
-
-    kind: Literal["argv", "shell", "shell-file"]
-    script: tuple[Literal["command", "args"], int] | None = None
-
-
-def layout_of(command: Sequence[str], args: Sequence[str]) -> Layout:
-    """Classify a container's ``command``/``args`` (see the module docstring)."""
-    for j, word in enumerate(command):
-        if os.path.basename(word) not in SHELLS:
-            continue
-        i = j + 1
-        while i < len(command) and command[i].startswith("-") and not command[i].startswith("--"):
-            if "c" in command[i][1:]:
-                if i + 1 < len(command):
-                    return Layout("shell", ("command", i + 1))
-                return Layout("shell", ("args", 0)) if args else Layout("shell-file")
-            i += 1
-        return Layout("shell-file")
-    return Layout("argv")
-
-
-def _script(command: Sequence[str], args: Sequence[str], where: tuple[str, int]) -> tuple[str, list[str]]:
-    """(script, positional words after it) of a ``sh -c`` layout."""
-    if where[0] == "command":
-        return command[where[1]], list(command[where[1] + 1:]) + list(args)
-    return args[0], list(args[1:])
+def _doubts(v: View) -> list[str]:
+    return scan(v.argv, FLAGS)[1]
 
 
 def read_flags(container: Mapping[str, Any]) -> dict[str, str | None]:
-    """The raw values of the vLLM flags kvplan owns as the container would pass them (None: absent). A value set
-    from a shell variable is returned as written (``$TP``)."""
-    command, args = list(container.get("command") or []), list(container.get("args") or [])
-    lay = layout_of(command, args)
-    if lay.kind != "shell":
-        return {f: read_flag(command + args, f) for f in FLAGS}
-    assert lay.script is not None
-    script, positional = _script(command, args, lay.script)
+    """The raw value vLLM gets for each flag kvplan owns (the last occurrence, in any spelling; None: absent or
+    dangling). A value known only at run time is returned as written (``$TP``). A container whose argv cannot be
+    told reads as having none of them (writing to it is refused)."""
+    v = view(container)
+    if v.problem is not None:
+        return dict.fromkeys(FLAGS)
+    found, _ = scan(v.argv, FLAGS)
     out: dict[str, str | None] = {}
     for f in FLAGS:
-        found = [m.group(1) for m in _flag_re(f).finditer(script)]
-        value = found[-1] if found else None
-        if _PASS_ON.search(script) and positional[1:]:
-            value = read_flag(positional[1:], f) or value
-        out[f] = None if value is None else (literal(value) or value)
+        occ = found[f][-1] if found[f] else None
+        j = value_index(v.argv, occ) if occ else None
+        if occ is None or j is None:
+            out[f] = None
+            continue
+        known = value_of(v.argv, occ)
+        raw = v.raws[j].split("=", 1)[1] if occ.inline and "=" in v.raws[j] else v.raws[j]
+        out[f] = (literal(known) or known) if known is not None else raw
     return out
 
 
-def _edit_script(script: str, flag: str, value: str) -> tuple[str, bool]:
-    """Replace ``flag``'s literal value(s) in ``script``; (new script, whether found). Raises Unexpressible when a
-    value is not a literal."""
-    pattern = _flag_re(flag)
-    for m in pattern.finditer(script):
-        if literal(m.group(1)) is None:
-            raise Unexpressible(f"{flag} is set to {m.group(1)!r} in the container's shell script; kvplan writes "
-                                "only literal values (set it literally, or move the flags to args)")
-    new, n = pattern.subn(lambda m: m.group(0)[: m.start(1) - m.start(0)] + value, script)
-    return new, n > 0
+def _refuse_doubts(v: View) -> None:
+    doubts = _doubts(v)
+    if doubts:
+        raise Unexpressible("vLLM's parser may read the container's argv otherwise: " + "; ".join(doubts))
+
+
+def _set_one(container: Mapping[str, Any], flag: str, value: str) -> tuple[list[str], list[str]]:
+    """(command, args) with ``flag`` set to ``value`` wherever vLLM reads it, or added at the end."""
+    v = view(container)
+    if v.problem is not None:
+        raise Unexpressible(v.problem)
+    _refuse_doubts(v)
+    occs = scan(v.argv, FLAGS)[0][flag]
+    edits: list[Edit] = []
+    for occ in occs:
+        j = value_index(v.argv, occ)
+        if j is not None and v.argv[j] is None:
+            raise Unexpressible(f"{flag} is set to {v.raws[j]!r}, a value known only at run time; kvplan writes only "
+                                "literal values (set it literally, or move the flags to args)")
+        if occ.inline:
+            edits.append(Edit(v.slots[occ.index], f"{occ.spelling}={value}"))
+        elif j is not None:
+            edits.append(Edit(v.slots[j], value))
+        else:
+            edits.append(Edit(v.slots[occ.index], value, after=True))
+    if occs:
+        last = occs[-1]
+        u = later_unknown(v.argv, value_index(v.argv, last) or last.index)
+        if u is not None:
+            raise Unexpressible(f"`{v.raws[u]}` after {flag} is known only at run time and may set it again (vLLM "
+                                "uses the last value); put the flag after it, or make it literal")
+    elif v.opaque:
+        command = " ".join(container.get("command") or [])[:80]
+        raise Unexpressible(f"{flag} is not in the container's argv and its command runs a shell script or another "
+                            f"program ({command}); whether it passes flags on to vLLM is unknown")
+    elif v.end is None:
+        return list(container.get("command") or []), list(container.get("args") or []) + [flag, value]
+    else:
+        edits.append(Edit(v.end, f"{flag} {value}" if v.end[0] == "script-end" else flag, after=True))
+        if v.end[0] != "script-end":
+            edits.append(Edit(v.end, value, after=True))
+    return edit(container, v.layout, edits)
 
 
 def write_flags(container: Mapping[str, Any], values: Mapping[str, str | None]) -> tuple[list[str], list[str]]:
     """(command, args) of ``container`` with each flag in ``values`` set (None: left as it is). Raises
-    :class:`Unexpressible` when a flag cannot be set where vLLM would read it."""
+    :class:`Unexpressible` when vLLM might not run that value (see the module docstring)."""
+    current: dict[str, Any] = dict(container)
     command, args = list(container.get("command") or []), list(container.get("args") or [])
-    lay = layout_of(command, args)
-    todo = {f: v for f, v in values.items() if v is not None}
-    if lay.kind != "shell":
-        for flag, value in todo.items():
-            command, in_command = replace_flag(command, flag, value)
-            args, in_args = replace_flag(args, flag, value)
-            if in_command or in_args:
-                continue
-            if lay.kind == "shell-file":
-                raise Unexpressible(f"{flag} is not in the container's argv and its command runs a shell script "
-                                    f"({' '.join(command)[:80]}); whether that script passes flags on is unknown")
-            if args or not command:
-                args.append(flag)
-                args.append(value)
-            else:
-                command += [flag, value]
-        return command, args
-    assert lay.script is not None
-    script, positional = _script(command, args, lay.script)
-    passes_on = bool(_PASS_ON.search(script)) and len(positional) >= 1
-    for flag, value in todo.items():
-        script, found = _edit_script(script, flag, value)
-        if passes_on:
-            rest, in_positional = replace_flag(positional[1:], flag, value)
-            positional = positional[:1] + rest
-            found = found or in_positional
-        if found:
+    for flag, value in values.items():
+        if value is None:
             continue
-        if passes_on:
-            positional += [flag, value]
-            continue
-        anchors = list(_VLLM.finditer(script))
-        if len(anchors) != 1:
-            raise Unexpressible(f"{flag} is not in the container's shell script and the script has "
-                                f"{len(anchors)} `vllm serve` invocations (need exactly one to add it to)")
-        end = anchors[0].end()
-        script = script[:end] + f" {flag} {value}" + script[end:]
-    if lay.script[0] == "command":
-        i = lay.script[1]
-        n_after = len(command) - i - 1
-        command = command[:i] + [script] + positional[:n_after]
-        args = positional[n_after:]
-    else:
-        args = [script] + positional
+        command, args = _set_one(current, flag, value)
+        current = {**current, "command": command, "args": args}
     return command, args
 
 
 def has_switch(container: Mapping[str, Any], switch: str) -> bool:
-    """Whether a flag without a value (``--no-async-scheduling``) is in the argv vLLM receives (a ``sh -c`` script
-    counts, and so do the positional words it passes on)."""
-    command, args = list(container.get("command") or []), list(container.get("args") or [])
-    lay = layout_of(command, args)
-    if lay.kind != "shell":
-        return switch in command + args
-    assert lay.script is not None
-    script, positional = _script(command, args, lay.script)
-    pattern = re.compile(r"(?<![\w-])" + re.escape(switch) + r"(?![\w=-])")
-    return bool(pattern.search(script)) or (bool(_PASS_ON.search(script)) and switch in positional[1:])
-
-
-def _drop(args: Sequence[str], flag: str) -> tuple[list[str], bool]:
-    """``args`` without any ``flag value`` / ``flag=value``; (new args, whether it was there)."""
-    out, _ = replace_flag(args, flag, "")
-    if out == list(args):
-        return out, False
-    i = out.index(flag)
-    return out[:i] + out[i + 2:], True
+    """Whether vLLM reads a flag without a value (``--no-async-scheduling``) from the container's argv, in any
+    spelling (underscores, or an abbreviation: vLLM accepts one that is unique)."""
+    v = view(container)
+    if v.problem is not None:
+        return False
+    for word in v.argv:
+        if word is None or not word.startswith("--"):
+            continue
+        name = "--" + word.split("=", 1)[0][2:].replace("_", "-")
+        if name == switch or (len(name) > 4 and switch.startswith(name)):
+            return True
+    return False
 
 
 def remove_flags(container: Mapping[str, Any], flags: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(command, args) of ``container`` without ``flags`` wherever vLLM would read them. Raises
-    :class:`Unexpressible` when one is set from a shell variable inside a ``sh -c`` script."""
+    """(command, args) of ``container`` without ``flags`` wherever vLLM reads them. Raises
+    :class:`Unexpressible` when one is set to a value known only at run time, or the argv cannot be told."""
+    current: dict[str, Any] = dict(container)
     command, args = list(container.get("command") or []), list(container.get("args") or [])
-    lay = layout_of(command, args)
-    if lay.kind != "shell":
-        for flag in flags:
-            command, _ = _drop(command, flag)
-            args, _ = _drop(args, flag)
-        return command, args
-    assert lay.script is not None
-    script, positional = _script(command, args, lay.script)
     for flag in flags:
-        pattern = re.compile(r"(?:[ \t]|\\\r?\n)*" + _flag_re(flag).pattern)
-        for m in pattern.finditer(script):
-            if literal(m.group(1)) is None:
-                raise Unexpressible(f"{flag} is set to {m.group(1)!r} in the container's shell script; kvplan "
-                                    "removes only literal values")
-        script = pattern.sub("", script)
-        if positional[1:]:
-            rest, _ = _drop(positional[1:], flag)
-            positional = positional[:1] + rest
-    if lay.script[0] == "command":
-        i = lay.script[1]
-        n_after = len(command) - i - 1
-        return command[:i] + [script] + positional[:n_after], positional[n_after:]
-    return command, [script] + positional
+        v = view(current)
+        if v.problem is not None:
+            raise Unexpressible(v.problem)
+        edits: list[Edit] = []
+        for occ in scan(v.argv, FLAGS)[0].get(flag, []):
+            j = value_index(v.argv, occ)
+            if j is not None and v.argv[j] is None:
+                raise Unexpressible(f"{flag} is set to {v.raws[j]!r} in the container's argv; kvplan removes only "
+                                    "literal values")
+            edits.append(Edit(v.slots[occ.index], None))
+            if j is not None and j != occ.index:
+                edits.append(Edit(v.slots[j], None))
+        if edits:
+            command, args = edit(current, v.layout, edits)
+            current = {**current, "command": command, "args": args}
+    return command, args

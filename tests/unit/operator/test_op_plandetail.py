@@ -146,13 +146,17 @@ def test_status_keeps_counts_and_the_largest_changes_only(kube):
 
 
 @pytest.mark.parametrize(("name", "clash"), [("fleet-plan", True), ("fleet-plan-3", True), ("fleet-planner", False),
-                                             ("fleet-plan-x", False), ("other-plan", False), ("fleet-kvplan", True)])
+                                             ("fleet-plan-x", False), ("other-plan", True), ("fleet-kvplan", True),
+                                             ("other-kvplan", True)])
 def test_the_router_configmap_cannot_be_one_of_this_kvplans_own(kube, name, clash):
+    """This KVPlan's own ConfigMaps, and (issue 26) any name of their forms, which another KVPlan's could have: the
+    spec is refused, naming the field."""
     from kvplan_operator import conditions as C
 
     spec = copy.deepcopy(SPEC)
     spec["router"] = {"configMap": {"name": name}}
     out = reconcile(kvplan(spec, kube), deps(kube))
-    assert (out.reason == C.ROUTER_TARGET_INVALID) == clash, out
+    assert (out.reason == C.INVALID_SPEC) == clash, out
     if clash:
+        assert "spec.router.configMap.name" in out.message
         assert name in out.message and kube.deployments["vllm-big"] == dep("vllm-big")  # nothing applied

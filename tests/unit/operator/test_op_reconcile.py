@@ -190,18 +190,21 @@ def _plan(total: float, tp: int) -> Plan:
 
 
 @pytest.mark.parametrize(
-    ("free_total", "changes", "spec_changed", "relayout"),
+    ("free_total", "changes", "spec_changed", "resuming", "relayout"),
     [
-        pytest.param(97.0, 0, False, False, id="gain-3pct-held"),
-        pytest.param(90.0, 0, False, True, id="gain-10pct-relayout"),
-        pytest.param(90.0, 2, False, False, id="hourly-budget-spent"),
-        pytest.param(99.0, 5, True, True, id="spec-change-always"),
+        pytest.param(97.0, 0, False, False, False, id="gain-3pct-held"),
+        pytest.param(90.0, 0, False, False, True, id="gain-10pct-relayout"),
+        pytest.param(90.0, 2, False, False, False, id="hourly-budget-spent"),
+        pytest.param(99.0, 1, True, False, True, id="spec-change-skips-min-improvement"),
+        pytest.param(99.0, 2, True, False, False, id="spec-change-never-skips-the-budget"),
+        pytest.param(99.0, 5, True, False, False, id="spec-change-budget-overspent"),
+        pytest.param(97.0, 5, False, True, True, id="resuming-the-newest-attempt-is-not-counted-again"),
     ],
 )
-def test_disruption_policy(free_total, changes, spec_changed, relayout):
+def test_disruption_policy(free_total, changes, spec_changed, resuming, relayout):
     free, hold = _plan(free_total, 8), _plan(100.0, 4)
     d = decide(free, hold, current={"big": (4, 1)}, min_improvement=0.05, changes_last_hour=changes, max_per_hour=2,
-               spec_changed=spec_changed)
+               spec_changed=spec_changed, resuming=resuming)
     assert d.relayout is relayout
     assert d.plan is (free if relayout else hold)
 

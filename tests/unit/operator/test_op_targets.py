@@ -154,9 +154,10 @@ def desired(groups: dict, classes: dict = CLASS_T) -> Desired:
 
 def test_state_configmap(spec):
     cm = build_state_configmap(name="p-kvplan", namespace="ns", owner_ref={"kind": "KVPlan", "name": "p", "uid": "u"},
-                               spec=spec, desired=desired({}))
+                               spec=spec, desired=desired({}), owner="ns/p")
     assert cm["data"] == {"KVPLAN_RESERVE_CHAT": "700", "KVPLAN_RESERVE_CODE_GEN": "300"}
     assert cm["metadata"]["ownerReferences"][0]["uid"] == "u"
+    assert cm["metadata"]["annotations"][ANN_OWNER] == "ns/p"  # every object kvplan writes carries its owner
 
 
 def test_router_document_and_configmap_patch(spec):

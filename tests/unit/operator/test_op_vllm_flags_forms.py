@@ -1,0 +1,65 @@
+"""Every shell and argv form of ``tests/vllm_flag_cases.py`` (issue 26, item 5): kvplan either writes TP 4 / PP 2
+so that vLLM really runs them, or refuses the container (``Unexpressible``, the condition
+``UnsupportedContainerLayout``). "Really" is judged by running the written container with the real shell under
+stubs that record vLLM's argv, read by an ``argparse`` model of vLLM's options (the last value wins, unique prefixes
+are accepted, ``_`` reads as ``-``, ``-tp``/``-pp``); ``tests/vllm/test_vllm_flags_parser.py`` reads the same argv
+with vLLM 0.33's own parser. Before issue 26, 6 of the issue's forms were written and status said TP 4 where vLLM ran
+TP 8 or TP 1."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from kvplan_operator.targets.vllm_flags import Unexpressible, read_flags, write_flags
+from vllm_flag_cases import CASES, WANT, container, params, stubs, vllm_invocations  # type: ignore[import-not-found]
+
+
+def vllm_like(argv: list[str]) -> argparse.Namespace:
+    """A model of vLLM's parser for the options that matter here (test side)."""
+    p = argparse.ArgumentParser(allow_abbrev=True, exit_on_error=False)
+    p.add_argument("model_tag", nargs="?")
+    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    p.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
+    p.add_argument("--tensorizer-config")  # makes --tensor ambiguous, as in vLLM
+    for name in ("--model", "--host", "--port", "--max-num-seqs", "--config-format"):
+        p.add_argument(name)
+    p.add_argument("--enable-prefix-caching", action="store_true")
+    norm = ["--" + a[2:].split("=", 1)[0].replace("_", "-") + ("=" + a.split("=", 1)[1] if "=" in a else "")
+            if a.startswith("--") else a for a in argv]
+    ns, _ = p.parse_known_args(norm)
+    return ns
+
+
+@pytest.fixture(scope="module")
+def bindir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return stubs(tmp_path_factory.mktemp("stubs"))
+
+
+@pytest.mark.parametrize("case_id", params())
+def test_written_containers_run_what_kvplan_claims(case_id: str, bindir: Path, tmp_path: Path) -> None:
+    case = CASES[case_id]
+    c = container(case)
+    try:
+        command, args = write_flags(c, WANT)
+    except Unexpressible as exc:
+        assert case.expect == "refuse", f"refused: {exc}"
+        assert str(exc)  # the condition's message says why
+        return
+    assert case.expect == "apply", f"written as {command} {args}, expected a refusal"
+    runs = vllm_invocations(command, args, case.env, bindir, tmp_path / "argv.jsonl")
+    assert len(runs) == 1, runs
+    ns = vllm_like(runs[0])
+    assert (ns.tensor_parallel_size, ns.pipeline_parallel_size) == (4, 2), runs[0]
+    written = {**c, "command": command, "args": args}
+    assert {f: read_flags(written)[f] for f in WANT} == WANT
+    assert write_flags(written, WANT) == (command, args)  # idempotent
+
+
+def test_the_issue_forms_were_wrong_before() -> None:
+    """The six forms of the issue, as the apiserver test wrote them: each is now either right or refused."""
+    for case_id in ("sh-later-short-tp-wins", "sh-underscores", "sh-abbreviation", "sh-flag-in-comment",
+                    "sh-echo-vllm-serve", "sh-pass-on-to-another-command"):
+        assert case_id in CASES

@@ -1,0 +1,82 @@
+"""Read a file only if it is a regular file of bounded size, never blocking on what the path points at.
+
+The reservation file's path is a mount the plugin does not control. A FIFO there blocks ``open()`` until a writer
+appears; a symlink to ``/dev/zero`` or ``/dev/urandom`` never ends; a directory, a socket or a device is not a
+file. :func:`read_regular_file` opens with ``O_NONBLOCK`` (a FIFO opens at once), checks with ``fstat`` on the
+open descriptor (no race with a swap of the path) that it is a regular file of at most ``max_bytes`` bytes, and
+reads at most ``max_bytes + 1`` bytes (a file that grows while read is refused too). Symlinks are followed (the
+kubelet's ConfigMap volumes are symlink chains). Pure standard library; every refusal is a :class:`FileProblem`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+Identity = tuple[int, int, int, int]
+"""(device, inode, size, mtime in ns): changes with every kubelet update of a mounted ConfigMap."""
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+class FileProblem(Exception):
+    """The path cannot be read as a bounded regular file; the message says why (without the path)."""
+
+
+def identity_of(st: os.stat_result) -> Identity:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def path_identity(path: str | os.PathLike[str]) -> Identity | None:
+    """The identity of what ``path`` points at (following symlinks), or None when it cannot be stat'ed.
+    ``stat`` never opens the file, so it does not block on a FIFO."""
+    try:
+        return identity_of(os.stat(path))
+    except (OSError, ValueError):
+        return None
+
+
+def kind_of(mode: int) -> str:
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_regular_file(path: str | os.PathLike[str], max_bytes: int) -> tuple[Identity, bytes]:
+    """``(identity, content)`` of the regular file at ``path``, at most ``max_bytes`` bytes."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise FileProblem("missing or unreadable (no such file)") from None
+        if exc.errno == errno.ENXIO:
+            raise FileProblem("not a regular file (a socket or a device without a reader)") from None
+        raise FileProblem(f"cannot be opened ({exc.strerror or exc})") from None
+    except ValueError as exc:  # a NUL byte in the path
+        raise FileProblem(f"cannot be opened ({exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileProblem(f"not a regular file ({kind_of(st.st_mode)}); refused without reading it")
+        if st.st_size > max_bytes:
+            raise FileProblem(f"{st.st_size:,} bytes, more than the {max_bytes:,} allowed; refused without "
+                              "reading it")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= max_bytes:
+            chunk = os.read(fd, max_bytes + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > max_bytes:
+            raise FileProblem(f"grew past {max_bytes:,} bytes while being read")
+        return identity_of(st), b"".join(chunks)
+    except OSError as exc:
+        raise FileProblem(f"cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
-#: A JSON string (escapes included); the text between two quotes is what nesting must not be counted in.
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-#: Everything but brackets, removed before the depth is counted.
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+#: A JSON string (escapes included), in UTF-8 bytes; the text between two quotes is what nesting must not be
+#: counted in. The unrolled form (no alternation per character) keeps the match in C at memchr-like speed.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+#: Every byte but the four brackets, deleted (``bytes.translate``) before the depth is counted.
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
 
 
 class BoundedJsonError(ValueError):
@@ -47,40 +49,44 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def nesting_exceeds(text: str, max_depth: int) -> bool:
-    """Whether the arrays and objects of ``text`` may nest deeper than ``max_depth``. Each pass removes the
-    innermost bracket pairs (at most ``max_depth + 1`` passes); brackets left unpaired (a truncated document) count
-    one level each, so shallow broken text is left to the parser to report and deep broken text is refused here."""
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+def nesting_exceeds(data: bytes, max_depth: int) -> bool:
+    """Whether the arrays and objects of the UTF-8 text ``data`` may nest deeper than ``max_depth``. Each pass
+    removes the innermost bracket pairs (at most ``max_depth + 1`` passes); brackets left unpaired (a truncated
+    document) count one level each, so shallow broken text is left to the parser to report and deep broken text is
+    refused here."""
+    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKET)
     for passes in range(max_depth + 1):
         if not brackets:
             return False
-        shorter = brackets.replace("[]", "").replace("{}", "")
+        shorter = brackets.replace(b"[]", b"").replace(b"{}", b"")
         if shorter == brackets:
             return passes + len(brackets) > max_depth
         brackets = shorter
     return True
 
 
-def load_bounded_json(data: str | bytes, *, max_bytes: int, max_separators: int, max_depth: int) -> Any:
-    """The JSON value in ``data`` (see the module docstring for what is refused)."""
-    size = len(data.encode("utf-8")) if isinstance(data, str) else len(data)
-    if size > max_bytes:
-        raise BoundedJsonError(f"{size:,} bytes, more than the {max_bytes:,} allowed")
-    if isinstance(data, bytes):
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise BoundedJsonError(f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
-    else:
-        text = data
-    text = text.removeprefix("\ufeff")
-    separators = text.count(",") + text.count(":")
+def _no_pause() -> None:
+    return None
+
+
+def load_bounded_json(data: str | bytes, *, max_bytes: int, max_separators: int, max_depth: int,
+                      pause: Callable[[], None] = _no_pause) -> Any:
+    """The JSON value in ``data`` (see the module docstring for what is refused). ``pause`` is called between the
+    checks and the parse (a reader thread yields the interpreter there)."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    if len(raw) > max_bytes:
+        raise BoundedJsonError(f"{len(raw):,} bytes, more than the {max_bytes:,} allowed")
+    try:
+        text = raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        raise BoundedJsonError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
+    separators = raw.count(b",") + raw.count(b":")
     if separators > max_separators:
         raise BoundedJsonError(f"{separators:,} commas and colons, more than the {max_separators:,} allowed "
                                "(too many values)")
-    if nesting_exceeds(text, max_depth):
+    if nesting_exceeds(raw, max_depth):
         raise BoundedJsonError(f"arrays and objects nest deeper than {max_depth} levels")
+    pause()
     try:
         return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
     except BoundedJsonError:

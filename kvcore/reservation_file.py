@@ -58,6 +58,8 @@ MAX_DEPTH = 8
 #: Most problems reported (the rest are counted), and most characters of a bad value quoted in one.
 MAX_PROBLEMS = 20
 SHOWN_CHARS = 60
+#: Classes named in a log line's description of a document (the rest are counted).
+DESCRIBED_CLASSES = 16
 _TOP_KEYS = {"format", "kvplan", "plan", "defaultClass", "classes", "priorityClasses", "promptLengthRules"}
 _CLASS_KEYS = {"reserveTokens"}
 #: A vLLM priority as a JSON key: a decimal integer that fits in 64 bits.
@@ -118,8 +120,11 @@ class Reservations:
         return isinstance(klass, str) and klass in self.reserve_tokens
 
     def describe(self) -> str:
-        """One line for logs: plan and reserves."""
-        reserves = ", ".join(f"{k}={v}" for k, v in sorted(self.reserve_tokens.items()))
+        """One line for logs: plan and reserves (the first :data:`DESCRIBED_CLASSES` classes, then a count)."""
+        shown = sorted(self.reserve_tokens.items())
+        reserves = ", ".join(f"{k}={v}" for k, v in shown[:DESCRIBED_CLASSES])
+        if len(shown) > DESCRIBED_CLASSES:
+            reserves += f", ... ({len(shown)} classes)"
         return f"plan {self.plan or '-'} ({self.kvplan or '-'}): reserveTokens {reserves}; default {self.default_class}"
 
 
@@ -276,7 +281,8 @@ def parse_reservations(text: str | bytes, *, pause: Callable[[], None] = _no_pau
     The work is bounded (module docstring). ``pause`` is called every :data:`_PAUSE_EVERY` entries while they are
     validated: a reader thread passes one that yields the interpreter to the engine's thread."""
     try:
-        doc = load_bounded_json(text, max_bytes=MAX_BYTES, max_separators=MAX_SEPARATORS, max_depth=MAX_DEPTH)
+        doc = load_bounded_json(text, max_bytes=MAX_BYTES, max_separators=MAX_SEPARATORS, max_depth=MAX_DEPTH,
+                                pause=pause)
     except BoundedJsonError as exc:
         raise ReservationsError([f"(document): {exc}"]) from None
     if not isinstance(doc, dict):

@@ -9,7 +9,7 @@ The step path (:meth:`ReservationSource.tick`, once per scheduler step) touches 
 ``check_every`` steps hands a check request to the source's reader thread (a lock and a notify), and adopts the
 values the reader last published (one attribute compare), so new values take effect at a step boundary. The reader
 thread ``stat``s the path and reads it only when its identity changed, and only as a regular file of at most
-:data:`kvcore.reservation_file.MAX_BYTES` bytes (:mod:`kvplan_vllm.regular_file`: a FIFO, a device, a directory or
+:data:`kvcore.reservation_file.MAX_BYTES` bytes (:mod:`kvcore.regular_file`: a FIFO, a device, a directory or
 a socket is refused without blocking); the parse is bounded (:func:`kvcore.reservation_file.parse_reservations`)
 and pauses every few entries so the engine's thread is never kept waiting for the interpreter. :meth:`check` does
 the same read synchronously (at start-up, before the first step, and in tests).
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from kvcore.reservation_file import NO_RESERVATIONS, Reservations, ReservationsError, parse_reservations
 from kvcore.reservation_file import MAX_BYTES
-from kvplan_vllm.regular_file import FileProblem, path_identity, read_regular_file
+from kvcore.regular_file import FileProblem, path_identity, read_regular_file
 
 #: Environment variable naming the file; the operator mounts the state ConfigMap here.
 ENV_FILE = "KVPLAN_RESERVATIONS_FILE"

@@ -1,11 +1,14 @@
-"""Read a file only if it is a regular file of bounded size, never blocking on what the path points at.
+"""Open or read a path only if it is a regular file, never blocking on what the path points at.
 
-The reservation file's path is a mount the plugin does not control. A FIFO there blocks ``open()`` until a writer
+A path given by a user or mounted by someone else can be anything. A FIFO blocks ``open()`` until a writer
 appears; a symlink to ``/dev/zero`` or ``/dev/urandom`` never ends; a directory, a socket or a device is not a
-file. :func:`read_regular_file` opens with ``O_NONBLOCK`` (a FIFO opens at once), checks with ``fstat`` on the
-open descriptor (no race with a swap of the path) that it is a regular file of at most ``max_bytes`` bytes, and
-reads at most ``max_bytes + 1`` bytes (a file that grows while read is refused too). Symlinks are followed (the
-kubelet's ConfigMap volumes are symlink chains). Pure standard library; every refusal is a :class:`FileProblem`.
+file. :func:`open_regular` opens with ``O_NONBLOCK`` (a FIFO opens at once) and checks with ``fstat`` on the open
+descriptor (no race with a swap of the path) that it is a regular file; :func:`read_regular_file` also bounds the
+size and reads at most ``max_bytes + 1`` bytes (a file that grows while read is refused too). Symlinks are followed
+(the kubelet's ConfigMap volumes are symlink chains). Standard library only: the CLI's inputs
+(:mod:`kvcore.csvstream`, :mod:`kvcore.cli.yaml_guard`) and kvplan's vLLM plugin (``kvplan_vllm.source``) use it.
+Refusals are :class:`FileProblem` (the message says why, without the path); a missing file is
+:class:`FileNotFoundError` from :func:`open_regular` and a :class:`FileProblem` from :func:`read_regular_file`.
 """
 
 from __future__ import annotations
@@ -45,16 +48,19 @@ def kind_of(mode: int) -> str:
     return "not a regular file"
 
 
-def read_regular_file(path: str | os.PathLike[str], max_bytes: int) -> tuple[Identity, bytes]:
-    """``(identity, content)`` of the regular file at ``path``, at most ``max_bytes`` bytes."""
+def open_regular(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
+    """``(descriptor, its fstat)`` of the regular file at ``path``, opened read-only; the caller closes it.
+    :class:`FileNotFoundError` when nothing is there, :class:`FileProblem` for anything else that is wrong."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
     try:
         fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
     except OSError as exc:
-        if exc.errno == errno.ENOENT:
-            raise FileProblem("missing or unreadable (no such file)") from None
         if exc.errno == errno.ENXIO:
             raise FileProblem("not a regular file (a socket or a device without a reader)") from None
+        if exc.errno == errno.ELOOP:
+            raise FileProblem("cannot be opened (a loop of symlinks)") from None
         raise FileProblem(f"cannot be opened ({exc.strerror or exc})") from None
     except ValueError as exc:  # a NUL byte in the path
         raise FileProblem(f"cannot be opened ({exc})") from None
@@ -62,6 +68,20 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int) -> tuple[Ide
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise FileProblem(f"not a regular file ({kind_of(st.st_mode)}); refused without reading it")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_regular_file(path: str | os.PathLike[str], max_bytes: int) -> tuple[Identity, bytes]:
+    """``(identity, content)`` of the regular file at ``path``, at most ``max_bytes`` bytes."""
+    try:
+        fd, st = open_regular(path)
+    except FileNotFoundError:
+        raise FileProblem("missing or unreadable (no such file)") from None
+    try:
         if st.st_size > max_bytes:
             raise FileProblem(f"{st.st_size:,} bytes, more than the {max_bytes:,} allowed; refused without "
                               "reading it")

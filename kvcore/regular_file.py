@@ -28,6 +28,14 @@ class FileProblem(Exception):
     """The path cannot be read as a bounded regular file; the message says why (without the path)."""
 
 
+class FileTooLarge(FileProblem):
+    """A regular file larger than the bound; ``size`` is its size in bytes."""
+
+    def __init__(self, size: int, message: str) -> None:
+        super().__init__(message)
+        self.size = size
+
+
 def identity_of(st: os.stat_result) -> Identity:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
@@ -83,8 +91,8 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int) -> tuple[Ide
         raise FileProblem("missing or unreadable (no such file)") from None
     try:
         if st.st_size > max_bytes:
-            raise FileProblem(f"{st.st_size:,} bytes, more than the {max_bytes:,} allowed; refused without "
-                              "reading it")
+            raise FileTooLarge(st.st_size, f"{st.st_size:,} bytes, more than the {max_bytes:,} allowed; refused "
+                                           "without reading it")
         chunks: list[bytes] = []
         size = 0
         while size <= max_bytes:
@@ -94,7 +102,7 @@ def read_regular_file(path: str | os.PathLike[str], max_bytes: int) -> tuple[Ide
             chunks.append(chunk)
             size += len(chunk)
         if size > max_bytes:
-            raise FileProblem(f"grew past {max_bytes:,} bytes while being read")
+            raise FileTooLarge(size, f"grew past {max_bytes:,} bytes while being read")
         return identity_of(st), b"".join(chunks)
     except OSError as exc:
         raise FileProblem(f"cannot be read ({exc.strerror or exc})") from None

@@ -49,12 +49,14 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def nesting_exceeds(data: bytes, max_depth: int) -> bool:
+def nesting_exceeds(data: bytes, max_depth: int, pause: Callable[[], None] = lambda: None) -> bool:
     """Whether the arrays and objects of the UTF-8 text ``data`` may nest deeper than ``max_depth``. Each pass
     removes the innermost bracket pairs (at most ``max_depth + 1`` passes); brackets left unpaired (a truncated
     document) count one level each, so shallow broken text is left to the parser to report and deep broken text is
     refused here."""
-    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKET)
+    unquoted = _STRING.sub(b"", data)
+    pause()
+    brackets = unquoted.translate(None, _NOT_BRACKET)
     for passes in range(max_depth + 1):
         if not brackets:
             return False
@@ -84,7 +86,8 @@ def load_bounded_json(data: str | bytes, *, max_bytes: int, max_separators: int,
     if separators > max_separators:
         raise BoundedJsonError(f"{separators:,} commas and colons, more than the {max_separators:,} allowed "
                                "(too many values)")
-    if nesting_exceeds(raw, max_depth):
+    pause()
+    if nesting_exceeds(raw, max_depth, pause):
         raise BoundedJsonError(f"arrays and objects nest deeper than {max_depth} levels")
     pause()
     try:

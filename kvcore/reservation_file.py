@@ -67,7 +67,7 @@ _PRIORITY = re.compile(r"[+-]?[0-9]{1,18}")
 #: Longest ``plan`` / ``kvplan`` (shown in logs): a namespace/name is at most 253 + 1 + 253 characters.
 _MAX_LABEL = 512
 #: Entries validated between two calls of ``parse_reservations``'s ``pause``.
-_PAUSE_EVERY = 32
+_PAUSE_EVERY = 8
 _RULE_KEYS = {"maxPromptTokens", "class"}
 
 

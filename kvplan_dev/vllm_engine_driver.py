@@ -72,10 +72,11 @@ def place_file(volume: Path, content: str | None, kind: str = "content") -> None
     elif content is None:
         if target.is_symlink() or target.exists():
             target.unlink()
-    elif kind == "bytes":
-        write_configmap_volume(volume, {"reservations.json": base64.b64decode(content)})
     else:
-        write_configmap_volume(volume, {"reservations.json": content})
+        if target.is_symlink() and os.readlink(target) != "..data/reservations.json":
+            target.unlink()  # a hostile symlink put there earlier: the kubelet's key link comes back
+        data = base64.b64decode(content) if kind == "bytes" else content
+        write_configmap_volume(volume, {"reservations.json": data})
 
 
 def run_variant(scenario: dict[str, Any], variant: dict[str, Any], model_dir: Path) -> dict[str, Any]:

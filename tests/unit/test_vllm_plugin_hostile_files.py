@@ -344,3 +344,23 @@ def test_a_reader_bug_never_reaches_tick(tmp_path: Path, log: Any, monkeypatch: 
         assert not source.tick() and source.current == GOOD_RES
     assert sum("reservation reader error" in m for m in messages) == 1
     source.close()
+
+
+NO_SCIPY = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("scipy", "highspy", "vllm"):
+            raise ImportError("blocked " + name)
+sys.meta_path.insert(0, Block())
+import kvplan_vllm.source, kvplan_vllm.classify
+print(",".join(sorted(m for m in sys.modules if m.startswith("kvcore"))))
+"""
+
+
+def test_the_plugins_reader_imports_without_scipy() -> None:
+    """The serving image's plugin imports the parser and the reader; neither may pull in scipy or highspy."""
+    run = subprocess.run([sys.executable, "-c", NO_SCIPY], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert set(run.stdout.strip().split(",")) >= {"kvcore.reservation_file", "kvcore.bounded_json",
+                                                  "kvcore.regular_file"}

@@ -21,6 +21,10 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, tuple[str, str]] = {
+    "read_regular_file": ("kvcore.regular_file", "read_regular_file"),
+    "path_identity": ("kvcore.regular_file", "path_identity"),
+    "FileProblem": ("kvcore.regular_file", "FileProblem"),
+    "MAX_RESERVATION_FILE_BYTES": ("kvcore.reservation_file", "MAX_BYTES"),
     "FLEET_BYTES_PER_SAMPLE": ("kvcore.planner.limits", "FLEET_BYTES_PER_SAMPLE"),
     "BASE_BYTES": ("kvcore.planner.limits", "BASE_BYTES"),
     "HistorySource": ("kvcore.catalogue", "HistorySource"),
@@ -160,24 +164,29 @@ __all__ = [
     "DEFAULT_MODEL", "DEFAULT_RADIUS", "DEFAULT_RHOS", "DEFAULT_SHIFTS", "drift_radius", "engine_rho",
     "EngineConfig", "EngineEvaluation", "EngineFleet", "EngineRow", "EngineSetup", "ENVOY_TOKEN_TYPE",
     "ENVOY_TOKEN_USAGE", "episodes_for", "evaluate_engine", "Evaluation", "exact_bounds", "exposed_side",
-    "FLEET_BYTES_PER_SAMPLE", "FRONTIER_WATERMARKS", "gate", "generate_fleet", "generate_instance", "get_policy",
-    "gm_markdown", "GroupEngine", "GroupPlan", "GroupReplays", "GroupSpec", "History", "HistorySource",
-    "input_error", "InputError", "Instance", "Jobs", "KnobClass", "knobs_for_plan", "kvplan_buckets",
-    "KVPLAN_CLASS_LABEL", "KVPLAN_OUTPUT_TOKENS", "Layout", "LAYOUTS", "LLMD_OUTPUT_TOKENS", "load_trace",
-    "measure_row", "MODELS", "NO_RESERVATIONS", "ObjectiveTerms", "parse_reservations", "plan", "Plan",
-    "plan_groups", "PlanStatus", "ProfileOverride", "PromptLengthRule", "RadiusChoice", "RadiusPolicy",
-    "ratio_cells", "register_policy", "render_reservations", "ReplaySet", "ReplayStore", "request_cost",
-    "resample_trace", "ReservationResult", "Reservations", "ReservationsError", "reserve", "ReserveChoice",
-    "reserves_for_plan", "resolve_lmax", "resolve_profile", "roofline", "run_evaluation", "run_fast",
-    "run_reference", "run_variant", "Samples", "Scenario", "series", "Shape", "shift_blind_bound",
-    "ShiftBlindBound", "Side", "SimConfig", "SimFleet", "SimGroup", "SimPolicy", "simulate", "simulate_engine",
-    "simulate_reference", "SKEW_FRACTION", "SKEW_REQUESTS", "SloSpec", "solve_dro_exact", "solve_dro_lp",
-    "solve_exact", "split_episodes", "StepTiming", "Trace", "vllm_buckets", "VLLM_CACHE_CONFIG_INFO",
-    "VLLM_GENERATION_TOKENS", "VLLM_GENERATION_TOKENS_ESCAPED", "VLLM_KV_CACHE_USAGE", "VLLM_PREEMPTIONS",
-    "wasserstein1_side", "WATERMARK_MIN_VERSION", "with_horizon", "Workload",
+    "FileProblem", "FLEET_BYTES_PER_SAMPLE", "FRONTIER_WATERMARKS", "gate", "generate_fleet", "generate_instance",
+    "get_policy", "gm_markdown", "GroupEngine", "GroupPlan", "GroupReplays", "GroupSpec", "History",
+    "HistorySource", "input_error", "InputError", "Instance", "Jobs", "KnobClass", "knobs_for_plan",
+    "kvplan_buckets", "KVPLAN_CLASS_LABEL", "KVPLAN_OUTPUT_TOKENS", "Layout", "LAYOUTS", "LLMD_OUTPUT_TOKENS",
+    "load_trace", "MAX_RESERVATION_FILE_BYTES", "measure_row", "MODELS", "NO_RESERVATIONS", "ObjectiveTerms",
+    "parse_reservations", "path_identity", "plan", "Plan", "plan_groups", "PlanStatus", "ProfileOverride",
+    "PromptLengthRule", "RadiusChoice", "RadiusPolicy", "ratio_cells", "read_regular_file", "register_policy",
+    "render_reservations", "ReplaySet", "ReplayStore", "request_cost", "resample_trace", "ReservationResult",
+    "Reservations", "ReservationsError", "reserve", "ReserveChoice", "reserves_for_plan", "resolve_lmax",
+    "resolve_profile", "roofline", "run_evaluation", "run_fast", "run_reference", "run_variant", "Samples",
+    "Scenario", "series", "Shape", "shift_blind_bound", "ShiftBlindBound", "Side", "SimConfig", "SimFleet",
+    "SimGroup", "SimPolicy", "simulate", "simulate_engine", "simulate_reference", "SKEW_FRACTION", "SKEW_REQUESTS",
+    "SloSpec", "solve_dro_exact", "solve_dro_lp", "solve_exact", "split_episodes", "StepTiming", "Trace",
+    "vllm_buckets", "VLLM_CACHE_CONFIG_INFO", "VLLM_GENERATION_TOKENS", "VLLM_GENERATION_TOKENS_ESCAPED",
+    "VLLM_KV_CACHE_USAGE", "VLLM_PREEMPTIONS", "wasserstein1_side", "WATERMARK_MIN_VERSION", "with_horizon",
+    "Workload",
 ]
 
 if TYPE_CHECKING:
+    from kvcore.regular_file import read_regular_file as read_regular_file
+    from kvcore.regular_file import path_identity as path_identity
+    from kvcore.regular_file import FileProblem as FileProblem
+    from kvcore.reservation_file import MAX_BYTES as MAX_RESERVATION_FILE_BYTES
     from kvcore.planner.limits import FLEET_BYTES_PER_SAMPLE as FLEET_BYTES_PER_SAMPLE
     from kvcore.planner.limits import BASE_BYTES as BASE_BYTES
     from kvcore.catalogue import HistorySource as HistorySource

@@ -18,7 +18,13 @@ no I/O (``kvplan_vllm.source`` reads the file).
      "promptLengthRules": [{"maxPromptTokens": 2048, "class": "chat"}, {"class": "batch"}]
     }
 
-Every problem is reported with its field path, all at once (:class:`ReservationsError`).
+Every problem is reported with its field path, all at once (:class:`ReservationsError`, at most
+:data:`MAX_PROBLEMS` of them, each quoting at most :data:`SHOWN_CHARS` characters of the value).
+
+The work of a parse is bounded whatever the bytes (a plugin parses files it did not write): at most
+:data:`MAX_BYTES` bytes, :data:`MAX_SEPARATORS` commas and colons, :data:`MAX_DEPTH` levels of nesting and no
+duplicate key (:mod:`kvcore.bounded_json`, checked before the document is built), then at most
+:data:`MAX_CLASSES` classes, priorities and rules (checked before any of them is validated).
 """
 
 from __future__ import annotations
@@ -27,8 +33,10 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Collection, Mapping
+from typing import Any, Callable, Collection, Mapping
 
+from kvcore.bounded_json import BoundedJsonError, load_bounded_json
+from kvcore.bounds import MAX_TOKENS
 from kvcore.errors import InputError
 
 #: The document's format and version; another value is refused (the plugin keeps its last good values).
@@ -36,8 +44,30 @@ FORMAT = "kvplan.reservations.v1"
 #: A class name, as the KVPlan CRD allows it (a DNS label of at most 40 characters).
 CLASS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 CLASS_NAME_MAX = 40
+#: Most classes in one document, and most entries of ``priorityClasses`` and of ``promptLengthRules``: the KVPlan
+#: CRD's limit on classes (``spec.classes`` maxItems), so the operator never writes more.
+MAX_CLASSES = 256
+#: Largest document, bytes. The largest the operator writes (256 classes of 40-character names, a priority and a
+#: prompt-length rule each, 19-digit numbers) is about 64 KB; a ConfigMap can hold 1 MiB.
+MAX_BYTES = 128 * 1024
+#: Most commas and colons in a document (a bound on its values, counted before parsing); the largest document
+#: the operator writes has about 9 per class.
+MAX_SEPARATORS = 16 * MAX_CLASSES
+#: Deepest nesting of arrays and objects; a valid document nests 3 deep (``classes.<name>.reserveTokens``).
+MAX_DEPTH = 8
+#: Most problems reported (the rest are counted), and most characters of a bad value quoted in one.
+MAX_PROBLEMS = 20
+SHOWN_CHARS = 60
+#: Classes named in a log line's description of a document (the rest are counted).
+DESCRIBED_CLASSES = 16
 _TOP_KEYS = {"format", "kvplan", "plan", "defaultClass", "classes", "priorityClasses", "promptLengthRules"}
 _CLASS_KEYS = {"reserveTokens"}
+#: A vLLM priority as a JSON key: a decimal integer that fits in 64 bits.
+_PRIORITY = re.compile(r"[+-]?[0-9]{1,18}")
+#: Longest ``plan`` / ``kvplan`` (shown in logs): a namespace/name is at most 253 + 1 + 253 characters.
+_MAX_LABEL = 512
+#: Entries validated between two calls of ``parse_reservations``'s ``pause``.
+_PAUSE_EVERY = 8
 _RULE_KEYS = {"maxPromptTokens", "class"}
 
 
@@ -46,6 +76,8 @@ class ReservationsError(InputError):
     first one's field)."""
 
     def __init__(self, problems: list[str]) -> None:
+        if len(problems) > MAX_PROBLEMS:
+            problems = [*problems[:MAX_PROBLEMS], f"(document): {len(problems) - MAX_PROBLEMS} more problem(s)"]
         self.problems = problems
         first_field, _, first_message = problems[0].partition(": ")
         super().__init__(first_field, first_message)
@@ -88,8 +120,11 @@ class Reservations:
         return isinstance(klass, str) and klass in self.reserve_tokens
 
     def describe(self) -> str:
-        """One line for logs: plan and reserves."""
-        reserves = ", ".join(f"{k}={v}" for k, v in sorted(self.reserve_tokens.items()))
+        """One line for logs: plan and reserves (the first :data:`DESCRIBED_CLASSES` classes, then a count)."""
+        shown = sorted(self.reserve_tokens.items())
+        reserves = ", ".join(f"{k}={v}" for k, v in shown[:DESCRIBED_CLASSES])
+        if len(shown) > DESCRIBED_CLASSES:
+            reserves += f", ... ({len(shown)} classes)"
         return f"plan {self.plan or '-'} ({self.kvplan or '-'}): reserveTokens {reserves}; default {self.default_class}"
 
 
@@ -97,14 +132,16 @@ class Reservations:
 NO_RESERVATIONS = Reservations(reserve_tokens={}, default_class="default")
 
 
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not valid JSON")
+def _show(value: Any) -> str:
+    """``value`` as JSON, cut to :data:`SHOWN_CHARS` characters (a value from a file can be as large as the file)."""
+    text = json.dumps(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
 
 
 def _tokens(value: Any, path: str, problems: list[str]) -> int | None:
     """A non-negative whole number of tokens (an integral float such as 512.0 is accepted)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        problems.append(f"{path}: must be a non-negative whole number of tokens, got {json.dumps(value)}")
+        problems.append(f"{path}: must be a non-negative whole number of tokens, got {_show(value)}")
         return None
     if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
         problems.append(f"{path}: must be a non-negative whole number of tokens, got {value!r}")
@@ -112,13 +149,16 @@ def _tokens(value: Any, path: str, problems: list[str]) -> int | None:
     if value < 0:
         problems.append(f"{path}: must be >= 0, got {value!r}")
         return None
+    if value > MAX_TOKENS:
+        problems.append(f"{path}: must be at most {MAX_TOKENS:.0f} tokens, got {value!r}")
+        return None
     return int(value)
 
 
 def _class_name(value: Any, path: str, problems: list[str]) -> str | None:
     if not isinstance(value, str) or len(value) > CLASS_NAME_MAX or not CLASS_NAME.match(value):
         problems.append(f"{path}: must be a class name (lower-case letters, digits and '-', at most "
-                        f"{CLASS_NAME_MAX} characters), got {json.dumps(value)}")
+                        f"{CLASS_NAME_MAX} characters), got {_show(value)}")
         return None
     return value
 
@@ -128,17 +168,28 @@ def _unknown_keys(obj: Mapping[str, Any], allowed: set[str], path: str, problems
         problems.append(f"{path}{key}: unknown field (allowed: {', '.join(sorted(allowed))})")
 
 
-def _classes(raw: Any, problems: list[str]) -> dict[str, int]:
+def _too_many(raw: Mapping[Any, Any] | list[Any], path: str, problems: list[str]) -> bool:
+    if len(raw) <= MAX_CLASSES:
+        return False
+    problems.append(f"{path}: {len(raw)} entries, more than the {MAX_CLASSES} allowed")
+    return True
+
+
+def _classes(raw: Any, problems: list[str], pause: Callable[[], None]) -> dict[str, int]:
     if not isinstance(raw, dict) or not raw:
         problems.append("classes: must be a non-empty object of class name -> {\"reserveTokens\": n}")
         return {}
+    if _too_many(raw, "classes", problems):
+        return {}
     out: dict[str, int] = {}
-    for name, entry in raw.items():
-        path = f"classes.{name}"
-        if _class_name(name, f"classes key {json.dumps(name)}", problems) is None:
+    for i, (name, entry) in enumerate(raw.items()):
+        if i % _PAUSE_EVERY == _PAUSE_EVERY - 1:
+            pause()
+        if _class_name(name, f"classes key {_show(name)}", problems) is None:
             continue
+        path = f"classes.{name}"
         if not isinstance(entry, dict):
-            problems.append(f"{path}: must be an object {{\"reserveTokens\": n}}, got {json.dumps(entry)}")
+            problems.append(f"{path}: must be an object {{\"reserveTokens\": n}}, got {_show(entry)}")
             continue
         _unknown_keys(entry, _CLASS_KEYS, path + ".", problems)
         if "reserveTokens" not in entry:
@@ -153,38 +204,49 @@ def _classes(raw: Any, problems: list[str]) -> dict[str, int]:
 def _known(name: Any, path: str, classes: Collection[str], problems: list[str]) -> str | None:
     klass = _class_name(name, path, problems)
     if klass is not None and klass not in classes:
-        problems.append(f"{path}: class {json.dumps(klass)} is not in classes ({', '.join(sorted(classes))})")
+        known = ", ".join(sorted(classes)[:8]) + (f", ... ({len(classes)} classes)" if len(classes) > 8 else "")
+        problems.append(f"{path}: class {_show(klass)} is not in classes ({known})")
         return None
     return klass
 
 
-def _priorities(raw: Any, classes: Collection[str], problems: list[str]) -> dict[int, str]:
+def _priorities(raw: Any, classes: Collection[str], problems: list[str], pause: Callable[[], None]
+                ) -> dict[int, str]:
     if not isinstance(raw, dict):
         problems.append(f"priorityClasses: must be an object of priority (an integer, as a string) -> class, "
-                        f"got {json.dumps(raw)}")
+                        f"got {_show(raw)}")
+        return {}
+    if _too_many(raw, "priorityClasses", problems):
         return {}
     out: dict[int, str] = {}
-    for key, name in raw.items():
-        path = f"priorityClasses.{key}"
-        try:
-            priority = int(key, 10)
-        except ValueError:
-            problems.append(f"{path}: the key must be an integer vLLM priority, got {json.dumps(key)}")
+    for i, (key, name) in enumerate(raw.items()):
+        if i % _PAUSE_EVERY == _PAUSE_EVERY - 1:
+            pause()
+        path = f"priorityClasses.{key[:SHOWN_CHARS]}"
+        if not _PRIORITY.fullmatch(key):
+            problems.append(f"{path}: the key must be an integer vLLM priority (at most 18 digits), got "
+                            f"{_show(key)}")
             continue
+        priority = int(key, 10)
         klass = _known(name, path, classes, problems)
         if klass is not None:
             out[priority] = klass
     return out
 
 
-def _rules(raw: Any, classes: Collection[str], problems: list[str]) -> tuple[PromptLengthRule, ...]:
+def _rules(raw: Any, classes: Collection[str], problems: list[str], pause: Callable[[], None]
+           ) -> tuple[PromptLengthRule, ...]:
     if not isinstance(raw, list):
         problems.append(f"promptLengthRules: must be a list of {{\"maxPromptTokens\": n, \"class\": c}}, "
-                        f"got {json.dumps(raw)}")
+                        f"got {_show(raw)}")
+        return ()
+    if _too_many(raw, "promptLengthRules", problems):
         return ()
     out: list[PromptLengthRule] = []
     catch_all_at: int | None = None
     for i, rule in enumerate(raw):
+        if i % _PAUSE_EVERY == _PAUSE_EVERY - 1:
+            pause()
         path = f"promptLengthRules[{i}]"
         if not isinstance(rule, dict):
             problems.append(f"{path}: must be an object {{\"maxPromptTokens\": n, \"class\": c}}")
@@ -209,32 +271,41 @@ def _rules(raw: Any, classes: Collection[str], problems: list[str]) -> tuple[Pro
     return tuple(out)
 
 
-def parse_reservations(text: str | bytes) -> Reservations:
-    """Parse and validate a ``kvplan.reservations.v1`` document; :class:`ReservationsError` lists every problem."""
+def _no_pause() -> None:
+    return None
+
+
+def parse_reservations(text: str | bytes, *, pause: Callable[[], None] = _no_pause) -> Reservations:
+    """Parse and validate a ``kvplan.reservations.v1`` document; :class:`ReservationsError` lists every problem.
+
+    The work is bounded (module docstring). ``pause`` is called every :data:`_PAUSE_EVERY` entries while they are
+    validated: a reader thread passes one that yields the interpreter to the engine's thread."""
     try:
-        doc = json.loads(text, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ReservationsError([f"(document): not valid JSON ({exc})"]) from None
+        doc = load_bounded_json(text, max_bytes=MAX_BYTES, max_separators=MAX_SEPARATORS, max_depth=MAX_DEPTH,
+                                pause=pause)
+    except BoundedJsonError as exc:
+        raise ReservationsError([f"(document): {exc}"]) from None
     if not isinstance(doc, dict):
         raise ReservationsError([f"(document): must be a JSON object, got {type(doc).__name__}"])
     problems: list[str] = []
     _unknown_keys(doc, _TOP_KEYS, "", problems)
     if doc.get("format") != FORMAT:
-        problems.append(f"format: must be {json.dumps(FORMAT)}, got {json.dumps(doc.get('format'))}")
-    classes = _classes(doc.get("classes"), problems)
+        problems.append(f"format: must be {json.dumps(FORMAT)}, got {_show(doc.get('format'))}")
+    classes = _classes(doc.get("classes"), problems, pause)
     # Cross-references are checked against every class named, even one whose entry is invalid, so that one pass
     # reports every problem.
-    names = set(doc["classes"]) if isinstance(doc.get("classes"), dict) else set()
+    names = set(doc["classes"]) if isinstance(doc.get("classes"), dict) and len(doc["classes"]) <= MAX_CLASSES \
+        else set()
     default: str | None = None
     if "defaultClass" not in doc:
         problems.append("defaultClass: required (the class of requests that name none or an unknown one)")
     else:
         default = _known(doc["defaultClass"], "defaultClass", names, problems)
-    priorities = _priorities(doc.get("priorityClasses", {}), names, problems)
-    rules = _rules(doc.get("promptLengthRules", []), names, problems)
+    priorities = _priorities(doc.get("priorityClasses", {}), names, problems, pause)
+    rules = _rules(doc.get("promptLengthRules", []), names, problems, pause)
     for key in ("plan", "kvplan"):
-        if key in doc and not isinstance(doc[key], str):
-            problems.append(f"{key}: must be a string, got {json.dumps(doc[key])}")
+        if key in doc and (not isinstance(doc[key], str) or len(doc[key]) > _MAX_LABEL):
+            problems.append(f"{key}: must be a string of at most {_MAX_LABEL} characters, got {_show(doc[key])}")
     if problems or default is None:
         raise ReservationsError(problems or ["defaultClass: invalid"])
     return Reservations(

@@ -5,11 +5,14 @@ the result to the scenario's ``out`` path (vLLM logs to stdout).
 
 Scenario (JSON): ``workdir``, ``engine`` (num_blocks, block_size, max_model_len, max_num_seqs,
 max_num_batched_tokens, prefix_caching, policy), ``reservations`` (file content or null), ``file_updates``
-(``[{"step": s, "content": str | null}]``, written ConfigMap-style before engine-loop iteration ``s``; null
-removes the file), ``requests`` (``[{"id", "prompt": [token ids], "max_tokens", "arrival_step", "xargs",
+(``[{"step": s, "content": str | null, "kind": ...}]``, written ConfigMap-style before engine-loop iteration
+``s``; null removes the file; ``kind`` ``"bytes"`` takes base64 content, ``"fifo"`` / ``"dev-zero"`` put a FIFO or
+a symlink to ``/dev/zero`` at the path; after each update the driver waits until the gated scheduler's reader
+thread has checked the file, ``ReservationSource.sync``, so the update takes effect at iteration ``s`` whatever the
+machine's speed), ``requests`` (``[{"id", "prompt": [token ids], "max_tokens", "arrival_step", "xargs",
 "priority"}]``),
 ``variants`` (``[{"name", "scheduler_cls", "async"}]``, optionally ``"reservations"`` to start that variant with
-another file content or none), ``max_steps``, ``record_attempts`` (default true; false for timing runs).
+another file content or none, and ``"reservations_kind"`` as ``kind`` above), ``max_steps``, ``record_attempts`` (default true; false for timing runs).
 
 The clock is the engine loop's iteration (one ``EngineCore.step_fn`` call; it schedules at most once; requests
 arrive at ``arrival_step`` iterations). Result per variant: per request the iterations that admitted it, the one
@@ -22,6 +25,7 @@ the wrappers installed here record and forward, they decide nothing.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -50,6 +54,31 @@ def _generated(req: Any) -> int:
     return int(req.num_output_tokens) + int(getattr(req, "num_output_placeholders", 0))
 
 
+def place_file(volume: Path, content: str | None, kind: str = "content") -> None:
+    """Put one version of ``reservations.json`` into ``volume`` (see the module docstring for ``kind``)."""
+    from kvplan_dev.mounted_configmap import write_configmap_volume
+
+    target = volume / "reservations.json"
+    if kind in ("fifo", "dev-zero"):
+        volume.mkdir(parents=True, exist_ok=True)
+        tmp = volume / "..hostile_tmp"
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+        if kind == "fifo":
+            os.mkfifo(tmp)
+        else:
+            tmp.symlink_to("/dev/zero")
+        os.replace(tmp, target)  # atomic, like the kubelet's swap
+    elif content is None:
+        if target.is_symlink() or target.exists():
+            target.unlink()
+    else:
+        if target.is_symlink() and os.readlink(target) != "..data/reservations.json":
+            target.unlink()  # a hostile symlink put there earlier: the kubelet's key link comes back
+        data = base64.b64decode(content) if kind == "bytes" else content
+        write_configmap_volume(volume, {"reservations.json": data})
+
+
 def run_variant(scenario: dict[str, Any], variant: dict[str, Any], model_dir: Path) -> dict[str, Any]:
     from vllm.engine.arg_utils import EngineArgs
     from vllm.sampling_params import SamplingParams
@@ -57,14 +86,14 @@ def run_variant(scenario: dict[str, Any], variant: dict[str, Any], model_dir: Pa
     from vllm.v1.engine.core import EngineCore
     from vllm.v1.request import RequestStatus
 
-    from kvplan_dev.mounted_configmap import write_configmap_volume
     from kvplan_dev.vllm_fake import TokenFabricatingExecutor
 
     eng = scenario["engine"]
     volume = Path(scenario["workdir"]) / variant["name"] / "volume"
     initial = variant["reservations"] if "reservations" in variant else scenario.get("reservations")
-    if initial is not None:
-        write_configmap_volume(volume, {"reservations.json": initial})
+    kind = variant.get("reservations_kind", "content")
+    if initial is not None or kind != "content":
+        place_file(volume, initial, kind)
     os.environ["KVPLAN_RESERVATIONS_FILE"] = str(volume / "reservations.json")
     os.environ["KVPLAN_RESERVATIONS_CHECK_STEPS"] = "1"
     args = EngineArgs(
@@ -161,12 +190,9 @@ def run_variant(scenario: dict[str, Any], variant: dict[str, Any], model_dir: Pa
     while unfinished and clock["i"] < max_steps:
         while updates and updates[0]["step"] <= clock["i"]:
             update = updates.pop(0)
-            if update["content"] is None:
-                target = volume / "reservations.json"
-                if target.is_symlink() or target.exists():
-                    target.unlink()
-            else:
-                write_configmap_volume(volume, {"reservations.json": update["content"]})
+            place_file(volume, update["content"], update.get("kind", "content"))
+            if hasattr(sched, "kvplan_source") and not sched.kvplan_source.sync(timeout=600):
+                raise RuntimeError("the reservation reader did not check the file within 600 s")
         while pending and pending[0]["arrival_step"] <= clock["i"]:
             r = pending.pop(0)
             params = SamplingParams(max_tokens=r["max_tokens"], min_tokens=r["max_tokens"], ignore_eos=True,

@@ -52,7 +52,8 @@ class ReservationGateMixin:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.kvplan_source = ReservationSource()
-        self.kvplan_source.check()
+        self.kvplan_source.check()  # before the first step; bounded whatever the file (kvplan_vllm.source)
+        self.kvplan_source.start()  # later checks run on the source's reader thread, never in schedule()
         #: Admissions the gate refused (each one stopped admission for its step).
         self.kvplan_refusals = 0
         self._kvplan_failed = False
@@ -80,7 +81,10 @@ class ReservationGateMixin:
 
     # -- the hook ---------------------------------------------------------------------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        self.kvplan_source.tick()
+        try:
+            self.kvplan_source.tick()  # no file access: adopts what the reader thread published
+        except Exception:  # noqa: BLE001 - never out of schedule(): keep the values in force, say so once
+            self._kvplan_fail_once("reservation source error")
         # Within one schedule() call the waiting loop only appends admitted requests to `running` (vLLM preempts
         # only in the running loop, before it), so the running claims are summed once per step and extended by
         # each admission (see _kvplan_claims_sum).
@@ -96,13 +100,22 @@ class ReservationGateMixin:
                 admitted = self.kvplan_admits(request, args, kwargs)
             except Exception:  # noqa: BLE001 - the gate must never take the engine down: fail open, say so once
                 admitted = True
-                if not self._kvplan_failed:
-                    self._kvplan_failed = True
-                    logger.exception("kvplan: gate error; admitting as vLLM would until the engine restarts")
+                self._kvplan_fail_once("gate error; admitting as vLLM would until the engine restarts")
             if not admitted:
                 self.kvplan_refusals += 1
                 return None
         return self._kvplan_allocate(request, *args, **kwargs)
+
+    def _kvplan_fail_once(self, what: str) -> None:
+        if not self._kvplan_failed:
+            self._kvplan_failed = True
+            logger.exception("kvplan: %s", what)
+
+    def shutdown(self) -> None:
+        self.kvplan_source.close()
+        parent = getattr(super(), "shutdown", None)
+        if parent is not None:
+            parent()
 
     # -- the rule, on vLLM's objects ----------------------------------------------------------------------------
     def kvplan_class(self, request: Request) -> tuple[str, int]:

@@ -67,7 +67,8 @@ def _source() -> ReservationSource:
     with _LOCK:
         if "source" not in _SHARED:
             source = ReservationSource()
-            source.check()
+            source.check()  # at start-up; later checks run on the source's reader thread
+            source.start()
             _SHARED["source"] = source
         return _SHARED["source"]  # type: ignore[no-any-return]
 
@@ -86,7 +87,12 @@ class KVPlanStatLogger(StatLoggerBase):
 
     def record(self, scheduler_stats: SchedulerStats | None, iteration_stats: IterationStats | None,
                mm_cache_stats: Any = None, engine_idx: int = 0) -> None:
-        self.source.tick()
+        try:
+            self.source.tick()  # no file access (kvplan_vllm.source)
+        except Exception:  # noqa: BLE001 - never break vLLM's output loop; keep the values in force, say so once
+            if not self._failed:
+                self._failed = True
+                logger.exception("kvplan: stat logger error reading the reservation source")
         if iteration_stats is None or not iteration_stats.finished_requests:
             return
         res = self.source.current

@@ -72,10 +72,12 @@ def float_arg(*, low: float, high: float, low_open: bool = False, unit: str = ""
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number (expected {what})") from None
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number (expected {what})") from None
         inside = (value > low if low_open else value >= low) and value <= high
         if not (math.isfinite(value) and inside):
-            raise argparse.ArgumentTypeError(f"must be {what}, got {text.strip()}")
+            shown = text.strip()
+            shown = shown if len(shown) <= 40 else f"{shown[:40]}... ({len(shown):,} characters)"
+            raise argparse.ArgumentTypeError(f"must be {what}, got {shown}")
         return value
 
     parse.__name__ = "number"

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from kvcore.bounds import MAX_COST, MAX_COUNT, MAX_SEED
+from kvcore.cli.args import float_arg, int_arg
 from kvcore.cli.output import format_table, print_json
 from kvcore.errors import InputError
 
@@ -34,15 +36,18 @@ TRAFFIC_CHANGE = 0.1
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("fleet", help="plan a seeded fleet instance: time, objective, certified gap, peak memory",
                        description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--classes", type=int, required=True, metavar="C", help="request classes (>= 1)")
-    p.add_argument("--groups", type=int, required=True, metavar="K", help="GPU groups / node pools (>= 1)")
-    p.add_argument("--configs", type=int, required=True, metavar="Z", help="allowed layouts per group (1..12)")
-    p.add_argument("--samples", type=int, required=True, metavar="N", help="output-length samples per class (>= 1)")
-    p.add_argument("--seed", type=int, default=0, help="instance seed (default 0)")
-    p.add_argument("--load", type=float, default=None,
+    count = int_arg(low=1, high=MAX_COUNT)  # the planner's own limits are checked in _check, naming the flag
+    p.add_argument("--classes", type=count, required=True, metavar="C", help="request classes (>= 1)")
+    p.add_argument("--groups", type=count, required=True, metavar="K", help="GPU groups / node pools (>= 1)")
+    p.add_argument("--configs", type=count, required=True, metavar="Z", help="allowed layouts per group (1..12)")
+    p.add_argument("--samples", type=int_arg(low=1, high=10**12), required=True, metavar="N",
+                   help="output-length samples per class (>= 1)")
+    p.add_argument("--seed", type=int_arg(low=0, high=MAX_SEED), default=0, help="instance seed (default 0)")
+    p.add_argument("--load", type=float_arg(low=0.0, high=100.0, low_open=True), default=None,
                    help="offered work / usable capacity at the critical-fractile reservations (default: drawn "
                         "from U[0.8, 1.1] per seed)")
-    p.add_argument("--c-slo", type=float, default=None, help="queueing cost per request-second (default 5)")
+    p.add_argument("--c-slo", type=float_arg(low=0.0, high=MAX_COST), default=None,
+                   help="queueing cost per request-second (default 5)")
     p.add_argument("--method", choices=("auto", "bcd", "fleet"), default="auto", help="planner method")
     p.add_argument("--warm", action="store_true", help="also re-plan after a 10%% traffic change, from the plan")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -30,8 +30,12 @@ from kvcore.history.traces import histogram_to_samples, load_lengths
 
 
 def short(value: Any) -> str:
-    """``repr(value)``, shortened: a value from a file can be as large as the file."""
-    return reprlib.repr(value)
+    """``repr(value)``, shortened: a value from a file can be as large as the file (an integer past Python's
+    printing limit is described by its size)."""
+    try:
+        return reprlib.repr(value)
+    except ValueError:
+        return f"an integer of {value.bit_length():,} bits" if isinstance(value, int) else "(a value too large to show)"
 
 
 def _prefixed(field: str, exc: InputError) -> InputError:
@@ -59,7 +63,7 @@ def samples_from_spec(spec: Any, *, field: str, base: Path, lmax: float) -> Samp
             path = path if path.is_absolute() else base / path
             if path.is_dir():
                 raise InputError(f"{field}.trace", f"is a directory, not a file: {path}")
-            if not path.is_file():
+            if not path.exists():  # what exists but is not a regular file is refused by load_lengths
                 raise InputError(f"{field}.trace", f"no such file: {path}")
             values = load_lengths(path, column)
             limit = spec.get("limit")

@@ -18,10 +18,12 @@ Errors are :class:`~kvcore.errors.InputError` with field ``<file name> line N``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from kvcore.errors import InputError
+from kvcore.regular_file import FileProblem, FileTooLarge, read_regular_file
 
 MAX_BYTES = 32 * 1024**2
 """Largest YAML file read (32 MiB). An instance with 256 classes of 2,000 inline samples is about 5 MB; bigger
@@ -35,19 +37,26 @@ MAX_NODES = 2_000_000
 instance written inline."""
 
 
+MAX_INT_CHARS = 1000
+"""Longest integer scalar (characters) in an instance file: 1,000 decimal digits, or hexadecimal, octal, binary or
+sexagesimal (``1:30``) ones that stay under Python's 4,300-digit conversion limit. Every such number is refused
+later anyway: the largest accepted is :data:`kvcore.bounds.MAX_WEIGHT`, 16 digits."""
+_INTEGER = re.compile(r"[-+]?(?:0b[01_]+|0x[0-9a-fA-F_]+|[0-9][0-9_:]*)")
+_INT_TAG = "tag:yaml.org,2002:int"
+
+
 def _read_text(path: Path) -> str:
     if path.is_dir():
         raise InputError(path.name, "is a directory, not a file")
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(2, "no such file", str(path))
-    size = path.stat().st_size
-    if size > MAX_BYTES:
-        raise InputError(path.name, f"is {size / 1024**2:.1f} MiB; instance files are limited to "
-                                    f"{MAX_BYTES // 1024**2} MiB (put large sample sets in trace files)")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(path.name, f"cannot be read ({exc.strerror or exc})") from None
+    try:  # a regular file only (a FIFO or /dev/zero is refused at once), at most MAX_BYTES bytes
+        _, data = read_regular_file(path, MAX_BYTES)
+    except FileTooLarge as exc:
+        raise InputError(path.name, f"is {exc.size / 1024**2:.1f} MiB; instance files are limited to "
+                                    f"{MAX_BYTES // 1024**2} MiB (put large sample sets in trace files)") from None
+    except FileProblem as exc:
+        raise InputError(path.name, str(exc)) from None
     if b"\x00" in data:
         line = data.count(b"\n", 0, data.index(b"\x00")) + 1
         raise InputError(f"{path.name} line {line}", "contains a NUL byte: a binary file, not YAML text")
@@ -56,6 +65,18 @@ def _read_text(path: Path) -> str:
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         raise InputError(f"{path.name} line {line}", f"is not UTF-8 text (byte 0x{data[exc.start]:02x})") from None
+
+
+def _check_integer(event: Any, where: str) -> None:
+    """Refuse an integer scalar written with more than :data:`MAX_INT_CHARS` characters before it is built (a
+    decimal one past Python's 4,300-digit conversion limit raises ``ValueError`` inside the loader, and any huge
+    integer fails again wherever it is printed)."""
+    plain = not event.style and event.implicit[0]
+    if len(event.value) <= MAX_INT_CHARS or not (plain or event.tag == _INT_TAG):
+        return
+    if _INTEGER.fullmatch(event.value):
+        raise InputError(where, f"an integer written with {len(event.value):,} characters; at most "
+                                f"{MAX_INT_CHARS:,} are read")
 
 
 def check_shape(text: str, name: str) -> None:
@@ -84,6 +105,7 @@ def check_shape(text: str, name: str) -> None:
             add = 1
             if event.anchor is not None:
                 anchors[event.anchor] = 1
+            _check_integer(event, where)
         elif isinstance(event, yaml.AliasEvent):
             if event.anchor in open_anchors:
                 raise InputError(where, f"alias *{event.anchor} is inside the node it names (a recursive structure)")
@@ -105,6 +127,10 @@ def safe_yaml_load(path: str | Path) -> Any:
         check_shape(text, p.name)
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         return yaml.load(text, Loader=loader)  # noqa: S506 - a SafeLoader: no Python tags
+    except InputError:
+        raise
+    except (ValueError, OverflowError) as exc:  # a constructor refusing a value the checks above let through
+        raise InputError(p.name, f"a value cannot be read ({' '.join(str(exc).split())[:200]})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{p.name} line {mark.line + 1}" if mark is not None else p.name

@@ -6,7 +6,7 @@ line), split the way ``str.splitlines`` splits, and parsed by :mod:`csv`. :class
 fixed-size numpy chunks, so memory grows with the numbers kept (8 bytes each), not with the file's text.
 
 Every problem with the file itself is an :class:`~kvcore.errors.InputError` naming the file (and the line): a
-directory, no permission, a line that is not UTF-8, a NUL byte (a binary file), a line longer than
+directory, a FIFO, a device or a socket (only regular files are opened, so nothing blocks), no permission, a line that is not UTF-8, a NUL byte (a binary file), a line longer than
 :data:`MAX_LINE_BYTES`, a CSV field over the :mod:`csv` size limit. A missing file stays :class:`FileNotFoundError`
 (the CLI reports it as ``<path>: no such file``).
 """
@@ -14,6 +14,7 @@ directory, no permission, a line that is not UTF-8, a NUL byte (a binary file), 
 from __future__ import annotations
 
 import csv
+import os
 from collections.abc import Iterator
 from typing import BinaryIO
 from pathlib import Path
@@ -22,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kvcore.errors import InputError
+from kvcore.regular_file import FileProblem, open_regular
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -87,16 +89,17 @@ class _Lines:
         self.lineno = 0
 
     def _open(self) -> BinaryIO:
+        """The file, opened only if it is a regular file (:func:`kvcore.regular_file.open_regular`: a FIFO, a
+        device such as ``/dev/zero`` or a socket is refused at once instead of blocking or never ending)."""
+        if self.path.is_dir():
+            raise InputError(self.name, "is a directory, not a file")
         try:
-            return self.path.open("rb")
-        except IsADirectoryError:
-            raise InputError(self.name, "is a directory, not a file") from None
-        except PermissionError:
-            raise InputError(self.name, "cannot be read (permission denied)") from None
+            fd, _ = open_regular(self.path)
         except FileNotFoundError:
             raise
-        except OSError as exc:
-            raise InputError(self.name, f"cannot be read ({exc.strerror or exc})") from None
+        except FileProblem as exc:
+            raise InputError(self.name, str(exc).replace("cannot be opened", "cannot be read")) from None
+        return os.fdopen(fd, "rb")
 
     def _decode(self, data: bytes) -> str:
         """``data`` (whole lines) as text; an error names the line of the first NUL or non-UTF-8 byte."""
@@ -140,10 +143,14 @@ def csv_rows(path: str | Path) -> Iterator[tuple[int, list[str]]]:
     lines = _Lines(Path(path))
     reader = csv.reader(lines)
     while True:
+        before = lines.lineno
         try:
             row = next(reader)
         except StopIteration:
             return
         except csv.Error as exc:
             raise InputError(f"{lines.name} line {lines.lineno}", f"is not valid CSV ({exc})") from None
+        if lines.lineno != before + 1:  # the lines reach csv without their ends, so it would glue "5<newline>6" to 56
+            raise InputError(f"{lines.name} line {before + 1}",
+                             "has a quoted field that spans lines (a line break inside quotes); a trace row is one line")
         yield lines.lineno, row

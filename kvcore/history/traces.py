@@ -87,7 +87,21 @@ def _header(rows: Iterator[tuple[int, list[str]]], name: str) -> list[str]:
     first = next(rows, None)
     if first is None or not any(cell.strip() for cell in first[1]):
         raise InputError(name, "empty file (no header, no samples)")
-    return [h.strip() for h in first[1]]
+    header = [h.strip() for h in first[1]]
+    seen: set[str] = set()
+    for column in header:
+        if column in seen:
+            raise InputError(f"{name} line 1", f"column {column!r} appears twice in the header; which one is meant "
+                                               "is ambiguous")
+        seen.add(column)
+    return header
+
+
+def _width(row: list[str], width: int, name: str, lineno: int) -> None:
+    """A row must have as many fields as the header: fewer means a cut line, more a stray delimiter or a shifted
+    row (either way the columns would be read from the wrong place)."""
+    if len(row) != width:
+        raise InputError(f"{name} line {lineno}", f"has {len(row)} fields, the header has {width}")
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -110,8 +124,8 @@ def load_trace(path: str | Path) -> Trace:
     for lineno, row in rows:
         if _blank(row):
             continue
-        if len(row) < width:
-            raise InputError(f"{name} line {lineno}", f"has {len(row)} fields, the header has {width}")
+        if len(row) != width:
+            _width(row, width, name, lineno)
         a = row[ia].strip()
         arrival = None if a == "" else _cell(a, name, lineno, "arrival_s", "arrival time", MAX_SECONDS)
         inputs.append(_cell(row[ii], name, lineno, "input_tokens", "input length"))
@@ -167,11 +181,14 @@ def load_lengths(path: str | Path, column: str = "output_tokens", *, what: str =
         else:
             name = "value"
             values.append(_number(header[0], f"{p.name} line 1 {name}", what=what, top=top))
+    width = len(header)
     for lineno, row in rows:
         if _blank(row):
             continue
         if col >= len(row):
             raise InputError(f"{p.name} line {lineno}", f"has no {name} field")
+        if len(row) != width:
+            _width(row, width, p.name, lineno)
         values.append(_cell(row[col], p.name, lineno, name, what, top))
         if len(values.pending) >= CHUNK:
             values.flush()

@@ -216,7 +216,9 @@ def test_source_follows_configmap_updates_and_keeps_last_good(tmp_path: Path, lo
     source.check()
     assert source.current == NO_RESERVATIONS and source.state.problem is not None
     write_configmap_volume(volume, {"reservations.json": doc()})
-    assert [source.tick() for _ in range(3)] == [False, False, True]
+    # The third tick hands a check to the reader thread; the values apply at a later tick (a step boundary).
+    assert [source.tick() for _ in range(3)] == [False, False, False]
+    assert source.sync(timeout=60) and source.tick() and not source.tick()
     assert source.current.reserve("chat") == 512 and source.state.version == 1
     write_configmap_volume(volume, {"reservations.json": doc(classes={"chat": {"reserveTokens": 64}})
                                     .replace('"priorityClasses": {"0": "chat", "10": "batch", "-3": "tiny"}',
@@ -242,6 +244,7 @@ def test_source_follows_configmap_updates_and_keeps_last_good(tmp_path: Path, lo
     write_configmap_volume(volume, {"reservations.json": doc()})
     assert source.check() and source.current.reserve("chat") == 512 and source.state.problem is None
     assert sum("reservations loaded" in m for m in messages) == 3
+    source.close()
 
 
 def test_check_steps_from_env() -> None:

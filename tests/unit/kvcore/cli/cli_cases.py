@@ -9,6 +9,8 @@ a fresh directory for the case), the program, and the field its one error line m
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +64,38 @@ def _huge_header(path: Path) -> None:
     path.write_bytes(b"x" * 500_000 + b"\n1,2\n")
 
 
+def _fifo(path: Path) -> None:
+    """A FIFO with no writer: opening it for reading blocks forever unless the reader refuses it."""
+    os.mkfifo(path)
+
+
+def _dev_zero(path: Path) -> None:
+    path.symlink_to("/dev/zero")
+
+
+def _dev_urandom(path: Path) -> None:
+    path.symlink_to("/dev/urandom")
+
+
+def _socket(path: Path) -> None:
+    """A Unix socket file (bound, then closed: the file stays)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.bind(str(path))
+
+
+def _dangling(path: Path) -> None:
+    path.symlink_to("nowhere.csv")
+
+
+NOT_FILES: list[tuple[str, FileMaker, str]] = [
+    ("fifo", _fifo, "not a regular file (a FIFO)"),
+    ("dev-zero", _dev_zero, "not a regular file (a character device)"),
+    ("dev-urandom", _dev_urandom, "not a regular file (a character device)"),
+    ("socket", _socket, "not a regular file"),
+]
+"""Paths that exist but are not regular files (issue 26: a FIFO hung the CLI), with what the message says."""
+
+
 # (id, content, the field named). Every one is a bad trace or lengths file for any loader.
 BAD_FILES: list[tuple[str, bytes | FileMaker, str]] = [
     ("empty", b"", "f.csv"),
@@ -89,6 +123,14 @@ BAD_FILES: list[tuple[str, bytes | FileMaker, str]] = [
     ("unclosed-quote", HEADER + b'0,10,"5\n1,10,6\n', "f.csv line"),
     ("million-lines-bad-last", _many_lines_then_bad, "f.csv line 1000002"),
     ("directory", _directory, "f.csv"),
+    *[(name, maker, "f.csv") for name, maker, _ in NOT_FILES],
+    # CSV quirks (issue 26: a row longer than its header and a duplicated header were accepted silently)
+    ("long-row", HEADER + b"0,10,5\n1,10,6,7\n", "f.csv line 3"),
+    ("trailing-delimiter", HEADER + b"0,10,5,\n", "f.csv line 2"),
+    ("duplicate-header", b"arrival_s,input_tokens,output_tokens,output_tokens\n0,1,5,9\n", "f.csv line 1"),
+    ("duplicate-unused-header", b"x,x,arrival_s,input_tokens,output_tokens\n1,2,0,1,5\n", "f.csv line 1"),
+    ("quoted-newline-in-field", HEADER + b'0,10,"5\n6"\n', "f.csv line"),
+    ("lone-cr-rows", b"arrival_s,input_tokens,output_tokens\r0,10,5\r1,10,six\r", "f.csv line 3"),
 ]
 
 # Bad traces only load_trace sees (arrival times).
@@ -105,7 +147,8 @@ BAD_TRACES: list[tuple[str, bytes | FileMaker, str]] = [
 ]
 
 NUMBERS = [("1e308", "1e308"), ("inf", "inf"), ("minus-inf", "-inf"), ("nan", "nan"), ("negative", "-1"),
-           ("text", "abc"), ("empty", ""), ("1e999", "1e999")]
+           ("text", "abc"), ("empty", ""), ("1e999", "1e999"), ("5000-digits", "9" * 5000),
+           ("hex", "0x10"), ("spaces", " "), ("minus-zero-nan", "-nan")]
 """Bad values for every numeric flag (``-inf`` reads as an option to argparse: still a one-line error)."""
 
 RESERVE = ("reserve", "--samples", "@ok.csv", "--cp", "10", "--cw", "1", "--lmax", "5000")
@@ -127,6 +170,9 @@ def reserve_cases() -> list[Case]:
              for name, value in NUMBERS]
     cases += [Case(f"reserve-file-{name}", _with(RESERVE, "--samples", "@f.csv"), where, {"f.csv": content})
               for name, content, where in BAD_FILES]
+    cases += [Case(f"reserve-lengths-{name}", _with(RESERVE, "--samples", "@f.csv"), where, {"f.csv": content})
+              for name, content, where in (("two-fields", b"5\n6,7\n", "f.csv line 2"),
+                                           ("header-then-two-fields", b"tokens\n5\n6,7\n", "f.csv line 3"))]
     weights = {"w.csv": b"output_tokens,w\n5,1\n7,2\n"}
     cases += [
         Case("reserve-costs-both-zero", _with(_with(RESERVE, "--cp", "0"), "--cw", "0"), "--cp", ok),
@@ -167,6 +213,13 @@ def evaluate_cases() -> list[Case]:
     cases += [Case(f"evaluate-seed-{name}", (*EVALUATE, "--seed", value), "--seed", ok)
               for name, value in (("negative", "-1"), ("text", "abc"), ("float", "1.5"), ("huge", "9" * 30),
                                   ("empty", ""))]
+    cases += [Case(f"evaluate-{flag[2:]}-n-{name}", (*EVALUATE, flag, value), flag, ok)
+              for flag in ("--seed", "--replay-requests") for name, value in NUMBERS]
+    engine = ("evaluate", "--trace", "@t.csv", "--no-progress", "--engine", "vllm")
+    cases += [Case(f"evaluate-engine-{flag[2:]}-{name}", (*engine, flag, value), flag, ok)
+              for flag in ("--load", "--rho") for name, value in LIST_VALUES]
+    cases += [Case(f"evaluate-out-{name}", (*EVALUATE, "--out", "@o"), "--out", {**ok, "o": maker})
+              for name, maker, _ in NOT_FILES]
     cases += [Case(f"evaluate-trace-{name}", _with(EVALUATE, "--trace", "@f.csv"), where, {"f.csv": content})
               for name, content, where in BAD_FILES + BAD_TRACES]
     no_time = {"n.csv": HEADER + b",10,5\n,20,7\n"}
@@ -200,6 +253,8 @@ def bench_cases() -> list[Case]:
                                                     value), "--exact-timeout")
               for name, value in (("nan", "nan"), ("inf", "inf"), ("negative", "-1"), ("zero", "0"), ("1e308", "1e308"),
                                   ("text", "soon"))]
+    cases += [Case(f"bench-{flag[2:]}-n-{name}", ("bench", "scale", "--size", "2x2x10", "--exact", flag, value), flag)
+              for flag in ("--seed", "--exact-timeout") for name, value in NUMBERS]
     cases += [Case("bench-no-subcommand", ("bench",), "{scale,fleet}"),
               Case("bench-unknown-subcommand", ("bench", "fly"), "{scale,fleet}", reported_by="kvcore bench"),
               Case("bench-no-size", ("bench", "scale"), "--size")]
@@ -214,6 +269,13 @@ def bench_cases() -> list[Case]:
     for name, flag, value, where in bad:
         argv = {**fleet, flag: value}
         cases.append(Case(f"bench-fleet-{name}", ("bench", "fleet", *[t for kv in argv.items() for t in kv]), where))
+    for flag in ("--classes", "--groups", "--configs", "--samples", "--seed", "--load", "--c-slo"):
+        for name, value in NUMBERS + [("zero", "0"), ("float", "1.5")]:
+            if (flag, name) in {("--seed", "zero"), ("--c-slo", "zero"), ("--c-slo", "float"), ("--load", "float")}:
+                continue  # valid values
+            argv = {**fleet, flag: value}
+            cases.append(Case(f"bench-fleet-{flag[2:]}-n-{name}",
+                              ("bench", "fleet", *[t for kv in argv.items() for t in kv]), flag))
     cases.append(Case("bench-fleet-no-classes", ("bench", "fleet", "--groups", "2", "--configs", "3", "--samples",
                                                  "10"), "--classes"))
     return cases
@@ -232,6 +294,8 @@ def dev_cases() -> list[Case]:
     cases += [Case(f"dev-demo-timeout-{name}", ("demo", "--timeout", value), "--timeout", program="kvplan-dev")
               for name, value in (("nan", "nan"), ("negative", "-5"), ("inf", "inf"), ("text", "later"),
                                   ("a-year", "31536000"))]
+    cases += [Case(f"dev-demo-keep-logs-{name}", ("demo", "--keep-logs", "@k"), "--keep-logs", {"k": maker},
+                   "kvplan-dev") for name, maker, _ in NOT_FILES]
     cases += [Case("dev-demo-keep-logs-is-a-file", ("demo", "--keep-logs", "@f.csv"), "--keep-logs",
                    {"f.csv": GOOD_TRACE}, "kvplan-dev"),
               Case("dev-unknown-flag", ("cluster", "up", "--turbo"), "--turbo", program="kvplan-dev"),

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from cli_cases import BAD_FILES, GOOD_TRACE, NUMBERS, Case
+from cli_cases import BAD_FILES, GOOD_TRACE, NOT_FILES, NUMBERS, Case
 
 BASE: dict[str, Any] = {
     "costs": {"kappa": 0.2, "c_slo": 5.0, "c_rej": 5000.0, "max_utilisation": 0.95},
@@ -83,6 +83,28 @@ def _drop(data: dict[str, Any], path: tuple[Any, ...]) -> dict[str, Any]:
 
 def _yaml(data: Any) -> bytes:
     return yaml.safe_dump(data, sort_keys=False).encode()
+
+
+HUGE_INTS: list[tuple[str, bytes]] = [
+    ("5000-digits", b"9" * 5000), ("negative-5000-digits", b"-" + b"9" * 5000),
+    ("underscores", b"1" + b"_000" * 2000), ("hex-50000", b"0x" + b"f" * 50_000),
+    ("tagged-quoted", b'!!int "' + b"9" * 5000 + b'"'), ("sexagesimal", b"1" + b":59" * 3000),
+    ("binary", b"0b" + b"1" * 20_000),
+]
+"""YAML 1.1 integers too long to build or print, as they appear in a file."""
+
+
+def _with_raw(data: dict[str, Any], path: tuple[Any, ...], raw: bytes) -> bytes:
+    """The YAML of ``data`` with the value at ``path`` written as the raw text ``raw`` (PyYAML cannot dump it)."""
+    return _yaml(_set(data, path, "RAW-VALUE-HERE")).replace(b"RAW-VALUE-HERE", raw)
+
+
+def _merge_bomb() -> bytes:
+    """Merge keys (``<<: *a``) of merge keys: each level doubles the mapping."""
+    lines = ["a0: &a0 {x0: 1, y0: 2}"]
+    lines += [f"a{i}: &a{i} {{<<: [*a{i - 1}], b{i}: *a{i - 1}, c{i}: *a{i - 1}}}" for i in range(1, 30)]
+    lines += ["classes: *a29", "groups: []"]
+    return ("\n".join(lines) + "\n").encode()
 
 
 def _plan(name: str, data: Any, field: str, extra: tuple[str, ...] = (),
@@ -155,8 +177,16 @@ def plan_cases() -> list[Case]:
         ("two-documents", b"classes: []\n---\nclasses: []\n", "i.yaml line"),
         ("34-MiB", _big_file, "i.yaml"),
         ("directory", lambda p: p.mkdir(), "i.yaml"),
+        *[(name, maker, "i.yaml") for name, maker, _ in NOT_FILES],
+        ("merge-key-bomb", _merge_bomb(), "i.yaml line"),
+        ("deep-flow-and-block", b"classes:\n" + b"".join(b"  " * i + b"- \n" for i in range(1, 40)) + b"  " * 40 + b"1\n",
+         "i.yaml line"),
+        ("int-5000-digits-key", b"9" * 5000 + b": 1\nclasses: []\n", "i.yaml line 1"),
     ]
     cases += [_plan(f"yaml-{name}", _file_maker(content), field) for name, content, field in yaml_files]
+    # Integers Python will not convert (past 4,300 digits) or print, in every numeric field (issue 26: a traceback)
+    cases += [_plan(f"{'.'.join(map(str, path))}=int-{name}", _with_raw(BASE, path, raw), "i.yaml line")
+              for path, _, _ in FIELDS for name, raw in HUGE_INTS]
     cases.append(Case("plan-missing-file", ("plan", "@nope.yaml"), "@nope.yaml"))
     structure: list[tuple[str, Any, str]] = [
         ("no-classes", _drop(BASE, ("classes",)), "classes"),

@@ -24,6 +24,7 @@ import importlib
 import json
 import os
 import resource
+import signal
 import sys
 import tempfile
 import traceback
@@ -35,6 +36,9 @@ from kvplan_dev.cli import main as kvplan_dev_main
 
 CPU_LIMIT_S = 60
 """CPU seconds one case may use (the campaign's cases take well under one)."""
+WALL_SAFETY_S = 240
+"""Wall-clock seconds after which a blocked case is killed by SIGALRM: a safety net for hangs that use no CPU,
+never an assertion on speed (no case comes near it)."""
 EXTRA_MEMORY_BYTES = 2 * 1024**3
 """Address space one case may add to the server's."""
 
@@ -51,6 +55,9 @@ def _vm_bytes(key: str) -> int:
 def _child(request: dict[str, Any], out: Path, err: Path, address_space: int) -> None:
     code = 70
     try:
+        # A case blocked without using CPU (a FIFO opened for reading waits for a writer forever) is not stopped by
+        # RLIMIT_CPU: SIGALRM ends it after a generous wall-clock safety net, and the campaign sees the signal.
+        signal.alarm(WALL_SAFETY_S)
         resource.setrlimit(resource.RLIMIT_CPU, (CPU_LIMIT_S, CPU_LIMIT_S + 5))
         resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
         os.chdir(request["cwd"])

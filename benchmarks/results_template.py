@@ -115,20 +115,24 @@ Where our data agrees and disagrees with the paper (sentences computed from the 
 
 {imgs}
 
-## 3. P99 latency and SLO violation at rho = 10 (simulator)
+## 3. P99 latency and SLO violation at rho = 10 (vLLM engine model, kvplan's gate)
 
-Split protocol, no shift, test half replayed through `kvcore.sim` on the fleet `{fleet}`. Each cell:
-cost / P99 end-to-end latency (s) / SLO violation rate / preemptions.
+Split protocol, no shift, test half replayed through kvcore's vLLM engine model (`kvcore.sim.engine`, held to vLLM
+0.33 by `make parity`) with kvplan's gate holding each policy's reservation (`kvcore evaluate --simulate`), on the
+one evaluation fleet `{fleet}` at load {sim_load:g} (offered work over the capacity at the batch the KV memory holds,
+`kvcore.evaluate.engine.capacity_rps`, as in section 5). Each cell: cost / P99 end-to-end latency (s) / SLO
+violation rate / preemptions; a request violates the SLO when it is not good for goodput (TTFT <= 2 s and mean time
+per output token <= 0.1 s, `kvcore.sim.engine.meets_slo`).
 
 {sim}
 
-Direction against the paper's Table IV: over-reservation (max, P99, mean+2sigma) lengthens queues and raises SLO
-violations; under-reservation (mean) preempts. At rho = 10 the differences between the critical-fractile
-policies are small, as in the paper (its DRO, P90 and LP+1sigma are within 0.2 s of each other). Absolute P99s
-depend on the arrival-clock scaling stated in `kvcore/evaluate/simulate.py` and are not comparable to the paper's.
-Where every policy shows nearly the same SLO violation (Azure code: its long prompts make TTFT exceed 2 s whatever
-the reserve; BurstGPT: its bursts, compressed onto the fleet's clock, queue everyone), the simulator says little
-about reservations for that trace.
+Until issue 21 this table came from a separate reservation-admission simulator (its own admission rule, its own
+load on roofline throughput, SLO TTFT <= 2 s and e2e <= 60 s); the engine model replaces it, so the figures are
+not comparable with earlier versions of this file. Direction against the paper's Table IV: over-reservation (max,
+P99, mean+2sigma) holds KV that others could use, so it queues and lengthens P99; under-reservation admits more and
+preempts more. Absolute P99s depend on the arrival-clock scaling (`kvcore/evaluate/engine.py`) and are not
+comparable to the paper's. Where every policy shows nearly the same SLO violation the gate's reservation changes
+little for that trace at this load.
 
 ## 4. Table V style ablation of the joint planner (2.5x shift)
 

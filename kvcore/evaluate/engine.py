@@ -14,7 +14,7 @@ matters), vLLM's scheduling defaults (16-token blocks, 256 seqs, 2048 batched to
 its KV memory fits at the trace's mean context (``B_op = min(max_num_seqs, usable tokens / E[prompt + output/2])``)
 decodes ``B_op / t(B_op)`` tokens/s (``t`` the profile's step time); a request brings ``output / that`` plus
 ``prompt / prefill rate`` replica-seconds. The replay's arrival rate is ``load x replicas / E[work]``; the trace's own
-timestamps are rescaled to it (keeping its burstiness), or Poisson when it has none (:func:`arrivals_at`). Stated
+timestamps are rescaled to it (keeping its burstiness), or Poisson when it has none (:func:`replay_workload`). Stated
 in every report.
 
 **Variants.**
@@ -220,9 +220,8 @@ class EngineSetup:
         return get_policy("default").fn(self.history(c), rho, self.lmax, 1.0).reserve_tokens
 
     def workload(self, load: float, seed: int) -> Workload:
-        arrival = arrivals_at(self.arrival, self.out.size - self.half, load * self.capacity_rps, seed)
-        return Workload.from_arrays(arrival, self.cls[self.half:], self.inp[self.half:], self.out[self.half:],
-                                    n_classes=2)
+        return replay_workload(self.arrival, self.cls[self.half:], self.inp[self.half:], self.out[self.half:],
+                               n_classes=2, rate_rps=load * self.capacity_rps, seed=seed)
 
     def knob_classes(self, load: float, reserves: Sequence[float], rho: float | Sequence[float]) -> list[KnobClass]:
         rate = load * self.capacity_rps
@@ -255,16 +254,19 @@ def capacity_rps(group: SimGroup, inputs: np.ndarray, outputs: np.ndarray) -> fl
     return group.replicas / float(work.mean())
 
 
-def arrivals_at(arrival_s: np.ndarray | None, n: int, rate_rps: float, seed: int) -> np.ndarray:
-    """``n`` arrival times (s) at ``rate_rps``: the trace's own ``arrival_s`` rescaled (its burstiness kept), or
-    Poisson from ``seed`` when it has none (or they span no time)."""
+def replay_workload(arrival_s: np.ndarray | None, cls: np.ndarray, inputs: np.ndarray, outputs: np.ndarray, *,
+                    n_classes: int, rate_rps: float, seed: int) -> Workload:
+    """The one workload builder of the evaluation: these requests at ``rate_rps``, the trace's own ``arrival_s``
+    rescaled (its burstiness kept), or Poisson from ``seed`` when it has none (or they span no time)."""
+    n = int(outputs.size)
     if arrival_s is not None and float(arrival_s[-1] - arrival_s[0]) > 0:
         t = arrival_s - arrival_s[0]
-        out: np.ndarray = t * ((n - 1) / rate_rps) / float(t[-1])
-        return out
-    gaps = np.random.default_rng(seed).exponential(1.0 / rate_rps, size=n)
-    gaps[0] = 0.0
-    return np.cumsum(gaps)
+        arrival = t * ((n - 1) / rate_rps) / float(t[-1])
+    else:
+        gaps = np.random.default_rng(seed).exponential(1.0 / rate_rps, size=n)
+        gaps[0] = 0.0
+        arrival = np.cumsum(gaps)
+    return Workload.from_arrays(arrival, cls, inputs, outputs, n_classes=n_classes)
 
 
 def measure_row(setup: EngineSetup, name: str, load: float, method: str, rho: float, workload: Workload,

@@ -5,7 +5,7 @@ Until issue 21 this replayed through a separate reservation-admission simulator 
 now uses the engine comparison's (:mod:`kvcore.evaluate.engine`): the fleet is :class:`EngineFleet` (one group of
 identical replicas of the roofline profile, 100,000 KV tokens each, vLLM 0.33's defaults), ``load`` is offered work
 over that fleet's capacity on the scored requests (:func:`~kvcore.evaluate.engine.capacity_rps`, trace timestamps
-rescaled to it, :func:`~kvcore.evaluate.engine.arrivals_at`), and a request meets the SLO when it is good for
+rescaled to it by the one workload builder, :func:`~kvcore.evaluate.engine.replay_workload`), and a request meets the SLO when it is good for
 goodput (:func:`kvcore.sim.engine.meets_slo`: TTFT <= 2 s and mean time per output token <= 0.1 s). Requests are
 the protocol's scored requests, with their input lengths and shifted, capped output lengths (rounded to whole
 tokens, at least 1). Each plan of the protocol is one class, so a rolling replay switches reservation at every
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kvcore.evaluate.engine import DEFAULT_LOADS, EngineFleet, arrivals_at, capacity_rps
+from kvcore.evaluate.engine import DEFAULT_LOADS, EngineFleet, capacity_rps, replay_workload
 from kvcore.evaluate.protocols import Episode
 from kvcore.history.traces import Trace
 
@@ -47,7 +47,7 @@ def unfilled_slot_seconds(reserve: np.ndarray, output: np.ndarray, first_s: np.n
 def simulate_episodes(trace: Trace, episodes: Sequence[Episode], reserves: Sequence[float], *, rho: float,
                       fleet: EngineFleet, seed: int, load: float = SIMULATE_LOAD) -> dict[str, float | int | None]:
     """Replay the scored requests with one reservation per episode; returns the row's simulated fields."""
-    from kvcore.sim import SimPolicy, Workload
+    from kvcore.sim import SimPolicy
     from kvcore.sim.engine import EngineConfig, simulate_engine
 
     idx = np.concatenate([e.test_index for e in episodes])
@@ -57,7 +57,7 @@ def simulate_episodes(trace: Trace, episodes: Sequence[Episode], reserves: Seque
     group = fleet.group()
     rate = load * capacity_rps(group, inp, out)
     times = None if trace.arrival_s is None else np.asarray(trace.arrival_s, dtype=np.float64)[idx]
-    workload = Workload.from_arrays(arrivals_at(times, out.size, rate, seed), cls, inp, out, n_classes=len(episodes))
+    workload = replay_workload(times, cls, inp, out, n_classes=len(episodes), rate_rps=rate, seed=seed)
     n = len(episodes)
     policy = SimPolicy.from_arrays(np.asarray(reserves, dtype=np.float64), np.ones((n, 1)),
                                    ttft_slo_s=fleet.ttft_slo_s, tpot_slo_s=fleet.tpot_slo_s,

@@ -1,8 +1,9 @@
 """vLLM engine model throughput: requests replayed per second by ``kvcore.sim.engine.simulate_engine``.
 
-The replay is ``sim_speed.py``'s: 100,000 requests resampled (seeded) from ``azure2023_conv.csv`` at 35 requests/s,
-two classes, four groups (15 replicas, 40k-300k KV tokens, shared class prefixes of 64 and 256 tokens), now through
-the vLLM engine model: 16-token blocks, ``max_num_seqs`` 256, 2048 batched tokens, in three variants: vLLM's
+The replay (:func:`build_case`; ``sim_speed.py``'s until the reservation-admission simulator it timed was retired,
+issue 21): 100,000 requests resampled (seeded) from ``azure2023_conv.csv`` at 35 requests/s, two classes split at the
+median prompt, four groups (15 replicas, 40k-300k KV tokens, routed by a fixed matrix, shared class prefixes of 64
+and 256 tokens), through the vLLM engine model: 16-token blocks, ``max_num_seqs`` 256, 2048 batched tokens, in three variants: vLLM's
 defaults (prefix caching on), prefix caching off, and kvplan's gate with the policy's reservations. Each runs
 ``--repeats`` times; best and median are reported as wall time and as this process's CPU time (the machine is
 shared). In the same run a 2,000-request case is replayed by the fast model and the step-by-step reference: their
@@ -15,7 +16,6 @@ per-request outcomes must be identical (exit 1 otherwise) and the speed ratio is
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -23,27 +23,55 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
+from numpy.typing import NDArray
 
-from kvcore import EngineConfig, simulate_engine
+from kvcore import EngineConfig, SimGroup, SimPolicy, Workload, resample_trace, simulate_engine
 
-HERE = Path(__file__).resolve().parent
+DEFAULT_TRACE = Path(__file__).resolve().parents[1] / "kvcore" / "data" / "traces" / "azure2023_conv.csv"
+
+GROUPS = (
+    SimGroup(name="a100-tp4-70b", replicas=4, kv_capacity_tokens=120_000, step_time_base_s=0.030,
+             step_time_per_seq_s=0.0004, prefill_tokens_per_s=8_000),
+    SimGroup(name="a100-tp2-70b", replicas=3, kv_capacity_tokens=40_000, step_time_base_s=0.045,
+             step_time_per_seq_s=0.0006, prefill_tokens_per_s=4_000),
+    SimGroup(name="a100-tp1-8b", replicas=6, kv_capacity_tokens=60_000, step_time_base_s=0.012,
+             step_time_per_seq_s=0.0002, prefill_tokens_per_s=15_000),
+    SimGroup(name="a100-tp8-70b", replicas=2, kv_capacity_tokens=300_000, step_time_base_s=0.020,
+             step_time_per_seq_s=0.0003, prefill_tokens_per_s=16_000),
+)  # fmt: skip
+
+
+def load_trace(path: Path) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """The columns ``arrival_s, input_tokens, output_tokens`` of a shared trace (one with arrival times)."""
+    data = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2)
+    return data[:, 0], data[:, 1], data[:, 2]
+
+
+def build_case(path: Path, n: int, rate_rps: float, seed: int) -> tuple[Workload, SimPolicy]:
+    arrival, inp, out = load_trace(path)
+    cls = (inp > np.median(inp)).astype(np.int64)
+    rng = np.random.default_rng(seed)
+    workload = resample_trace(inp, out, n, rng=rng, arrival_s=arrival, rate_rps=rate_rps, class_index=cls,
+                              n_classes=2)  # fmt: skip
+    policy = SimPolicy.from_arrays(
+        reserve_tokens=[300, 200],
+        routing=[[0.3, 0.1, 0.5, 0.1], [0.4, 0.1, 0.2, 0.3]],
+        prefix_fraction=[[0.5, 0.0, 0.5, 0.0], [0.2, 0.2, 0.0, 0.5]],
+        prefix_tokens=[64, 256],
+        e2e_slo_s=[20.0, 40.0],
+        ttft_slo_s=[2.0, 5.0],
+        cp=10.0,
+        cw=1.0,
+    )
+    return workload, policy
+
 VARIANTS = {
     "vllm-default": EngineConfig(),
     "no-prefix-cache": EngineConfig(prefix_caching=False),
     "gate": EngineConfig(admission="gate"),
 }
-
-
-def _sim_speed() -> ModuleType:
-    """``sim_speed.py`` (its replay and groups), loaded by path: benchmarks run with PYTHONSAFEPATH=1."""
-    spec = importlib.util.spec_from_file_location("kvplan_bench_sim_speed", HERE / "sim_speed.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,17 +83,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=20231116)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    bench = _sim_speed()
-    workload, policy = bench.build_case(bench.DEFAULT_TRACE, args.requests, args.rate, args.seed)
-    report: dict[str, object] = {"trace": bench.DEFAULT_TRACE.name, "requests": args.requests,
-                                 "replicas": sum(g.replicas for g in bench.GROUPS), "repeats": args.repeats}
+    workload, policy = build_case(DEFAULT_TRACE, args.requests, args.rate, args.seed)
+    report: dict[str, object] = {"trace": DEFAULT_TRACE.name, "requests": args.requests,
+                                 "replicas": sum(g.replicas for g in GROUPS), "repeats": args.repeats}
     variants = {}
     for name, engine in VARIANTS.items():
         walls, cpus = [], []
         result = None
         for _ in range(args.repeats):
             start, cpu = time.perf_counter(), time.process_time()
-            result = simulate_engine(workload, bench.GROUPS, policy, rng=np.random.default_rng(args.seed),
+            result = simulate_engine(workload, GROUPS, policy, rng=np.random.default_rng(args.seed),
                                      engine=engine)
             walls.append(time.perf_counter() - start)
             cpus.append(time.process_time() - cpu)
@@ -80,11 +107,11 @@ def main(argv: list[str] | None = None) -> int:
             "stall_p99_s": result.stall.p99, "simulated_s": result.duration_s,
         }
     report["variants"] = variants
-    small_w, small_p = bench.build_case(bench.DEFAULT_TRACE, args.small, 60.0, args.seed + 1)
+    small_w, small_p = build_case(DEFAULT_TRACE, args.small, 60.0, args.seed + 1)
     timings, results = {}, {}
     for label, reference in (("fast", False), ("reference", True)):
         cpu = time.process_time()
-        results[label] = simulate_engine(small_w, bench.GROUPS, small_p, rng=np.random.default_rng(1),
+        results[label] = simulate_engine(small_w, GROUPS, small_p, rng=np.random.default_rng(1),
                                          reference=reference, keep_requests=True)
         timings[label] = time.process_time() - cpu
     fast_o, ref_o = results["fast"].outcomes, results["reference"].outcomes

@@ -3,7 +3,8 @@
     python benchmarks/paper_tables.py [--traces DIR] [--out docs] [--seeds 3] [--quick]
 
 1. Table II/IV style: cost across rho on every shared trace, every policy (split protocol, no shift).
-2. P99 latency and SLO violation at rho = 10 from the simulator (:mod:`kvcore.evaluate.simulate`'s fleet).
+2. P99 latency and SLO violation at rho = 10 through the vLLM engine model with kvplan's gate
+   (:mod:`kvcore.evaluate.simulate`, on the one evaluation fleet, :class:`kvcore.EngineFleet`).
 3. Issue 5's gm table: SAA, DRO eps = 0.15 E (paper), DRO eps = 0.02 E, P95, P99 and the new default, split and
    rolling x shift 1.0 / 1.5 / 2.5, on the traces with timestamps and, separately, on the one without.
 4. Table V style ablation of the joint planner (:mod:`ablation` beside this file) under a 2.5x shift.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import platform
 import sys
 import time
@@ -34,12 +36,13 @@ from binning import markdown as binning_markdown  # noqa: E402
 from binning import run as run_binning  # noqa: E402
 from results_template import ENGINE_PLACE, ISSUE5_REPORTED, PAPER_TABLE_IV, RESULTS_TEMPLATE  # noqa: E402
 
-from kvcore import (DEFAULT_METHODS, Cell, DEFAULT_RHOS, DEFAULT_SHIFTS, Evaluation, SimFleet,
+from kvcore import (DEFAULT_METHODS, Cell, DEFAULT_RHOS, DEFAULT_SHIFTS, Evaluation, EngineFleet,
                     run_evaluation as evaluate, gm_markdown, ratio_cells)
 from kvcore import split_episodes  # noqa: E402
 from kvcore import Scenario, ShiftBlindBound, shift_blind_bound  # noqa: E402
 from kvcore import DEFAULT_RADIUS  # noqa: E402
 from kvcore import load_trace  # noqa: E402
+from kvcore.evaluate.simulate import SIMULATE_LOAD  # noqa: E402
 
 Cells = dict[tuple[str, float], dict[str, Cell]]
 GM_TABLE = ("saa", "dro-paper", "dro-0.02", "p95", "p99", "default")
@@ -203,7 +206,7 @@ def _regret_table(evs: list[Evaluation]) -> str:
     return "\n".join(lines)
 
 
-def _sim_table(paths: Sequence[Path], fleet: SimFleet) -> tuple[str, list[Evaluation]]:
+def _sim_table(paths: Sequence[Path], fleet: EngineFleet) -> tuple[str, list[Evaluation]]:
     evs = []
     for p in paths:
         t0 = time.perf_counter()
@@ -318,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cells_nts = ratio_cells(nts, GM_TABLE)
     cells_ts5 = ratio_cells(ts, GM_TABLE, reference=GM_TABLE[:-1])
     cells_nts5 = ratio_cells(nts, GM_TABLE, reference=GM_TABLE[:-1])
-    fleet = SimFleet()
+    fleet = EngineFleet()
     print("simulating rho = 10 ...", file=sys.stderr)
     sim_md, _ = _sim_table(paths, fleet)
     print("ablation ...", file=sys.stderr)
@@ -348,7 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     nts_names = ", ".join(sorted({Path(e.trace).stem for e in nts}))
     md = RESULTS_TEMPLATE.format(
         command="python benchmarks/paper_tables.py" + (" --quick" if args.quick else ""),
-        machine=f"{platform.machine()}, Python {platform.python_version()}", elapsed=elapsed,
+        machine=f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, load average "
+        f"{os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC", elapsed=elapsed,
         default=DEFAULT_RADIUS.model_dump(), ts_names=ts_names, nts_names=nts_names,
         gm_ts=gm_markdown(cells_ts, GM_TABLE, GM_LABELS), gm_nts=gm_markdown(cells_nts, GM_TABLE, GM_LABELS),
         gm_ts5=gm_markdown(cells_ts5, GM_TABLE, GM_LABELS), gm_nts5=gm_markdown(cells_nts5, GM_TABLE, GM_LABELS),
@@ -356,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         + _targets(cells_ts, cells_nts, shifts) + "\n\nBest over the issue's five policies:\n\n"
         + _targets(cells_ts5, cells_nts5, shifts),
         issue5=ISSUE5_REPORTED, regret=_regret_table(evs), cost_tables=_cost_tables(evs), paper_iv=PAPER_TABLE_IV,
-        sim=sim_md, fleet=fleet.model_dump(), ablation=ablation_md, ablation_notes=ABLATION_NOTES,
+        sim=sim_md, fleet=fleet.model_dump(), sim_load=SIMULATE_LOAD, ablation=ablation_md, ablation_notes=ABLATION_NOTES,
         imgs="\n".join(f"![{p.stem}](img/{p.name})" for p in imgs), oracle=oracle, oracle_vs_paper=oracle_vs_paper,
         disagree=_disagreements(evs), binning=binning_md, engine_place=ENGINE_PLACE,
     )

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ("reserve", "scale", "multigroup", "fleet", "sim_speed", "engine_speed", "replan", "paper_tables",
+ORDER = ("reserve", "scale", "multigroup", "fleet", "engine_speed", "replan", "paper_tables",
          "radius_ablation", "engine_results", "reserve_rule_speed", "trace_memory", "test_loop")
 
 

@@ -38,8 +38,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "gm_markdown": ("kvcore.evaluate", "gm_markdown"),
     "ratio_cells": ("kvcore.evaluate", "ratio_cells"),
     "register_policy": ("kvcore.evaluate", "register_policy"),
-    "SimFleet": ("kvcore.evaluate", "SimFleet"),
     "split_episodes": ("kvcore.evaluate", "split_episodes"),
+    "capacity_rps": ("kvcore.evaluate.engine", "capacity_rps"),
     "EngineEvaluation": ("kvcore.evaluate.engine", "EngineEvaluation"),
     "EngineFleet": ("kvcore.evaluate.engine", "EngineFleet"),
     "EngineRow": ("kvcore.evaluate.engine", "EngineRow"),
@@ -140,14 +140,12 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "reserves_for_plan": ("kvcore.rules.reserve", "reserves_for_plan"),
     "gate": ("kvcore.sim", "gate"),
     "resample_trace": ("kvcore.sim", "resample_trace"),
-    "SimConfig": ("kvcore.sim", "SimConfig"),
     "SimGroup": ("kvcore.sim", "SimGroup"),
     "SimPolicy": ("kvcore.sim", "SimPolicy"),
-    "simulate": ("kvcore.sim", "simulate"),
-    "simulate_reference": ("kvcore.sim", "simulate_reference"),
     "Workload": ("kvcore.sim", "Workload"),
     "EngineConfig": ("kvcore.sim.engine", "EngineConfig"),
     "GroupEngine": ("kvcore.sim.engine", "GroupEngine"),
+    "meets_slo": ("kvcore.sim.engine", "meets_slo"),
     "Jobs": ("kvcore.sim.engine", "Jobs"),
     "run_fast": ("kvcore.sim.engine", "run_fast"),
     "run_reference": ("kvcore.sim.engine", "run_reference"),
@@ -159,27 +157,26 @@ _EXPORTS: dict[str, tuple[str, str]] = {
 
 __all__ = [
     "BASE_BYTES", "bin_lengths", "binned_history", "BinningBound", "bucket_samples", "Buckets",
-    "build_1_2_5_buckets", "capped_reserve", "Cell", "choose_knobs", "choose_reserves", "class_histories",
-    "class_rho", "ClassHistory", "ClassPlan", "ClassSpec", "cost_ratio", "CostSpec", "DEFAULT_METHODS",
-    "DEFAULT_MODEL", "DEFAULT_RADIUS", "DEFAULT_RHOS", "DEFAULT_SHIFTS", "drift_radius", "engine_rho",
-    "EngineConfig", "EngineEvaluation", "EngineFleet", "EngineRow", "EngineSetup", "ENVOY_TOKEN_TYPE",
+    "build_1_2_5_buckets", "capacity_rps", "capped_reserve", "Cell", "choose_knobs", "choose_reserves",
+    "class_histories", "class_rho", "ClassHistory", "ClassPlan", "ClassSpec", "cost_ratio", "CostSpec",
+    "DEFAULT_METHODS", "DEFAULT_MODEL", "DEFAULT_RADIUS", "DEFAULT_RHOS", "DEFAULT_SHIFTS", "drift_radius",
+    "engine_rho", "EngineConfig", "EngineEvaluation", "EngineFleet", "EngineRow", "EngineSetup", "ENVOY_TOKEN_TYPE",
     "ENVOY_TOKEN_USAGE", "episodes_for", "evaluate_engine", "Evaluation", "exact_bounds", "exposed_side",
     "FileProblem", "FLEET_BYTES_PER_SAMPLE", "FRONTIER_WATERMARKS", "gate", "generate_fleet", "generate_instance",
     "get_policy", "gm_markdown", "GroupEngine", "GroupPlan", "GroupReplays", "GroupSpec", "History",
     "HistorySource", "input_error", "InputError", "Instance", "Jobs", "KnobClass", "knobs_for_plan",
     "kvplan_buckets", "KVPLAN_CLASS_LABEL", "KVPLAN_OUTPUT_TOKENS", "Layout", "LAYOUTS", "LLMD_OUTPUT_TOKENS",
-    "load_trace", "MAX_RESERVATION_FILE_BYTES", "measure_row", "MODELS", "NO_RESERVATIONS", "ObjectiveTerms",
-    "parse_reservations", "path_identity", "plan", "Plan", "plan_groups", "PlanStatus", "ProfileOverride",
-    "PromptLengthRule", "RadiusChoice", "RadiusPolicy", "ratio_cells", "read_regular_file", "register_policy",
-    "render_reservations", "ReplaySet", "ReplayStore", "request_cost", "resample_trace", "ReservationResult",
-    "Reservations", "ReservationsError", "reserve", "ReserveChoice", "reserves_for_plan", "resolve_lmax",
-    "resolve_profile", "roofline", "run_evaluation", "run_fast", "run_reference", "run_variant", "Samples",
-    "Scenario", "series", "Shape", "shift_blind_bound", "ShiftBlindBound", "Side", "SimConfig", "SimFleet",
-    "SimGroup", "SimPolicy", "simulate", "simulate_engine", "simulate_reference", "SKEW_FRACTION", "SKEW_REQUESTS",
-    "SloSpec", "solve_dro_exact", "solve_dro_lp", "solve_exact", "split_episodes", "StepTiming", "Trace",
-    "vllm_buckets", "VLLM_CACHE_CONFIG_INFO", "VLLM_GENERATION_TOKENS", "VLLM_GENERATION_TOKENS_ESCAPED",
-    "VLLM_KV_CACHE_USAGE", "VLLM_PREEMPTIONS", "wasserstein1_side", "WATERMARK_MIN_VERSION", "with_horizon",
-    "Workload",
+    "load_trace", "MAX_RESERVATION_FILE_BYTES", "measure_row", "meets_slo", "MODELS", "NO_RESERVATIONS",
+    "ObjectiveTerms", "parse_reservations", "path_identity", "plan", "Plan", "plan_groups", "PlanStatus",
+    "ProfileOverride", "PromptLengthRule", "RadiusChoice", "RadiusPolicy", "ratio_cells", "read_regular_file",
+    "register_policy", "render_reservations", "ReplaySet", "ReplayStore", "request_cost", "resample_trace",
+    "ReservationResult", "Reservations", "ReservationsError", "reserve", "ReserveChoice", "reserves_for_plan",
+    "resolve_lmax", "resolve_profile", "roofline", "run_evaluation", "run_fast", "run_reference", "run_variant",
+    "Samples", "Scenario", "series", "Shape", "shift_blind_bound", "ShiftBlindBound", "Side", "SimGroup",
+    "SimPolicy", "simulate_engine", "SKEW_FRACTION", "SKEW_REQUESTS", "SloSpec", "solve_dro_exact", "solve_dro_lp",
+    "solve_exact", "split_episodes", "StepTiming", "Trace", "vllm_buckets", "VLLM_CACHE_CONFIG_INFO",
+    "VLLM_GENERATION_TOKENS", "VLLM_GENERATION_TOKENS_ESCAPED", "VLLM_KV_CACHE_USAGE", "VLLM_PREEMPTIONS",
+    "wasserstein1_side", "WATERMARK_MIN_VERSION", "with_horizon", "Workload",
 ]
 
 if TYPE_CHECKING:
@@ -200,8 +197,8 @@ if TYPE_CHECKING:
     from kvcore.evaluate import gm_markdown as gm_markdown
     from kvcore.evaluate import ratio_cells as ratio_cells
     from kvcore.evaluate import register_policy as register_policy
-    from kvcore.evaluate import SimFleet as SimFleet
     from kvcore.evaluate import split_episodes as split_episodes
+    from kvcore.evaluate.engine import capacity_rps as capacity_rps
     from kvcore.evaluate.engine import EngineEvaluation as EngineEvaluation
     from kvcore.evaluate.engine import EngineFleet as EngineFleet
     from kvcore.evaluate.engine import EngineRow as EngineRow
@@ -302,14 +299,12 @@ if TYPE_CHECKING:
     from kvcore.rules.reserve import reserves_for_plan as reserves_for_plan
     from kvcore.sim import gate as gate
     from kvcore.sim import resample_trace as resample_trace
-    from kvcore.sim import SimConfig as SimConfig
     from kvcore.sim import SimGroup as SimGroup
     from kvcore.sim import SimPolicy as SimPolicy
-    from kvcore.sim import simulate as simulate
-    from kvcore.sim import simulate_reference as simulate_reference
     from kvcore.sim import Workload as Workload
     from kvcore.sim.engine import EngineConfig as EngineConfig
     from kvcore.sim.engine import GroupEngine as GroupEngine
+    from kvcore.sim.engine import meets_slo as meets_slo
     from kvcore.sim.engine import Jobs as Jobs
     from kvcore.sim.engine import run_fast as run_fast
     from kvcore.sim.engine import run_reference as run_reference

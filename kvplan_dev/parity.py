@@ -1,5 +1,5 @@
 """Parity of kvcore's vLLM engine model with vLLM 0.33 itself: the same seeded cases through vLLM's own V1
-``Scheduler`` (driven on CPU by :mod:`kvplan_dev.vllm_driver` in the cached vLLM venv) and through both engine models
+``Scheduler`` (driven on CPU by :mod:`kvplan_dev.vllm_driver`, the one driver, in the overlay on the cached vLLM venv) and through both engine models
 (:func:`kvcore.sim.engine.run_reference`, :func:`~kvcore.sim.engine.run_fast`), compared request by request.
 
 Two groups of seeded random cases:
@@ -33,7 +33,8 @@ from kvplan_dev.vllm_env import VLLM_VERSION, ensure_vllm_env
 from kvplan_dev.vllm_overlay import make_overlay
 
 REPO = Path(__file__).resolve().parent.parent
-DRIVER = REPO / "kvplan_dev" / "vllm_driver.py"
+DRIVER = "kvplan_dev.vllm_driver"
+"""The one driver of vLLM's scheduler (the plugin tests use it too), run as ``python -m`` in the overlay."""
 S = 1_000_000_000
 REQUIRED = ("admit_step", "preemptions", "finish_step")
 """Fields that must be identical; the others in :data:`COMPARED` are compared and reported as well."""
@@ -117,7 +118,7 @@ def run_driver(python: Path, cases: list[dict[str, Any]], progress: Callable[[st
         spec, answer = Path(tmp) / "cases.json", Path(tmp) / "answers.json"
         spec.write_text(json.dumps({"cases": cases}))
         with spec.open() as stdin, answer.open("w") as stdout:
-            proc = subprocess.Popen([str(python), str(DRIVER)], stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
+            proc = subprocess.Popen([str(python), "-m", DRIVER], stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
                                     text=True, cwd=tmp, env=env)
             assert proc.stderr is not None
             lines = []

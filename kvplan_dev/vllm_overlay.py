@@ -53,7 +53,7 @@ def make_overlay(base_python: Path, dest: Path, repo: Path) -> Path:
     python = dest / "bin" / "python"
     purelib = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
     Path(purelib.stdout.strip(), "kvplan_vllm_base.pth").write_text(f"import site; site.addsitedir({site!r})\n")
-    # kvplan (kvcore, the operator, kvplan_vllm) and kvplan-dev (this tooling: the engine driver) are two
+    # kvplan (kvcore, the operator, kvplan_vllm) and kvplan-dev (this tooling: the vLLM driver) are two
     # distributions of the one checkout.
     install = _run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "-e",
                     str(repo), "-e", str(repo / "kvplan_dev")])
@@ -65,16 +65,16 @@ def make_overlay(base_python: Path, dest: Path, repo: Path) -> Path:
 
 
 def run_engine_driver(python: Path, scenario: dict[str, object], workdir: Path) -> dict[str, object]:
-    """Run :mod:`kvplan_dev.vllm_engine_driver` on ``scenario`` in the overlay; its JSON result. Raises
+    """Run the engine loop of :mod:`kvplan_dev.vllm_driver` on ``scenario`` in the overlay; its JSON result. Raises
     :class:`OverlayError` with the log tail if it fails."""
     scenario = {**scenario, "workdir": str(workdir), "out": str(workdir / "result.json")}
     spec = workdir / "scenario.json"
     spec.write_text(json.dumps(scenario))
     log = workdir / "driver.log"
     with log.open("w") as fh:
-        proc = subprocess.run([str(python), "-m", "kvplan_dev.vllm_engine_driver", str(spec)], cwd=str(workdir),
+        proc = subprocess.run([str(python), "-m", "kvplan_dev.vllm_driver", "engine", str(spec)], cwd=str(workdir),
                               env=vllm_env(), stdout=fh, stderr=subprocess.STDOUT)
     if proc.returncode != 0 or not (workdir / "result.json").exists():
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
-        raise OverlayError(f"engine driver failed (exit {proc.returncode}); log {log}:\n{tail}")
+        raise OverlayError(f"vLLM driver (engine loop) failed (exit {proc.returncode}); log {log}:\n{tail}")
     return json.loads((workdir / "result.json").read_text())  # type: ignore[no-any-return]

@@ -18,7 +18,9 @@ Prints a table of mean cost per request (c_w = 1, c_p = rho) per policy, rho and
 object ``{"trace", "protocol", "observe", "lmax", "requests", "plans", "rows": [{"observe", "rho", "shift",
 "method", "cost", ...}]}``. ``--observe LAYOUT`` trains every policy on what the operator would see, per-window
 bucket counts in that layout read back with ``--bucket-model`` (:mod:`kvcore.evaluate.observe`); costs are still
-measured on the raw test outputs.
+measured on the raw test outputs. ``--simulate`` adds P99 latency, SLO violation rate, preemptions and unfilled
+reserved slot-seconds per row, replayed through the vLLM engine model with kvplan's gate on the one evaluation fleet
+(:mod:`kvcore.evaluate.simulate`; until issue 21 a separate reservation-admission simulator).
 ``--out DIR`` also writes CSV, Markdown and PNG plots there. A progress bar goes to stderr. Protocols, policies
 and the simulated fleet are documented in :mod:`kvcore.evaluate`. Exit status: 0 done, 2 bad input (a malformed
 trace names its line).
@@ -82,9 +84,12 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
                    help="train on raw lengths (default) or on per-window bucket counts in this layout")
     p.add_argument("--bucket-model", choices=MODELS, default=DEFAULT_MODEL,
                    help=f"within-bucket model the counts are read with (default {DEFAULT_MODEL})")
-    p.add_argument("--simulate", action="store_true", help="also replay each row through the simulator")
+    p.add_argument("--simulate", action="store_true",
+                   help="also replay each row through the vLLM engine model with kvplan's gate holding the row's "
+                   "reservations (2 replicas of 70B TP4, 100,000 KV tokens each, load 0.7; SLO: TTFT <= 2 s and "
+                   "0.1 s per output token); before issue 21 a separate reservation-admission simulator")
     p.add_argument("--seed", type=int_arg(low=0, high=MAX_SEED), default=0,
-                   help="seed of the simulator's generator (default 0)")
+                   help="seed of the engine model's generator (default 0)")
     p.add_argument("--out", type=Path, default=None, help="write CSV, Markdown and PNG plots into this directory")
     p.add_argument("--engine", choices=("reservation", "vllm"), default="reservation",
                    help="reservation (default): the reservation-policy evaluation; vllm: stock vLLM vs kvplan's knobs "

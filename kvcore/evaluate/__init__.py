@@ -3,7 +3,9 @@
 - :mod:`.protocols`: which history each plan sees and which shifted requests it serves (split, rolling);
 - :mod:`.policies`: the registry of policies (``default``, ``dro-paper``, ``saa``, quantiles, ...);
 - :mod:`.harness`: :func:`evaluate` scores every (shift, rho, policy) of one trace, giving :class:`Evaluation`;
-- :mod:`.simulate`: ``--simulate``, the same requests through :mod:`kvcore.sim` on a documented fleet;
+- :mod:`.simulate`: ``--simulate``, the same requests through the vLLM engine model with kvplan's gate, on the
+  one evaluation fleet (:class:`~kvcore.evaluate.engine.EngineFleet`);
+- :mod:`.engine`: ``--engine vllm``, stock vLLM, kvplan's knobs and its plugin; the fleet, load and goodput;
 - :mod:`.summary`: gm of cost / best across traces (the yardstick policies are scored by);
 - :mod:`.oracle`: bounds on the best a shift-blind rule can do under the split protocol (with the test data);
 - :mod:`.report`: CSV, Markdown and PNG files (matplotlib imported lazily).
@@ -23,7 +25,6 @@ from kvcore.evaluate.protocols import (
     shift_outputs,
     split_episodes,
 )
-from kvcore.evaluate.simulate import SimFleet
 from kvcore.evaluate.summary import GM_POLICIES, Cell, gm_markdown, ratio_cells
 
 __all__ = [
@@ -39,7 +40,6 @@ __all__ = [
     "Policy",
     "RollingSchedule",
     "Row",
-    "SimFleet",
     "episodes_for",
     "evaluate",
     "get_policy",

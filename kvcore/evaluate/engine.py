@@ -9,11 +9,13 @@ output distribution, both priced at the same rho = c_p / c_w.
 default) with ``kv_capacity_tokens`` KV tokens each (100,000: memory binds, the regime where a reservation
 matters), vLLM's scheduling defaults (16-token blocks, 256 seqs, 2048 batched tokens, prefix caching).
 
-**Load.** ``load`` is offered work over the profile's capacity on this trace: a replica holding as many requests as
+**Load** (:func:`capacity_rps`, the project's one definition: ``--simulate`` and the benchmarks use it too).
+``load`` is offered work over the profile's capacity on this trace: a replica holding as many requests as
 its KV memory fits at the trace's mean context (``B_op = min(max_num_seqs, usable tokens / E[prompt + output/2])``)
 decodes ``B_op / t(B_op)`` tokens/s (``t`` the profile's step time); a request brings ``output / that`` plus
 ``prompt / prefill rate`` replica-seconds. The replay's arrival rate is ``load x replicas / E[work]``; the trace's own
-timestamps are rescaled to it (keeping its burstiness), or Poisson when it has none. Stated in every report.
+timestamps are rescaled to it (keeping its burstiness), or Poisson when it has none (:func:`replay_workload`). Stated
+in every report.
 
 **Variants.**
 
@@ -61,7 +63,7 @@ from kvcore.rules.replay_set import ReplaySet
 from kvcore.rules.reserve import ReserveChoice, choose_reserves, engine_rho
 from kvcore.history.samples import History, Samples
 from kvcore.sim import SimGroup, SimPolicy, Workload
-from kvcore.sim.engine import EngineConfig, EngineResult, simulate_engine
+from kvcore.sim.engine import EngineConfig, EngineOutcomes, EngineResult, meets_slo, simulate_engine
 from kvcore.history.traces import Trace
 
 DEFAULT_LOADS = (0.7, 0.9)
@@ -75,7 +77,8 @@ CLASSES = ("short", "long")
 
 
 class EngineFleet(BaseModel):
-    """The fleet the engine comparison replays on. Frozen; unknown keys rejected."""
+    """The one evaluation fleet: the engine comparison (``--engine vllm``) and ``--simulate`` replay on it. Frozen;
+    unknown keys rejected."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     gpu_type: str = Field(default="A100-80GB", description="GPU type of the roofline profile.")
@@ -90,6 +93,10 @@ class EngineFleet(BaseModel):
     ttft_slo_s: float = Field(default=2.0, gt=0, description="Goodput: time to first token at most this (s).")
     tpot_slo_s: float = Field(default=0.1, gt=0, description="Goodput: mean time per output token after the "
                               "first at most this (s): 10 tokens/s, a reading pace.")
+
+    def good(self, workload: Workload, outcomes: EngineOutcomes) -> np.ndarray:
+        """Per request: a good request of goodput (:func:`kvcore.sim.engine.meets_slo`) at this fleet's SLOs."""
+        return meets_slo(workload, outcomes, ttft_slo_s=self.ttft_slo_s, tpot_slo_s=self.tpot_slo_s)
 
     def group(self) -> SimGroup:
         prof = roofline(self.gpu_type, self.model, self.tp, self.pp)
@@ -156,11 +163,7 @@ class EngineSetup:
         self.group = fleet.group()
         self.fleet = fleet
         test = slice(self.half, n)
-        ctx = context_tokens(inp[test], out[test])
-        b_op = operating_batch(self.group, EngineConfig(), ctx)
-        t_op = token_interval_s(self.group, EngineConfig(), ctx)
-        work = out[test] / (b_op / t_op) + inp[test] / fleet.prefill_tokens_per_s
-        self.capacity_rps = fleet.replicas / float(work.mean())
+        self.capacity_rps = capacity_rps(self.group, inp[test], out[test])
         self.arrival_all = None if trace.arrival_s is None else np.asarray(trace.arrival_s, dtype=np.float64)
         self.arrival = None if self.arrival_all is None else self.arrival_all[test]
         self.lmax = float(out.max())
@@ -217,17 +220,8 @@ class EngineSetup:
         return get_policy("default").fn(self.history(c), rho, self.lmax, 1.0).reserve_tokens
 
     def workload(self, load: float, seed: int) -> Workload:
-        rate = load * self.capacity_rps
-        n = self.out.size - self.half
-        if self.arrival is not None and float(self.arrival[-1] - self.arrival[0]) > 0:
-            t = self.arrival - self.arrival[0]
-            arrival = t * ((n - 1) / rate) / float(t[-1])
-        else:
-            gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=n)
-            gaps[0] = 0.0
-            arrival = np.cumsum(gaps)
-        return Workload.from_arrays(arrival, self.cls[self.half:], self.inp[self.half:], self.out[self.half:],
-                                    n_classes=2)
+        return replay_workload(self.arrival, self.cls[self.half:], self.inp[self.half:], self.out[self.half:],
+                               n_classes=2, rate_rps=load * self.capacity_rps, seed=seed)
 
     def knob_classes(self, load: float, reserves: Sequence[float], rho: float | Sequence[float]) -> list[KnobClass]:
         rate = load * self.capacity_rps
@@ -249,6 +243,32 @@ def _per_class(rho: float | Sequence[float]) -> tuple[float, float]:
     return float(rho[0]), float(rho[1])
 
 
+def capacity_rps(group: SimGroup, inputs: np.ndarray, outputs: np.ndarray) -> float:
+    """Requests/s ``group`` serves at load 1 on these requests: the one definition of load (module docstring).
+    A replica holding as many requests as its KV memory fits at their mean context decodes ``B_op / t(B_op)``
+    tokens/s; a request brings ``output / that + input / prefill rate`` replica-seconds."""
+    ctx = context_tokens(inputs, outputs)
+    b_op = operating_batch(group, EngineConfig(), ctx)
+    t_op = token_interval_s(group, EngineConfig(), ctx)
+    work = outputs / (b_op / t_op) + inputs / group.prefill_tokens_per_s
+    return group.replicas / float(work.mean())
+
+
+def replay_workload(arrival_s: np.ndarray | None, cls: np.ndarray, inputs: np.ndarray, outputs: np.ndarray, *,
+                    n_classes: int, rate_rps: float, seed: int) -> Workload:
+    """The one workload builder of the evaluation: these requests at ``rate_rps``, the trace's own ``arrival_s``
+    rescaled (its burstiness kept), or Poisson from ``seed`` when it has none (or they span no time)."""
+    n = int(outputs.size)
+    if arrival_s is not None and float(arrival_s[-1] - arrival_s[0]) > 0:
+        t = arrival_s - arrival_s[0]
+        arrival = t * ((n - 1) / rate_rps) / float(t[-1])
+    else:
+        gaps = np.random.default_rng(seed).exponential(1.0 / rate_rps, size=n)
+        gaps[0] = 0.0
+        arrival = np.cumsum(gaps)
+    return Workload.from_arrays(arrival, cls, inputs, outputs, n_classes=n_classes)
+
+
 def measure_row(setup: EngineSetup, name: str, load: float, method: str, rho: float, workload: Workload,
                 policy: SimPolicy, res: EngineResult, gated: bool, knobs: str) -> EngineRow:
     """One row of measures (module docstring) of ``res``, a replay of ``workload`` under ``policy``."""
@@ -259,10 +279,7 @@ def measure_row(setup: EngineSetup, name: str, load: float, method: str, rho: fl
     y = policy.reserve_tokens[workload.class_index]
     waste = float(np.maximum(y - xi, 0).sum()) if gated else 0.0
     cost = (waste + rho * float(o.recomputed.sum())) / n
-    ttft = o.first_token_ns * 1e-9 - workload.arrival_s
-    e2e = o.finish_ns * 1e-9 - workload.arrival_s
-    tpot = np.where(xi > 1, (e2e - ttft) / np.maximum(xi - 1, 1), 0.0)
-    good = (o.finish_ns >= 0) & (ttft <= setup.fleet.ttft_slo_s) & (tpot <= setup.fleet.tpot_slo_s)
+    good = setup.fleet.good(workload, o)
     return EngineRow(trace=name, load=load, method=method, preemptions=res.preemptions,
                      recomputed_tokens=res.recomputed_tokens, ttft_p50_s=res.ttft.p50, ttft_p99_s=res.ttft.p99,
                      e2e_p50_s=res.e2e.p50, e2e_p99_s=res.e2e.p99, stall_p99_s=res.stall.p99,

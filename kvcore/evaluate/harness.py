@@ -6,8 +6,8 @@
 Cost of a request served with reservation y, in token slots (c_w = 1, c_p = rho):
 ``rho * (xi - y)^+ + (y - xi)^+``, with xi its (shifted, capped) output length. A row's ``cost`` is the mean over
 every scored request of the protocol (all rolling steps pooled). With ``simulate`` the same requests are replayed
-through the simulator's default fleet (see :mod:`kvcore.evaluate.simulate`) and the row also carries P99
-latency, SLO violation rate, preemptions and waste.
+through the vLLM engine model with kvplan's gate on the one evaluation fleet, at ``load`` (see
+:mod:`kvcore.evaluate.simulate`), and the row also carries P99 latency, SLO violation rate, preemptions and waste.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from kvcore.errors import InputError
 from kvcore.evaluate.observe import check_observe, observe_episodes
 from kvcore.evaluate.policies import DEFAULT_METHODS, get_policy
 from kvcore.evaluate.protocols import PROTOCOLS, Episode, episodes_for, resolve_lmax, rolling_schedule
-from kvcore.evaluate.simulate import SimFleet, simulate_episodes
+from kvcore.evaluate.engine import EngineFleet
+from kvcore.evaluate.simulate import SIMULATE_LOAD, simulate_episodes
 from kvcore.history.samples import FloatArray
 from kvcore.history.traces import Trace
 
@@ -55,9 +56,11 @@ class Row(BaseModel):
     eps_mean: float | None = Field(default=None, description="DRO radius averaged over requests, tokens.")
     under_reserved: float = Field(description="Fraction of scored requests with xi > y.")
     p99_latency_s: float | None = Field(default=None, description="Simulated end-to-end P99, seconds.")
-    slo_violation_rate: float | None = Field(default=None, description="Simulated SLO violations / finished.")
+    slo_violation_rate: float | None = Field(default=None, description="Simulated finished requests that are not "
+                                             "good for goodput (kvcore.sim.engine.meets_slo) / finished.")
     preemptions: int | None = Field(default=None, description="Simulated preemptions (recompute).")
-    waste_token_slot_s: float | None = Field(default=None, description="Simulated wasted token-slot-seconds.")
+    waste_token_slot_s: float | None = Field(default=None, description="Simulated reserved output slots not yet "
+                                             "filled, integrated over each request's decode (token-slot-seconds).")
 
 
 class Evaluation(BaseModel):
@@ -115,14 +118,16 @@ def evaluate(
     methods: Sequence[str] = DEFAULT_METHODS,
     lmax: float | None = None,
     simulate: bool = False,
-    fleet: SimFleet | None = None,
+    fleet: EngineFleet | None = None,
+    load: float = SIMULATE_LOAD,
     seed: int = 0,
     wrap: Wrap[tuple[float, str]] = _identity,
     observe: str = "raw",
     bucket_model: str = DEFAULT_MODEL,
 ) -> Evaluation:
     """Score every (shift, rho, method) of ``trace`` under ``protocol``; ``wrap`` may draw progress. ``observe``
-    and ``bucket_model``: what the policies are trained on (module docstring)."""
+    and ``bucket_model``: what the policies are trained on (module docstring). ``fleet`` and ``load``: where and how
+    hard ``simulate`` replays (default :class:`EngineFleet`, load 0.7)."""
     if protocol not in PROTOCOLS:
         raise InputError("protocol", f"unknown protocol {protocol!r}", hint="one of " + ", ".join(PROTOCOLS))
     check_observe(observe)
@@ -141,8 +146,8 @@ def evaluate(
     for shift, method in wrap(tasks, f"{name} {protocol}"):
         episodes = by_shift[shift]
         for rho in rho_list:
-            rows.append(_score(name, protocol, observe, rho, shift, method, episodes, top, simulate, fleet, trace,
-                               seed))
+            rows.append(_score(name, protocol, observe, rho, shift, method, episodes, top, simulate, fleet, load,
+                               trace, seed))
     first = by_shift[shift_list[0]]
     plans = len(rolling_schedule(trace).plan_times_s) if protocol == "rolling" else 1
     return Evaluation(
@@ -153,7 +158,7 @@ def evaluate(
 
 
 def _score(name: str, protocol: str, observe: str, rho: float, shift: float, method: str, episodes: list[Episode],
-           lmax: float, simulate: bool, fleet: SimFleet | None, trace: Trace, seed: int) -> Row:
+           lmax: float, simulate: bool, fleet: EngineFleet | None, load: float, trace: Trace, seed: int) -> Row:
     fn = get_policy(method).fn
     total = under = reserved = eps_total = 0.0
     n = 0
@@ -175,7 +180,7 @@ def _score(name: str, protocol: str, observe: str, rho: float, shift: float, met
         raise InputError(name, f"the {protocol} protocol scored no request (too few requests in the trace)")
     sim: dict[str, float | int | None] = {}
     if simulate:
-        sim = simulate_episodes(trace, episodes, ys, rho=rho, fleet=fleet or SimFleet(), seed=seed)
+        sim = simulate_episodes(trace, episodes, ys, rho=rho, fleet=fleet or EngineFleet(), seed=seed, load=load)
     return Row(
         trace=name, protocol=protocol, observe=observe, rho=rho, shift=shift, method=method, cost=total / n, requests=n,
         plans=len(episodes), reserve_mean=reserved / n, eps_mean=eps_total / n if has_eps else None,

@@ -17,7 +17,7 @@ from kvcore.history.samples import weighted_quantile
 from kvcore.rules.classes import KnobClass
 from kvcore.rules.preemption import PreemptionPrice, class_prices, context_tokens, harm_tokens, token_interval_s
 from kvcore.rules.replays import REPLAYS, REQUESTS, GroupReplays
-from kvcore.sim.engine import EngineConfig
+from kvcore.sim.engine import EngineConfig, meets_slo
 from kvcore.sim.types import SimGroup, SimPolicy, Workload
 
 SCALES = (0.125, 0.25, 0.5, 1.0)
@@ -26,8 +26,6 @@ QUANTILES = (0.25, 0.5, 0.75)
 """Quantiles of a class's outputs tried per class."""
 TAIL = 0.01
 """Weight of the P99 latency change: the share of requests the P99 stands for."""
-NS = 1e-9
-"""Seconds per nanosecond (the engine model's clock)."""
 
 
 @dataclass(frozen=True)
@@ -94,11 +92,7 @@ class ReplaySet:
             h = harm_tokens(o, self.t_tok)
             cls = workload.class_index
             harm = np.bincount(cls, weights=h, minlength=len(self.classes)).astype(np.float64)
-            xi = workload.output_tokens
-            ttft = o.first_token_ns * NS - workload.arrival_s
-            e2e = o.finish_ns * NS - workload.arrival_s
-            tpot = np.where(xi > 1, (e2e - ttft) / np.maximum(xi - 1, 1), 0.0)
-            good = (o.finish_ns >= 0) & (ttft <= self.slo[0]) & (tpot <= self.slo[1])
+            good = meets_slo(workload, o, ttft_slo_s=self.slo[0], tpot_slo_s=self.slo[1])
             self._memo[(ys, k)] = _Raw(harm, res.e2e.p99 or 0.0, res.e2e.mean or 0.0, float(good.mean()),
                                        res.stalled_frac or 0.0, res.preemptions, res.recomputed_tokens,
                                        res.goodput_rps)

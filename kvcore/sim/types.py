@@ -1,6 +1,6 @@
-"""Inputs of the simulator: groups, the workload, the policy and the run settings.
+"""Inputs of the vLLM engine model (:mod:`kvcore.sim.engine`): groups, the workload and the policy.
 
-Groups and settings are frozen pydantic models (``extra="forbid"``); the workload and the policy hold numpy arrays
+Groups are frozen pydantic models (``extra="forbid"``); the workload and the policy hold numpy arrays
 and are frozen dataclasses whose constructors coerce and check every array and raise
 :class:`kvcore.errors.InputError` naming the field (``workload.output_tokens[17]``, ``policy.routing[2]``).
 Shapes that depend on each other (classes x groups) are checked by :func:`kvcore.sim.prepare.prepare`, which sees
@@ -40,7 +40,7 @@ class SimGroup(BaseModel):
     A replica runs continuous batching. One decode step of a batch of B sequences takes
     ``step_time_base_s + step_time_per_seq_s * B`` seconds and produces one token for each of them. A step that
     admits requests also prefills them: it lasts ``prefill tokens / prefill_tokens_per_s`` longer (see
-    docs in :mod:`kvcore.sim`). Take t0, t1 and the prefill rate from the performance profile
+    docs in :mod:`kvcore.sim.engine.reference`). Take t0, t1 and the prefill rate from the performance profile
     (``kvcore.profiles``); they are plain numbers here so the simulator does not depend on it.
     """
 
@@ -76,27 +76,6 @@ class SimGroup(BaseModel):
             step_time_per_seq_s=profile.step_t1_s,
             **extra,
         )
-
-
-class SimConfig(BaseModel):
-    """Run settings that are not per class. All costs are in token-slot units, like the reservation cost."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    pin_prefix_memory: bool = True
-    """When true, each replica of group k keeps the prefix of every class i with ``prefix_fraction[i, k] > 0``
-    resident: ``prefix_tokens[i]`` tokens are taken off its KV capacity before any request is admitted. That is
-    the cache memory the planner charges for delta; turn it off to model an external prefix store."""
-    c_preempt: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    """Cost of one preemption (recompute). Default 0 so ``costs.total`` equals the planner's reservation term
-    unless you price preemptions explicitly; the count is always reported."""
-    c_reject: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    """Cost of one rejected request (by the policy's admission or because it can never fit). Default 0, as above."""
-    c_slo: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    """Cost of one finished request that misses its SLO. Default 0, as above."""
-    keep_requests: bool = False
-    """When true, :attr:`SimResult.requests` carries the per-request outcome arrays (not part of ``to_json``).
-    Off by default: 100,000 requests make ~8 MB of arrays that most callers do not need."""
 
 
 def _as_1d(value: ArrayLike, field: str, dtype: type[Any]) -> NDArray[Any]:
@@ -222,7 +201,8 @@ class SimPolicy:
       cached; a hit saves ``min(prefix_tokens[i], input tokens)`` of KV and of prefill.
     - ``prefix_tokens[i]``: L_pre, tokens of the shared prefix of class i.
     - ``admission[i]``: a_i in [0, 1], the probability that a class-i request is admitted (0 rejects the class).
-    - ``ttft_slo_s[i]``, ``e2e_slo_s[i]``: SLO thresholds in seconds (inf: none).
+    - ``ttft_slo_s[i]``, ``tpot_slo_s[i]``, ``e2e_slo_s[i]``: SLO thresholds in seconds (inf: none): time to first
+      token, mean time per output token after the first, end to end (:func:`kvcore.sim.engine.result.meets_slo`).
     - ``cp[i]``, ``cw[i]``: reservation costs per token slot, ``cp (xi - y)^+ + cw (y - xi)^+``.
     """
 
@@ -235,6 +215,7 @@ class SimPolicy:
     e2e_slo_s: FloatArray
     cp: FloatArray
     cw: FloatArray
+    tpot_slo_s: FloatArray
 
     @classmethod
     def from_arrays(
@@ -249,6 +230,7 @@ class SimPolicy:
         e2e_slo_s: ArrayLike | None = None,
         cp: ArrayLike | None = None,
         cw: ArrayLike | None = None,
+        tpot_slo_s: ArrayLike | None = None,
     ) -> SimPolicy:
         reserve = np.asarray(reserve_tokens, dtype=np.float64)
         if reserve.ndim != 1 or reserve.size == 0:
@@ -287,7 +269,7 @@ class SimPolicy:
                 f"policy.routing[{bad[0]}]", f"row of an admitted class must sum to 1, sums to {rows[bad[0]]:.9g}"
             )
         slos = {}
-        for name, raw in (("ttft_slo_s", ttft_slo_s), ("e2e_slo_s", e2e_slo_s)):
+        for name, raw in (("ttft_slo_s", ttft_slo_s), ("e2e_slo_s", e2e_slo_s), ("tpot_slo_s", tpot_slo_s)):
             arr = _per_class(raw, np.inf, n, f"policy.{name}")
             bad = np.flatnonzero(arr <= 0)
             if bad.size:
@@ -310,6 +292,7 @@ class SimPolicy:
             e2e_slo_s=_frozen(slos["e2e_slo_s"]),
             cp=_frozen(costs["cp"]),
             cw=_frozen(costs["cw"]),
+            tpot_slo_s=_frozen(slos["tpot_slo_s"]),
         )
 
     @property

@@ -31,7 +31,7 @@ def plugin_python(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -
 
 @pytest.fixture
 def engine_driver(plugin_python: Path, tmp_path: Path) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """``run(scenario) -> result``: :mod:`kvplan_dev.vllm_engine_driver` on ``scenario`` in the vLLM environment."""
+    """``run(scenario) -> result``: the engine loop of :mod:`kvplan_dev.vllm_driver` on ``scenario`` in the vLLM environment."""
     runs = iter(range(1000))
 
     def run(scenario: dict[str, Any]) -> dict[str, Any]:

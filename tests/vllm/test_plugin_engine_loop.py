@@ -1,5 +1,6 @@
 """kvplan's reservation-gated schedulers inside vLLM 0.33's own engine loop, on CPU: ``EngineCore`` in process with
-kvplan's token-fabricating executor (``kvplan_dev/vllm_engine_driver.py``), driven by ``EngineCore.step`` for
+kvplan's token-fabricating executor (the engine loop of ``kvplan_dev/vllm_driver.py``, the one driver the parity
+tier uses too), driven by ``EngineCore.step`` for
 ``ReservationScheduler`` and by ``step_with_batch_queue`` (the GPU loop, async scheduling) for
 ``AsyncReservationScheduler``; vLLM's stock schedulers on the same inputs for comparison.
 

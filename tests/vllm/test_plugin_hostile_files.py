@@ -1,6 +1,6 @@
 """Issue 26 item 7 inside vLLM 0.33's own engine loop: hostile reservation files never take the engine down nor
 change an admission decision (``EngineCore`` in process, kvplan's token-fabricating executor,
-``kvplan_dev/vllm_engine_driver.py``; helpers from ``test_plugin_engine_loop.py``).
+``kvplan_dev/vllm_driver.py``, engine mode; helpers from ``test_plugin_engine_loop.py``).
 
 - Mid-run, the file becomes in turn: 120,000 levels of nesting (which raised ``RecursionError`` out of
   ``schedule()``), a FIFO and a symlink to ``/dev/zero`` (which blocked the step), a 30,000-class file (a 1.1 s

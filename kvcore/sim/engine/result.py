@@ -9,10 +9,13 @@ Definitions (times in seconds, token counts in tokens), over requests that finis
   exceeds ``stall_threshold_s`` (1 s).
 - **preemptions**: preemptions by recompute; **recomputed_tokens**: tokens scheduled again below a request's
   high-water mark of computed tokens, i.e. the recompute vLLM actually did after prefix-cache hits.
-- **goodput**: finished requests meeting their class's SLOs (``ttft <= ttft_slo_s``, ``e2e <= e2e_slo_s``) per
-  second of ``duration_s`` (last completion minus first arrival).
+- **goodput** (:func:`meets_slo`, the project's one definition, used by evaluate, the rules and the benchmarks):
+  finished requests with ``ttft <= ttft_slo_s``, mean time per output token after the first
+  ``(e2e - ttft) / (output - 1) <= tpot_slo_s`` and ``e2e <= e2e_slo_s`` (the policy's per-class thresholds, inf
+  where unset), per second of ``duration_s`` (last completion minus first arrival); ``slo_violations``: finished
+  requests that miss it.
 - **reservation cost**: sum over finished requests of ``cp (xi - y)^+ + cw (y - xi)^+`` with the policy's y (the
-  planner's per-request term, token-slot units), as in :mod:`kvcore.sim.result`.
+  planner's per-request term, token-slot units).
 """
 
 from __future__ import annotations
@@ -22,14 +25,49 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from numpy.typing import ArrayLike
+
 from kvcore.sim.engine.jobs import EngineOutcomes
 from kvcore.sim.prepare import REJECT_ADMISSION, REJECT_OVERSIZE, SERVE
-from kvcore.sim.result import LatencyStats, _stats
-from kvcore.sim.types import IntArray, SimPolicy, Workload
+from kvcore.sim.types import FloatArray, IntArray, SimPolicy, Workload
 
 NS = 1e-9
 STALL_THRESHOLD_S = 1.0
 """A gap between two tokens longer than this counts as a stall (``stalled_frac`` is the share of requests with such a gap)."""
+
+
+class LatencyStats(BaseModel):
+    """Summary of one latency over finished requests, seconds (None when no request finished)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    count: int
+    mean: float | None
+    p50: float | None
+    p99: float | None
+    max: float | None
+
+
+def _stats(values: FloatArray) -> LatencyStats:
+    if values.size == 0:
+        return LatencyStats(count=0, mean=None, p50=None, p99=None, max=None)
+    p50, p99 = np.percentile(values, [50.0, 99.0])
+    return LatencyStats(
+        count=int(values.size), mean=float(values.mean()), p50=float(p50), p99=float(p99), max=float(values.max())
+    )
+
+
+def meets_slo(workload: Workload, out: EngineOutcomes, *, ttft_slo_s: ArrayLike, tpot_slo_s: ArrayLike = np.inf,
+              e2e_slo_s: ArrayLike = np.inf) -> np.ndarray:
+    """Per request: finished, within ``ttft_slo_s`` to its first token, ``tpot_slo_s`` per output token after the
+    first (mean), and ``e2e_slo_s`` end to end (each one value or one per request; inf: no limit). The one
+    definition of a good request (module docstring)."""
+    xi = workload.output_tokens
+    ttft = out.first_token_ns * NS - workload.arrival_s
+    e2e = out.finish_ns * NS - workload.arrival_s
+    tpot = np.where(xi > 1, (e2e - ttft) / np.maximum(xi - 1, 1), 0.0)
+    ok: np.ndarray = ((out.finish_ns >= 0) & (ttft <= np.asarray(ttft_slo_s)) & (tpot <= np.asarray(tpot_slo_s))
+                      & (e2e <= np.asarray(e2e_slo_s)))
+    return ok
 
 
 class EngineClassStats(BaseModel):
@@ -92,7 +130,8 @@ def build_engine_result(simulator: Literal["engine-fast", "engine-reference"], w
     e2e = out.finish_ns * NS - arrival
     queue = out.admit_ns * NS - arrival
     stall = out.max_gap_ns * NS
-    ok = (ttft <= policy.ttft_slo_s[cls]) & (e2e <= policy.e2e_slo_s[cls])
+    ok = meets_slo(workload, out, ttft_slo_s=policy.ttft_slo_s[cls], tpot_slo_s=policy.tpot_slo_s[cls],
+                   e2e_slo_s=policy.e2e_slo_s[cls])
     good = serve & ok
     xi, y = workload.output_tokens, policy.reserve_tokens[cls]
     res_cost = np.where(serve, policy.cp[cls] * np.maximum(xi - y, 0) + policy.cw[cls] * np.maximum(y - xi, 0), 0.0)

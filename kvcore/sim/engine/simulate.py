@@ -1,15 +1,17 @@
 """``simulate_engine``: replay a workload through the vLLM engine model (fast, or the step-by-step reference).
 
-Inputs are the simulator's own (:class:`~kvcore.sim.Workload`, :class:`~kvcore.sim.SimGroup`,
-:class:`~kvcore.sim.SimPolicy`) plus one :class:`EngineConfig` per group (or one for all). The random draws are
-:func:`kvcore.sim.prepare.prepare`'s (admission, routing, prefix), in the same layout, so the reservation model and
-the engine model see the same requests on the same groups. How the policy is read:
+Inputs are :class:`~kvcore.sim.Workload`, :class:`~kvcore.sim.SimGroup` and :class:`~kvcore.sim.SimPolicy` plus
+one :class:`EngineConfig` per group (or one for all). The random draws are :func:`kvcore.sim.prepare.prepare`'s
+(admission, routing, prefix), seeded by the caller's generator. How the policy is read:
 
-- ``routing``, ``admission``: as in the reservation model.
+- ``routing[i, k]``: the probability that a class-i request goes to group k; ``admission[i]``: that it is admitted
+  at all (otherwise rejected, counted per class). Within a group requests go to replicas as the engine model says.
 - ``prefix_fraction[i, k]``: the probability that a class-i request on group k *carries* the class's shared prompt
   prefix of ``prefix_tokens[i]`` tokens. Whether it is *cached* is the engine's business (vLLM's block-hash prefix
   cache with LRU eviction), not a draw; nothing is pinned.
-- ``reserve_tokens[i]``: y_i, used only by ``admission="gate"`` (kvplan's scheduler plugin).
+- ``reserve_tokens[i]``: y_i, used only by ``admission="gate"`` (kvplan's scheduler plugin): this is how the
+  retired reservation-admission simulator lives on, as a configuration of the engine model.
+- ``ttft_slo_s``, ``tpot_slo_s``, ``e2e_slo_s``, ``cp``, ``cw``: read only by the result (goodput, reservation cost).
 - Step times: ``t0 + t1 * B`` from the group (the profile's ``step_t0_s``/``step_t1_s``) plus
   ``1 / prefill_tokens_per_s`` per token beyond one per request (prefill, chunks, recompute).
 
@@ -34,7 +36,7 @@ from kvcore.sim.engine.reference import run_reference
 from kvcore.sim.engine.result import EngineResult, build_engine_result
 from kvcore.sim.gate import capped_reserve
 from kvcore.sim.prepare import REJECT_OVERSIZE, SERVE, prepare
-from kvcore.sim.types import SimConfig, SimGroup, SimPolicy, Workload
+from kvcore.sim.types import SimGroup, SimPolicy, Workload
 
 
 def engine_groups(groups: Sequence[SimGroup], engine: EngineConfig | Sequence[EngineConfig]) -> tuple[GroupEngine, ...]:
@@ -53,13 +55,12 @@ def build_jobs(workload: Workload, groups: Sequence[SimGroup], policy: SimPolicy
                engine: EngineConfig | Sequence[EngineConfig], *, rng: np.random.Generator) -> tuple[Jobs, np.ndarray]:
     """The engine models' input and each request's status (SERVE / REJECT_ADMISSION / REJECT_OVERSIZE)."""
     grp = tuple(groups)
-    prep = prepare(workload, grp, policy, rng=rng, config=SimConfig(pin_prefix_memory=False))
+    prep = prepare(workload, grp, policy, rng=rng)
     geng = engine_groups(grp, engine)
     cls = workload.class_index
     prompt = np.maximum(workload.input_tokens, 1)
     prefix = np.where(prep.prefix_hit == 1, policy.prefix_tokens[cls], 0)
     status = prep.status.copy()
-    status[status == REJECT_OVERSIZE] = SERVE  # the reservation model's rule; the engine has its own below
     group = np.where(status == SERVE, prep.group, -1)
     safe = np.maximum(group, 0)
     bs = np.array([g.engine.block_size for g in geng])[safe]

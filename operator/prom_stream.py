@@ -257,10 +257,9 @@ class _Compactor:
                 raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{self.what}: a sample is not [time, value]")
             try:
                 t, v = float(p[0]), float(p[1])
-            except (TypeError, ValueError):
-                bad = p[0] if not _is_number(p[0]) else p[1]
+            except (TypeError, ValueError, OverflowError):  # never quote the answer's text (docs/operator.md)
                 raise PromError(C.PROMETHEUS_BAD_RESPONSE,
-                                f"{self.what}: value {str(bad)[:20]!r} is not a number") from None
+                                f"{self.what}: a sample value or timestamp is not a number") from None
             pts.t.append(t)
             pts.v.append(v)
         self.kept += POINT_BYTES * len(raw)

@@ -201,7 +201,7 @@ counts. Memory: one ``float64`` per (key
         if not isinstance(series, Mapping):
             raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: a series is not an object")
         metric = series.get("metric") or {}
-        if not isinstance(metric, Mapping) or not isinstance(series.get("values") or [], list):
+        if not isinstance(metric, Mapping) or not isinstance(series.get("values") or [], (list, Points)):
             raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{what}: a series is not {{metric, values}}")
         le = metric.get("le")
         if le is None:

@@ -29,7 +29,7 @@ from kvplan_operator import conditions as C
 from kvplan_operator.kube import Kube
 from operator_checks import file_disagreements, knob_disagreements  # type: ignore[import-not-found]
 from operator_world import REPO, backfill, cond, detail, fetch, kvplan_spec, refused, run, setup
-from test_operator_httproute import crds  # type: ignore[import-not-found]  # noqa: F401 - the upstream CRDs fixture
+from operator_httproute_world import crds  # type: ignore[import-not-found]  # noqa: F401 - the upstream CRDs fixture
 
 pytestmark = pytest.mark.integration
 
@@ -270,7 +270,7 @@ def test_priority_header_on_the_upstream_httproute(crds, kube_api, kube, namespa
     """On Gateway API's own HTTPRoute CRD (v1.6.3, standard channel): each class rule gets a RequestHeaderModifier
     setting X-Vllm-Priority to the class's priority, merged into a filter the rule already has; the apiserver
     accepts it (its CEL allows one such filter per rule); the fleet rule keeps only the user's filter."""
-    from test_operator_httproute import ROUTE, create_services_and_route  # type: ignore[import-not-found]
+    from operator_httproute_world import ROUTE, create_services_and_route  # type: ignore[import-not-found]
 
     backfill(prometheus, traces_dir)
     spec = kvplan_spec(prometheus.url)

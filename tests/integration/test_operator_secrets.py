@@ -18,7 +18,7 @@ from kvplan_operator import conditions as C
 from kvplan_operator.observe import CredentialRefused, connection
 from kvplan_operator.prom import PromClient, UrlPolicy
 from kvplan_operator.spec import parse_spec
-from test_operator_prometheus import SPEC  # type: ignore[import-not-found]
+from operator_prometheus_world import SPEC  # type: ignore[import-not-found]
 
 pytestmark = pytest.mark.integration
 

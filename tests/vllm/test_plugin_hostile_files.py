@@ -22,7 +22,7 @@ import json
 from typing import Any
 
 import pytest
-from test_plugin_engine_loop import GATED, T0, T1, Driver, check_attempts, engine, random_workload
+from plugin_engine_loop_world import GATED, T0, T1, Driver, check_attempts, engine, random_workload
 
 pytestmark = pytest.mark.vllm
 

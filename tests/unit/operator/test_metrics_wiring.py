@@ -17,8 +17,8 @@ from kvplan_operator.handlers import on_delete
 from kvplan_operator.record.metrics import Metrics
 from kvplan_operator.reconcile import reconcile
 from op_fakes import FakeKube, dep, kvplan  # type: ignore[import-not-found]
-from test_op_reconcile import NOW, deps  # type: ignore[import-not-found]
-from test_op_targets import SPEC  # type: ignore[import-not-found]
+from op_reconcile_world import NOW, deps  # type: ignore[import-not-found]
+from op_targets_world import SPEC  # type: ignore[import-not-found]
 
 
 def _series(m: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -29,7 +29,7 @@ import pytest
 from kvcore.planner.planmodel import ClassPlan, GroupPlan, ObjectiveTerms, Plan, PlanStatus
 from kvplan_operator.reconcile import reconcile
 from op_fakes import Fault, Killed, ScriptedKnobs, kvplan  # type: ignore[import-not-found]
-from test_op_faults import T0, World  # type: ignore[import-not-found]
+from op_faults_world import T0, World  # type: ignore[import-not-found]
 
 BUDGET = 2
 STEP_S = 110.0

@@ -22,8 +22,8 @@ from kvplan_operator.spec import parse_spec
 from kvplan_operator.decide.translate import build_instance, capacity_overrides
 from kvplan_operator.observe.capacity import capacity_view
 from op_fakes import FakeKube, ScriptedKnobs, dep, kvplan  # type: ignore[import-not-found]
-from test_op_history import T, RecordedProm  # type: ignore[import-not-found]
-from test_op_reconcile import busy_matrix  # type: ignore[import-not-found]
+from op_history_world import T, RecordedProm  # type: ignore[import-not-found]
+from op_reconcile_world import busy_matrix  # type: ignore[import-not-found]
 
 R4 = roofline("A100-80GB", "llama-70b", 4, 1).kv_capacity_tokens
 R8 = roofline("A100-80GB", "llama-70b", 8, 1).kv_capacity_tokens

@@ -22,9 +22,9 @@ from kvplan_operator.prom import PromClient
 from kvplan_operator.reconcile import Deps
 from operator_checks import detail_document  # type: ignore[import-not-found]
 from slow_server import slow_prometheus  # type: ignore[import-not-found]
-from test_op_faults import (BUDGET, T0, World, baseline, check, recover,  # type: ignore[import-not-found]
+from op_faults_world import (BUDGET, T0, World, baseline, check, recover,  # type: ignore[import-not-found]
                             report, spec)
-from test_op_faults import raw_client_must_not_be_called  # type: ignore[import-not-found]  # noqa: F401 - autouse
+from op_faults_world import raw_client_must_not_be_called  # type: ignore[import-not-found]  # noqa: F401 - autouse
 
 DEADLINE_S = 60.0
 

@@ -25,10 +25,10 @@ import pytest
 from kvplan_operator import conditions as C
 from op_fakes import SECRET_BODY, Script, scripted_prometheus  # type: ignore[import-not-found]
 from operator_checks import detail_document  # type: ignore[import-not-found]
-from test_op_faults import (BUDGET, T0, World, baseline, busy, check,  # type: ignore[import-not-found]
+from op_faults_world import (BUDGET, T0, World, baseline, busy, check,  # type: ignore[import-not-found]
                             recover, report, spec)
-from test_op_faults import raw_client_must_not_be_called  # type: ignore[import-not-found]  # noqa: F401 - autouse
-from test_op_history import tagged  # type: ignore[import-not-found]
+from op_faults_world import raw_client_must_not_be_called  # type: ignore[import-not-found]  # noqa: F401 - autouse
+from op_history_world import tagged  # type: ignore[import-not-found]
 
 
 # --- Prometheus ------------------------------------------------------------------------------------------------

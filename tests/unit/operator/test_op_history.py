@@ -11,42 +11,13 @@ from __future__ import annotations
 
 import copy
 import re
-
 import numpy as np
 import pytest
-
 from kvplan_operator import conditions as C
 from kvplan_operator.observe.history import (KEY_LABEL, MAX_KEYS, MAX_SERIES, history_from_windows, newest_rate,
                                      rate_value, windows_by_key, windows_from_matrix)
 from kvplan_operator.prom import PromError, PrometheusUnavailable
-
-# Recorded shape of /api/v1/query_range for `sum by (le) (increase(...[3600s]))`, 3 steps (values are strings).
-T = [1700000000, 1700003600, 1700007200]
-MATRIX = [
-    {"metric": {"le": "10.0"}, "values": [[T[0], "2"], [T[1], "0"], [T[2], "1"]]},
-    {"metric": {"le": "100.0"}, "values": [[T[0], "6"], [T[1], "0"], [T[2], "4"]]},
-    {"metric": {"le": "1000.0"}, "values": [[T[0], "10"], [T[1], "0"], [T[2], "5"]]},
-    {"metric": {"le": "+Inf"}, "values": [[T[0], "12"], [T[1], "0"], [T[2], "5"]]},
-]
-
-
-def tagged(matrix: list, label: str, value: str) -> list:
-    """``matrix`` with ``label=value`` on every series."""
-    out = copy.deepcopy(matrix)
-    for s in out:
-        s["metric"][label] = value
-    return out
-
-
-def matrix(result) -> dict:
-    return {"resultType": "matrix", "result": result}
-
-
-def _shares(window, edges):
-    """Each bucket's share of a window: the within-bucket model (kvcore.history.bucket_model) spreads a bucket's requests
-    inside it, and keeps its count exactly."""
-    return [float(window.weights[(window.values > lo) & (window.values <= hi)].sum())
-            for lo, hi in zip(edges[:-1], edges[1:])]
+from op_history_world import (MATRIX, RecordedProm, T, _one_window, _shares, matrix, tagged)  # noqa: F401 - fixtures are found by name
 
 
 def test_matrix_to_windows_to_history():
@@ -77,10 +48,6 @@ def test_scrape_skew_within_tolerance_is_repaired():
     hist, total = history_from_windows(rows, max_model_len=500)
     assert total == 80 and hist is not None
     np.testing.assert_allclose(_shares(hist.windows[0], [0, 10, 100, 500]), [50 / 80, 0, 30 / 80], atol=1e-12)
-
-
-def _one_window(counts: dict[str, str]) -> dict:
-    return matrix([{"metric": {"le": le}, "values": [[T[0], v]]} for le, v in counts.items()])
 
 
 @pytest.mark.parametrize(
@@ -144,48 +111,6 @@ def test_bad_rates_are_refused_with_a_reason(result, reason):
     with pytest.raises(PromError) as info:
         rate_value(result)
     assert info.value.reason == reason
-
-
-class RecordedProm:
-    """A recorded Prometheus: every history source's range query gets ``matrix`` once per key it asks for (the
-    ``kvplan_key`` values of a stock-vLLM union, or ``values`` of a labelled source's class label); the capacity
-    query gets ``engines`` (a vector; none by default: the groups stay on their profiles); any other instant query
-    (an ``arrivalRateQuery``) gets ``rate``. Records every call. As a real Prometheus, it answers the times asked:
-    ``matrix``'s timestamps are read relative to ``anchor`` (the fixtures' "now", ``T[-1]``) and moved with the
-    query's ``end`` (a point an hour before ``anchor`` is an hour before ``end``)."""
-
-    def __init__(self, matrix=MATRIX, rate=0.7, fail=False, values=("chat", "code-gen"), engines=(), anchor=T[-1]):
-        self.matrix, self.rate, self.fail, self.values, self.engines = matrix, rate, fail, values, list(engines)
-        self.anchor = anchor
-        self.calls: list[tuple] = []
-
-    def query(self, promql, *, at=None):
-        self.calls.append(("query", promql, at))
-        if self.fail:
-            raise PrometheusUnavailable("down")
-        if "cache_config_info" in promql:
-            result = copy.deepcopy(self.engines)
-            for s in result:  # stamped at the time asked, as Prometheus does
-                if at is not None and isinstance(s.get("value"), list) and len(s["value"]) == 2:
-                    s["value"][0] = at
-            return {"resultType": "vector", "result": result}
-        return {"resultType": "vector", "result": [{"metric": {}, "value": [at, str(self.rate)]}]}
-
-    def query_range(self, promql, *, start, end, step):
-        self.calls.append(("range", promql, start, end, step))
-        if self.fail:
-            raise PrometheusUnavailable("down")
-        keys = re.findall(r'"kvplan_key", "([^"]+)"', promql)
-        by = re.match(r"sum by \(le, (\w+)\)", promql)
-        if keys:
-            result = [s for k in keys for s in tagged(self.matrix, KEY_LABEL, k)]
-        elif by:
-            result = [s for v in self.values for s in tagged(self.matrix, by.group(1), v)]
-        else:
-            result = copy.deepcopy(self.matrix)
-        for s in result:
-            s["values"] = [[float(t) + end - self.anchor, v] for t, v in s.get("values") or []]
-        return {"resultType": "matrix", "result": result}
 
 
 def test_windows_by_key_splits_keys_and_checks_each():

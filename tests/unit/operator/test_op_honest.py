@@ -25,9 +25,9 @@ from kvplan_operator import conditions as C
 from kvplan_operator.reconcile import Deps, reconcile
 from op_fakes import FakeKube, Fault, ScriptedKnobs, container, dep, kvplan  # type: ignore[import-not-found]
 from operator_checks import container_flags, detail_document  # type: ignore[import-not-found]
-from test_op_faults import T0, busy, fixed_plan, route  # type: ignore[import-not-found]
-from test_op_history import RecordedProm  # type: ignore[import-not-found]
-from test_op_targets import SPEC  # type: ignore[import-not-found]
+from op_faults_world import T0, busy, fixed_plan, route  # type: ignore[import-not-found]
+from op_history_world import RecordedProm  # type: ignore[import-not-found]
+from op_targets_world import SPEC  # type: ignore[import-not-found]
 
 
 class FlipPlanner:

@@ -48,8 +48,8 @@ def test_histories_stop_at_the_planners_sample_bound(monkeypatch):
     from kvplan_operator.prom import PromError
     from kvplan_operator.observe.sources import observe as obs
     from kvplan_operator.spec import parse_spec
-    from test_op_history import RecordedProm  # type: ignore[import-not-found]
-    from test_op_targets import SPEC  # type: ignore[import-not-found]
+    from op_history_world import RecordedProm  # type: ignore[import-not-found]
+    from op_targets_world import SPEC  # type: ignore[import-not-found]
 
     spec = parse_spec(SPEC)
     kept = obs.observe_histories(RecordedProm(), spec, "ns", now=1700007200.0)

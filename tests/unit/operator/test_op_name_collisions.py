@@ -32,9 +32,9 @@ from kvplan_operator.spec import generated_configmap_form
 from kvplan_operator.targets.state_configmap import write_configmap
 from op_fakes import FakeKube, ScriptedKnobs, dep, kvplan  # type: ignore[import-not-found]
 from operator_checks import detail_document  # type: ignore[import-not-found]
-from test_op_faults import T0, busy, fixed_plan, route  # type: ignore[import-not-found]
-from test_op_history import RecordedProm  # type: ignore[import-not-found]
-from test_op_targets import SPEC  # type: ignore[import-not-found]
+from op_faults_world import T0, busy, fixed_plan, route  # type: ignore[import-not-found]
+from op_history_world import RecordedProm  # type: ignore[import-not-found]
+from op_targets_world import SPEC  # type: ignore[import-not-found]
 
 
 def spec_for(prefix: str, router: str | None) -> dict:

@@ -19,8 +19,8 @@ from kvplan_operator.targets import plandetail
 from kvplan_operator.reconcile import reconcile
 from op_fakes import FakeKube, dep, kvplan  # type: ignore[import-not-found]
 from operator_checks import detail_document  # type: ignore[import-not-found]
-from test_op_reconcile import deps  # type: ignore[import-not-found]
-from test_op_targets import SPEC  # type: ignore[import-not-found]
+from op_reconcile_world import deps  # type: ignore[import-not-found]
+from op_targets_world import SPEC  # type: ignore[import-not-found]
 
 
 class Recording:

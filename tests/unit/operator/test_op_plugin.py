@@ -24,8 +24,8 @@ from kvplan_operator.decide.knobs import scheduler_class
 from kvplan_operator.spec import parse_spec
 from kvplan_operator.targets import plugin_mount as PM
 from op_fakes import ScriptedReserves, container, dep  # type: ignore[import-not-found]
-from test_op_engine_knobs import ASYNC, RECORD, SYNC, T0, World  # type: ignore[import-not-found]
-from test_op_targets import SPEC  # type: ignore[import-not-found]
+from op_engine_knobs_world import ASYNC, RECORD, SYNC, T0, World  # type: ignore[import-not-found]
+from op_targets_world import SPEC  # type: ignore[import-not-found]
 
 
 def test_the_plugin_on_an_old_engine_adds_nothing_of_itself():

@@ -27,8 +27,8 @@ from kvplan_operator.prom import PromError, parse_response
 from kvplan_operator.observe.sources import observe_histories
 from kvplan_operator.observe.sources.capacity import engine_capacity
 from kvplan_operator.spec import parse_spec
-from test_op_history import MATRIX, T, RecordedProm, tagged  # type: ignore[import-not-found]
-from test_op_sources import STOCK  # type: ignore[import-not-found]
+from op_history_world import MATRIX, T, RecordedProm, tagged  # type: ignore[import-not-found]
+from op_sources_world import STOCK  # type: ignore[import-not-found]
 
 START, END, STEP = 1700000000.0, 1700018000.0, 3600.0  # six windows of an hour
 

@@ -11,9 +11,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
-
 import pytest
-
 from kvplan_operator import conditions as C
 from kvplan_operator import prom as P
 from kvplan_operator.observe import CredentialRefused, connection
@@ -21,16 +19,8 @@ from kvplan_operator.prom import PromClient, PromConnection, PromError, UrlPolic
 from kvplan_operator.reconcile import Deps, reconcile
 from kvplan_operator.spec import InvalidSpec, parse_spec
 from op_fakes import FakeKube, Script, dep, kvplan, scripted_prometheus  # type: ignore[import-not-found]
-from test_op_targets import SPEC  # type: ignore[import-not-found]
-
-EMPTY = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
-
-
-@pytest.fixture
-def server() -> Iterator[tuple[Script, str]]:
-    with scripted_prometheus() as (script, url):
-        script.answers["/api/v1/query"] = (200, {}, EMPTY)
-        yield script, url
+from op_targets_world import SPEC  # type: ignore[import-not-found]
+from op_prom_auth_world import (EMPTY, _spec, server)  # noqa: F401 - fixtures are found by name
 
 
 def test_basic_auth_and_headers_on_the_wire(server):
@@ -59,12 +49,6 @@ def test_a_ca_bundle_that_is_not_pem_is_a_tls_error():
         PromClient.connect(PromConnection("https://prom:9090", 5, ca_pem="not a certificate",
                                           ca_origin="ConfigMap/prom-ca[ca.crt]"))
     assert info.value.reason == C.PROMETHEUS_TLS_ERROR and "ConfigMap/prom-ca[ca.crt]" in str(info.value)
-
-
-def _spec(prometheus: dict) -> dict:
-    raw = copy.deepcopy(SPEC)
-    raw["prometheus"] = {"url": "https://prom.monitoring.svc:9090"} | prometheus
-    return raw
 
 
 @pytest.mark.parametrize(

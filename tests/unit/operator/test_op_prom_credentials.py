@@ -18,7 +18,7 @@ from kvplan_operator.prom import PromClient, PromError, UrlPolicy
 from kvplan_operator.prom_credentials import BadCredential, basic_password, basic_user, bearer_token
 from kvplan_operator.spec import parse_spec
 from op_fakes import FakeKube  # type: ignore[import-not-found]
-from test_op_targets import SPEC  # type: ignore[import-not-found]
+from op_targets_world import SPEC  # type: ignore[import-not-found]
 
 #: (id, raw value, what each reader makes of it: the value sent, or None for refused)
 VALUES = [

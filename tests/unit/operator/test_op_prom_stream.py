@@ -120,9 +120,9 @@ BOUNDS = {
                         C.PROMETHEUS_BAD_RESPONSE, "would keep more than"),
     "point-not-a-pair": (matrix([series("1", "a", [[1, "1", 2]])]), {}, C.PROMETHEUS_BAD_RESPONSE, "[time, value]"),
     "point-not-a-number": (matrix([series("1", "a", [[1, "many"]])]), {}, C.PROMETHEUS_BAD_RESPONSE,
-                           "'many' is not a number"),
+                           "a sample value or timestamp is not a number"),
     "time-not-a-number": (matrix([series("1", "a", [["t", "1"]])]), {}, C.PROMETHEUS_BAD_RESPONSE,
-                          "'t' is not a number"),
+                          "a sample value or timestamp is not a number"),
 }
 
 

@@ -30,7 +30,7 @@ from kvplan_operator.refused_address import embedded_ipv4, refused_address
 from kvplan_operator.spec import InvalidSpec, parse_spec
 from kvplan_operator.spec.prometheus import PROMETHEUS_URL
 from op_fakes import Script, scripted_prometheus  # type: ignore[import-not-found]
-from test_op_targets import SPEC  # type: ignore[import-not-found]
+from op_targets_world import SPEC  # type: ignore[import-not-found]
 
 REPO = Path(__file__).resolve().parents[3]
 ALLOWED = UrlPolicy(("*.monitoring.svc", "prometheus.monitoring.svc", "127.0.0.1"))
@@ -339,7 +339,7 @@ def test_a_name_that_resolves_to_metadata_among_others_is_refused():
 def test_an_unresolvable_name_sends_no_request():
     from kvplan_operator.reconcile import Deps, reconcile
     from op_fakes import FakeKube, dep, kvplan  # type: ignore[import-not-found]
-    from test_op_prom_auth import _spec  # type: ignore[import-not-found]
+    from op_prom_auth_world import _spec  # type: ignore[import-not-found]
 
     def nowhere(host: str) -> list[str]:
         raise OSError("no such host")

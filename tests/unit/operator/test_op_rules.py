@@ -22,7 +22,7 @@ from kvcore.sim.engine import EngineConfig
 from kvplan_operator import conditions as C
 from kvplan_operator.knob_cache import KnobCache
 from op_fakes import ScriptedKnobs, ScriptedReserves  # type: ignore[import-not-found]
-from test_op_engine_knobs import T0, World  # type: ignore[import-not-found]
+from op_engine_knobs_world import T0, World  # type: ignore[import-not-found]
 
 
 def both_plugins(**kw: Any) -> World:

@@ -12,7 +12,7 @@ import yaml
 from kvplan_operator.spec import InvalidSpec, parse_spec
 from kvplan_operator.spec.base import parse_duration
 
-from test_op_targets import SPEC  # type: ignore[import-not-found]
+from op_targets_world import SPEC  # type: ignore[import-not-found]
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -17,7 +17,7 @@ from kvcore.history.samples import History, Samples
 from kvplan_operator.observe.history import ClassObservation
 from kvplan_operator.spec import Robustness, parse_spec
 from kvplan_operator.decide.translate import build_instance, horizon_ratio, radius_policy
-from test_op_targets import SPEC  # type: ignore[import-not-found]
+from op_targets_world import SPEC  # type: ignore[import-not-found]
 
 
 @pytest.mark.parametrize(

@@ -7,29 +7,15 @@ instance; bad input names the field."""
 from __future__ import annotations
 
 from pathlib import Path
-
 import numpy as np
 import pytest
-
 from kvcore.errors import InputError
 from kvcore.rules.classes import KnobClass, replay
 from kvcore.rules.replay_set import ReplaySet
 from kvcore.rules.reserve import MIN_GAIN, choose_reserves, class_rho, engine_rho, reserves_for_plan
 from kvcore.sim import SimGroup, SimPolicy
 from kvcore.sim.engine import EngineConfig, simulate_engine
-
-
-def classes(traces_dir: Path, rho: tuple[float, float] = (10.0, 10.0)) -> list[KnobClass]:
-    data = np.loadtxt(traces_dir / "burstgpt_first7d_gpt4_conv.csv", delimiter=",", skiprows=1)
-    inp, out = data[:2500, 1], data[:2500, 2]
-    short = inp <= np.median(inp)
-    return [KnobClass.build("short", 1.5, inp[short], out[short], float(np.quantile(out[short], 0.9)), rho[0]),
-            KnobClass.build("long", 1.5, inp[~short], out[~short], float(np.quantile(out[~short], 0.9)), rho[1])]
-
-
-def group(kv: int) -> SimGroup:
-    return SimGroup(name="g", replicas=2, kv_capacity_tokens=kv, step_time_base_s=0.03, step_time_per_seq_s=0.0004,
-                    prefill_tokens_per_s=8000)
+from reserve_rule_world import (classes, group)  # noqa: F401 - fixtures are found by name
 
 
 def test_no_pressure_reserves_nothing(traces_dir: Path) -> None:

@@ -22,7 +22,7 @@ from kvcore.rules.knobs import choose_knobs
 from kvcore.rules.replay_set import ReplaySet
 from kvcore.rules.reserve import MIN_GAIN, choose_reserves, class_rho
 from kvcore.rules.replays import ReplayStore
-from test_reserve_rule import classes, group  # type: ignore[import-not-found]
+from reserve_rule_world import classes, group  # type: ignore[import-not-found]
 
 REQUESTS = 800
 

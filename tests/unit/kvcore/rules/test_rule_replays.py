@@ -18,7 +18,7 @@ from kvcore.rules.replay_set import ReplaySet
 from kvcore.rules.reserve import choose_reserves
 from kvcore.rules.replays import GroupReplays, ReplayStore
 from kvcore.sim.engine import EngineConfig
-from test_knob_search import classes, group  # type: ignore[import-not-found]
+from knob_search_world import classes, group  # type: ignore[import-not-found]
 
 
 def changed(cls: list[KnobClass], **update: object) -> list[KnobClass]:

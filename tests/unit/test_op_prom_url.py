@@ -351,3 +351,18 @@ def test_an_unresolvable_name_sends_no_request():
     out = reconcile(kvplan(_spec({}), kube), deps)
     assert out.reason == C.PROMETHEUS_UNAVAILABLE and "does not resolve" in out.message and made == []
     assert out.retry_after is not None
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed", "ok"),
+    [
+        pytest.param("http://[::1]:9090/", ("[::1]:9090",), True, id="ipv6-with-port"),
+        pytest.param("http://[fe80::1]/", ("[fe80::1]",), True, id="ipv6-link-local-named-exactly"),
+        pytest.param("http://[::2]:9090/", ("[::1]:9090",), False, id="brackets-are-not-a-character-class"),
+        pytest.param("http://1:9090/", ("[::1]:9090",), False, id="brackets-are-not-a-character-class-v4"),
+        pytest.param("http://prometheus.monitoring.svc/", ("prometheus.monitoring.sv?",), True, id="question-mark"),
+        pytest.param("http://evil.example/", ("prometheus.monitoring.svc",), False, id="exact-only"),
+    ],
+)
+def test_allowed_host_patterns(url, allowed, ok):
+    assert (check_url(url, UrlPolicy(allowed), resolve=never_resolve) is None) == ok

@@ -3,8 +3,8 @@
 Prometheus stamps a range query's points exactly ``start + k * step`` up to ``end``, and an instant query's sample
 exactly ``time``; the operator asks for ``end = time = now``. A caching query frontend serving an old answer, a
 proxy replaying one, or a broken exporter of recording rules answers other times, and those samples would plan as
-if current (two-hour-old histories were accepted as healthy). So, with a slack of :func:`slack` (:data:`MAX_SKEW_S`, or half
-a step when the step is shorter: room for rounding and a frontend's own clock, never a window's worth):
+if current (two-hour-old histories were accepted as healthy). So, with a slack of :func:`slack`
+(:data:`MAX_SKEW_S`, or half a step when the step is shorter: room for rounding, never a window's worth):
 
 - every point of a range answer lies in ``[start - slack, end + slack]`` and within the slack of the step's grid
   (an answer with no point near ``end`` is left to the rate check: a series that stopped is ``NoRateData``);

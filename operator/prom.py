@@ -30,9 +30,9 @@ mismatch``; fixed library text, nothing the server sent).
 from __future__ import annotations
 
 import base64
-import fnmatch
 import json
 import os
+import re
 import socket
 import ssl
 import urllib.parse
@@ -119,7 +119,14 @@ def _system_resolver(host: str) -> list[str]:
 
 
 def _pattern_is_exact(pattern: str) -> bool:
-    return not any(ch in pattern for ch in "*?[")
+    return not any(ch in pattern for ch in "*?")
+
+
+def _host_matches(name: str, pattern: str) -> bool:
+    """``*`` (any characters) and ``?`` (one) are the only wildcards; ``[`` and ``]`` are literal, so an IPv6
+    pattern ``[fd00::5]:9090`` means itself (fnmatch read it as a character class)."""
+    regex = "".join(".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in pattern)
+    return re.fullmatch(regex, name) is not None
 
 
 @dataclass(frozen=True)
@@ -146,7 +153,7 @@ def vet_url(url: str, policy: UrlPolicy, *, resolve: Resolver = _system_resolver
     exact = False
     if policy.allowed_hosts:
         names = (u.host_text, f"{u.host_text}:{u.port}") if u.port is not None else (u.host_text,)
-        matched = [pat for pat in policy.allowed_hosts for n in names if fnmatch.fnmatchcase(n, pat)]
+        matched = [pat for pat in policy.allowed_hosts for n in names if _host_matches(n, pat)]
         if not matched:
             return Vetted(f"spec.prometheus.url: host {u.host_text!r} is not in the operator's allowed Prometheus "
                           f"hosts ({', '.join(policy.allowed_hosts)})")

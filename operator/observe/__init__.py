@@ -1,9 +1,9 @@
 """Phase 1, observe: every read of a reconcile, and nothing else.
 
 In order: the spec (:func:`kvplan_operator.spec.parse_spec`); where Prometheus may be asked
-(:func:`kvplan_operator.prom.vet_url`: refused, or the addresses the client will connect to); every target's objects (state ConfigMap, Deployments, router
-ConfigMap, HTTPRoute, InferencePools); the HPAs/ScaledObjects; the KVPlans named as owner by objects this one
-wants to write; the Prometheus credentials and CA bundle (Secrets, a ConfigMap, an allowed token file); then
+(:func:`kvplan_operator.prom.vet_url`: refused, or the addresses the client will connect to); every target's
+objects (state ConfigMap, Deployments, router ConfigMap, HTTPRoute, InferencePools); the HPAs/ScaledObjects;
+the KVPlans named as owner by objects this one wants to write; the Prometheus credentials and CA bundle (Secrets, a ConfigMap, an allowed token file); then
 Prometheus: one range query per history source (:mod:`kvplan_operator.observe.sources`) and one instant query for the
 engines' capacity (:mod:`kvplan_operator.observe.sources.capacity`). With every arrival rate from the sources (or given),
 that is the whole query budget of a re-plan: ``sources + 1``.
@@ -204,7 +204,8 @@ def connection(spec: KVPlanSpec, namespace: str, kube: KubeApi, policy: UrlPolic
         if user is None or password is None:
             key = b.username_key if user is None else b.password_key
             raise missing(f"basic-auth secret {b.secret_ref.name}[{key}]", "spec.prometheus.basicAuth")
-        basic = (sendable(basic_user, user, f"Secret/{b.secret_ref.name}[{b.username_key}]", "spec.prometheus.basicAuth"),
+        basic = (sendable(basic_user, user, f"Secret/{b.secret_ref.name}[{b.username_key}]",
+                          "spec.prometheus.basicAuth"),
                  sendable(basic_password, password, f"Secret/{b.secret_ref.name}[{b.password_key}]",
                           "spec.prometheus.basicAuth"))
     tls = p.tls

@@ -16,7 +16,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ORDER = ("reserve", "scale", "multigroup", "fleet", "sim_speed", "engine_speed", "replan", "paper_tables",
-         "radius_ablation", "engine_results", "reserve_rule_speed", "trace_memory")
+         "radius_ablation", "engine_results", "reserve_rule_speed", "trace_memory",
+         "operator_memory")
 
 
 def main() -> int:

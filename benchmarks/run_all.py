@@ -16,7 +16,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ORDER = ("reserve", "scale", "multigroup", "fleet", "engine_speed", "replan", "paper_tables",
-         "radius_ablation", "engine_results", "reserve_rule_speed", "trace_memory", "test_loop")
+         "radius_ablation", "engine_results", "reserve_rule_speed", "trace_memory", "test_loop", "operator_memory")
 
 
 def main() -> int:

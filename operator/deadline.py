@@ -48,7 +48,7 @@ def stop_all() -> int:
 
 
 def reset_stop() -> None:
-    """Undo :func:`stop_all` (tests; an operator process stops once)."""
+    """Undo :func:`stop_all`: an operator started again in the same process (kopf's test runner, tests)."""
     _STOP.clear()
 
 

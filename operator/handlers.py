@@ -26,7 +26,7 @@ from .prom import UrlPolicy, default_prom_factory
 from .reconcile import Deps, Outcome, reconcile
 from .budget import bounded_planner
 from .cycle import DEFAULT_CYCLE_DEADLINE_S
-from .deadline import stop_all
+from .deadline import reset_stop, stop_all
 from .fairness import DEFAULT_NAMESPACE_CONCURRENCY, Slots, workers
 from .run import DEFAULT_RULE_WORK
 from .spec.base import parse_duration
@@ -99,6 +99,7 @@ def login(**kwargs: Any) -> Any:
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Events are written by the reconcile on condition transitions only; kopf's own log lines are not events.
     settings.posting.enabled = False
+    reset_stop()  # an operator started again in the same process (kopf.testing) is not stopping
     if getattr(memo, "runtime", None) is None:
         memo.runtime = default_runtime()
     # Enough workers that namespaces at their --namespace-concurrency cannot take them all (:mod:`.fairness`).

@@ -58,6 +58,9 @@ TOKEN_FILES_ENV = "KVPLAN_PROMETHEUS_TOKEN_FILES"
 #: Largest answer read, bytes. 64 MiB holds 64 classes x 90 fine buckets x 48 windows several times over; a
 #: selector or class label matching far more (a request id as class label) is cut here, not read into memory.
 MAX_BODY_BYTES = 64 * 1024 * 1024
+#: Most bytes of a non-2xx body read (Prometheus' own error answers are well under 1 KiB): a huge error body is
+#: never parsed whole (``json.loads`` of 64 MiB made about 500 MB of objects).
+MAX_ERROR_BODY_BYTES = 64 * 1024
 #: Most series (elements of ``data.result``) one answer may hold: the history checks' own limit
 #: (:data:`kvplan_operator.observe.history.MAX_SERIES`); an answer past it stops being read (``TooManySeries``).
 MAX_ANSWER_SERIES = 65_536
@@ -369,7 +372,7 @@ class PromClient:
                     if 200 <= rsp.status < 300:  # streamed into compact series (:mod:`.prom_stream`)
                         return prom_stream.read_data(rsp.status, read, what=what, max_bytes=MAX_BODY_BYTES,
                                                      max_series=MAX_ANSWER_SERIES, max_points=max_points)
-                    body = _read_body(read, MAX_BODY_BYTES + 1)
+                    body = _read_body(read, MAX_ERROR_BODY_BYTES)  # only its status and errorType are read
                 finally:  # never back to the pool: a body cut short would be the next answer's start
                     rsp.close()
                     rsp.release_conn()

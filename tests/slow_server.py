@@ -96,7 +96,11 @@ class SlowServer:
         self.behaviour, self.pause, self.duration = behaviour, pause, duration
         self.stop = threading.Event()
         self.requests = 0
+        #: requests being answered now, and the most at once
+        self.in_flight = 0
+        self.peak_in_flight = 0
         self.seen = threading.Event()
+        lock = threading.Lock()
         outer = self
 
         class Handler(socketserver.BaseRequestHandler):
@@ -108,7 +112,10 @@ class SlowServer:
                     if not data:
                         return
                     head += data
-                outer.requests += 1
+                with lock:
+                    outer.requests += 1
+                    outer.in_flight += 1
+                    outer.peak_in_flight = max(outer.peak_in_flight, outer.in_flight)
                 outer.seen.set()
                 end = time.monotonic() + outer.duration
                 try:
@@ -119,6 +126,9 @@ class SlowServer:
                         outer.stop.wait(outer.pause)
                 except OSError:  # the client cut the request
                     return
+                finally:
+                    with lock:
+                        outer.in_flight -= 1
 
         class Server(socketserver.ThreadingTCPServer):
             daemon_threads = True

@@ -195,3 +195,19 @@ def test_chart_passes_the_settings():
     for env, key in (("KVPLAN_CYCLE_DEADLINE_S", "cycleDeadlineSeconds"),
                      ("KVPLAN_NAMESPACE_CONCURRENCY", "namespaceConcurrency")):
         assert f"name: {env}\n              value: {{{{ .Values.replan.{key} | quote }}}}" in template
+
+
+def test_cleanup_stops_requests_and_a_restart_in_the_same_process_resets_it():
+    """kopf's cleanup (SIGTERM) marks the operator stopping; a later start in the same process (kopf.testing's
+    runner, a resume test) must not inherit it, or every reconcile would end as OperatorStopping."""
+    from kvplan_operator import deadline
+
+    kube = Kube()
+    memo = runtime(kube, 2)
+    try:
+        handlers.stop()
+        assert deadline.stopping()
+        handlers.configure(settings=handlers.kopf.OperatorSettings(), memo=memo)
+        assert not deadline.stopping()
+    finally:
+        deadline.reset_stop()

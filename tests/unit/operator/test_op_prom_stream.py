@@ -139,3 +139,36 @@ def test_strings_are_shared_between_series():
     body = matrix([series("+Inf", "chat", [[1, "1"]]) for _ in range(50)])
     got = read_answer(reader(body, 64), what="q", max_series=100)["data"]["result"]
     assert len({id(s["metric"]["le"]) for s in got}) == 1 and len({id(s["metric"]["kvplan_class"]) for s in got}) == 1
+
+
+# --- huge answers through the real client: memory stays bounded, the reason is named --------------------------
+def _huge_error(status: int) -> bytes:
+    """A 35 MiB JSON error body that also holds a huge matrix: only its head may be read."""
+    filler = [series(str(i), "k", [[1, "1"]] * 8) for i in range(260_000)]
+    return json.dumps({"status": "error", "errorType": "execution", "error": "x", "data": {"resultType": "matrix",
+                                                                                         "result": filler}}).encode()
+
+
+@pytest.mark.parametrize(("status", "reason"), [
+    pytest.param(400, C.PROMETHEUS_REJECTED, id="400"), pytest.param(422, C.PROMETHEUS_REJECTED, id="422"),
+    pytest.param(500, C.PROMETHEUS_UNAVAILABLE, id="500"), pytest.param(503, C.PROMETHEUS_UNAVAILABLE, id="503"),
+    pytest.param(302, C.PROMETHEUS_REJECTED, id="302")])
+def test_a_huge_error_body_is_never_parsed_whole(status, reason):
+    import tracemalloc
+
+    from kvplan_operator.prom import PromClient
+    from op_fakes import scripted_prometheus  # type: ignore[import-not-found]
+
+    body = _huge_error(status)
+    assert len(body) > 30 * 2**20
+    with scripted_prometheus() as (script, url):
+        script.answers["/api/v1/query"] = (status, {"Content-Type": "application/json"}, body)
+        tracemalloc.start()
+        try:
+            with pytest.raises(PromError) as info:
+                PromClient(url, timeout_s=30).query("up")
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert info.value.reason == reason, str(info.value)
+    assert peak < 8 * 2**20, f"reading a {len(body) >> 20} MiB error body peaked at {peak >> 20} MiB"

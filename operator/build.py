@@ -42,7 +42,9 @@ from .decide.policy import target_layouts
 from .run import Failure, RunContext
 from .spec import KVPlanSpec, RequestClass, history_key
 from .targets import BuildInput, Target, TargetRefused, all_targets
+from .targets.deployment import find_container, flags_layout
 from .targets.ownership import own_conflict
+from .targets.vllm_flags import PP_FLAG, TP_FLAG, read_flags
 from .decide.translate import capacity_overrides, horizon_ratio, radius_policy
 
 #: Refusals a later reconcile may see resolved on its own (the object appears, the other KVPlan goes away).
@@ -160,7 +162,8 @@ def desired_state(run: RunContext, obs: Observation, dec: Decided) -> Desired:
             or (gt[g.name].replicas == 0 and (obs.groups[g.name].replicas or 0) > 0)))
     current = {k: (*s.layout, s.replicas if s.replicas is not None else 0) for k, s in obs.groups.items()
                if s.layout is not None and k not in draining}
-    relayout = any(s.adopted and s.layout != gt[k].layout for k, s in obs.groups.items())
+    relayout = any(s.adopted and s.layout != gt[k].layout for k, s in obs.groups.items()) \
+        or restores_layout(spec, obs, gt)
     changes = obs.layout_changes
     relayout_gen = obs.relayout_generation
     if relayout and spec.mode == "Apply":
@@ -182,6 +185,22 @@ def desired_state(run: RunContext, obs: Observation, dec: Decided) -> Desired:
                    current=current, layout_changes=tuple(changes), relayout_generation=relayout_gen,
                    relayout=relayout, class_priority=dict(dec.knobs.class_priority),
                    reservation_files={g: reservation_document(run, spec, pid, dec, g) for g in dec.gate.groups})
+
+
+def restores_layout(spec: KVPlanSpec, obs: Observation, gt: Mapping[str, GroupTarget]) -> bool:
+    """Whether a managed Deployment's flags (what vLLM runs) give another layout than its target although kvplan's
+    annotation names the target: someone edited the flags, and kvplan's rewrite restarts the pods. Every re-layout
+    that is written counts, whatever the reason (issue 26), so this one is recorded like any other (it is not held:
+    status would claim a layout that does not run)."""
+    for g in spec.groups:
+        s = obs.groups[g.name]
+        if not s.adopted or s.body is None or s.layout != gt[g.name].layout:
+            continue
+        flags = read_flags(find_container(s.body, g.container) or {})
+        if all(v is None or v.isdigit() for v in (flags[TP_FLAG], flags[PP_FLAG])) \
+                and flags_layout(s.body, g.container) != gt[g.name].layout:
+            return True
+    return False
 
 
 def reservation_document(run: RunContext, spec: KVPlanSpec, pid: str, dec: Decided, group: str) -> str:

@@ -10,6 +10,7 @@ parser). Each case says whether kvplan is expected to write TP 4 / PP 2 into it 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -173,3 +174,19 @@ def container(case: FormCase) -> dict[str, Any]:
 
 def params() -> list[Any]:
     return [pytest.param(k, id=k) for k in CASES]
+
+
+def vllm_like(argv: list[str]) -> argparse.Namespace:
+    """A model of vLLM's parser for the options that matter here (test side)."""
+    p = argparse.ArgumentParser(allow_abbrev=True, exit_on_error=False)
+    p.add_argument("model_tag", nargs="?")
+    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    p.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
+    p.add_argument("--tensorizer-config")  # makes --tensor ambiguous, as in vLLM
+    for name in ("--model", "--host", "--port", "--max-num-seqs", "--config-format"):
+        p.add_argument(name)
+    p.add_argument("--enable-prefix-caching", action="store_true")
+    norm = ["--" + a[2:].split("=", 1)[0].replace("_", "-") + ("=" + a.split("=", 1)[1] if "=" in a else "")
+            if a.startswith("--") else a for a in argv]
+    ns, _ = p.parse_known_args(norm)
+    return ns

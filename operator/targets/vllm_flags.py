@@ -124,7 +124,8 @@ def _doubts(v: View) -> list[str]:
 
 def read_flags(container: Mapping[str, Any]) -> dict[str, str | None]:
     """The raw value vLLM gets for each flag kvplan owns (the last occurrence, in any spelling; None: absent or
-    dangling). A value known only at run time is returned as written (``$TP``). A container whose argv cannot be
+    dangling). A value known only at run time is returned as written (``$TP``), and so is a word known only at run
+    time after the last occurrence (``$EXTRA_ARGS``: it may set the flag again). A container whose argv cannot be
     told reads as having none of them (writing to it is refused)."""
     v = view(container)
     if v.problem is not None:
@@ -134,6 +135,10 @@ def read_flags(container: Mapping[str, Any]) -> dict[str, str | None]:
     for f in FLAGS:
         occ = found[f][-1] if found[f] else None
         j = value_index(v.argv, occ) if occ else None
+        u = later_unknown(v.argv, -1 if occ is None else (j if j is not None else occ.index))
+        if u is not None:  # a word known only at run time may set it (again): vLLM's value is unknown too
+            out[f] = v.raws[u]
+            continue
         if occ is None or j is None:
             out[f] = None
             continue

@@ -269,3 +269,20 @@ def test_hold_infeasible_with_the_budget_spent_keeps_the_last_good_plan():
     out = w.reconcile(T0 + 120)
     assert out.reason == C.INFEASIBLE and "maxLayoutChangesPerHour 1" in out.message, out
     assert len(w.times["vllm-big"]) == 1 and w.kube.status["plan"] == good and w.disagreements() == []
+
+
+def test_restoring_flags_someone_edited_is_counted():
+    """Someone edits a managed Deployment's --tensor-parallel-size behind kvplan's back (its annotation still names
+    kvplan's layout): kvplan's rewrite restarts the pods, so it is recorded in the budget like any re-layout."""
+    from op_fakes import container as vllm_container  # type: ignore[import-not-found]
+
+    w = Timed()
+    w.planner = Oscillating([A])
+    assert w.reconcile(T0).ok and w.recorded() == []
+    args = vllm_container(w.kube.deployments["vllm-big"])["args"]
+    args[args.index("--tensor-parallel-size") + 1] = "8"  # the edit
+    assert w.reconcile(T0 + 60).ok
+    args = vllm_container(w.kube.deployments["vllm-big"])["args"]
+    assert args[args.index("--tensor-parallel-size") + 1] == "4"  # restored
+    assert w.recorded() == [T0 + 60]  # and counted
+    assert w.reconcile(T0 + 120).ok and w.recorded() == [T0 + 60]  # converged: nothing more

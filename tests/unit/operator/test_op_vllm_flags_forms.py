@@ -8,29 +8,13 @@ TP 8 or TP 1."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
 
 from kvplan_operator.targets.vllm_flags import Unexpressible, read_flags, write_flags
-from vllm_flag_cases import CASES, WANT, container, params, stubs, vllm_invocations  # type: ignore[import-not-found]
-
-
-def vllm_like(argv: list[str]) -> argparse.Namespace:
-    """A model of vLLM's parser for the options that matter here (test side)."""
-    p = argparse.ArgumentParser(allow_abbrev=True, exit_on_error=False)
-    p.add_argument("model_tag", nargs="?")
-    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
-    p.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
-    p.add_argument("--tensorizer-config")  # makes --tensor ambiguous, as in vLLM
-    for name in ("--model", "--host", "--port", "--max-num-seqs", "--config-format"):
-        p.add_argument(name)
-    p.add_argument("--enable-prefix-caching", action="store_true")
-    norm = ["--" + a[2:].split("=", 1)[0].replace("_", "-") + ("=" + a.split("=", 1)[1] if "=" in a else "")
-            if a.startswith("--") else a for a in argv]
-    ns, _ = p.parse_known_args(norm)
-    return ns
+from vllm_flag_cases import (CASES, WANT, container, params, stubs, vllm_invocations,  # type: ignore[import-not-found]
+                             vllm_like)
 
 
 @pytest.fixture(scope="module")

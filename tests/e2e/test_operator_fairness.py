@@ -17,7 +17,7 @@ import pytest
 
 from operator_world import apply_crds, backfill, create_kvplan, kvplan_spec, setup
 from slow_server import slow_prometheus
-from test_operator_kopf import ready, wait_for
+from operator_kopf_world import ready, wait_for
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ import pytest
 
 from operator_world import create_kvplan, kvplan_spec, refused  # type: ignore[import-not-found]
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_op_prom_url import ACCEPTED, CRD_LETS_THROUGH, REFUSED  # type: ignore[import-not-found]  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "operator"))
+from op_prom_url_world import ACCEPTED, CRD_LETS_THROUGH, REFUSED  # type: ignore[import-not-found]  # noqa: E402
 
 pytestmark = pytest.mark.integration
 

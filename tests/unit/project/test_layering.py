@@ -183,3 +183,14 @@ def test_kvcore_top_level_stays_small() -> None:
     """The few modules everything uses stay at the top; the rest live in packages by concept."""
     top = sorted(p.name for p in (REPO / "kvcore").glob("*.py") if p.name != "__init__.py")
     assert len(top) <= 8, top
+
+
+TEST_IMPORT_RE = re.compile(r"^\s*(?:from|import)\s+(test_\w+)", re.MULTILINE)
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared test worlds live in helper modules (``*_world.py``, ``op_fakes.py``, ``operator_world.py``, ...), so a
+    test module can be run, moved or deleted alone."""
+    offenders = [f"{p.relative_to(REPO)}: {m.group(1)}" for p in sorted((REPO / "tests").rglob("*.py"))
+                 for m in TEST_IMPORT_RE.finditer(p.read_text(encoding="utf-8"))]
+    assert offenders == []

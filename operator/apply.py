@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from .desired import Write
 from .kube import KubeApi, KubeError, classify
 from .targets import Target
+from .targets.state_configmap import write_configmap
 
 
 @dataclass(frozen=True)
@@ -53,3 +54,16 @@ def apply(kube: KubeApi, namespace: str, writes: Sequence[Write], targets: Seque
         done.append(w.label)
         wrote.add(w.target)
     return Applied(tuple(done), None, None, attempted, frozenset(wrote))
+
+
+def apply_detail(kube: KubeApi, namespace: str, writes: Sequence[Write]) -> KubeError | None:
+    """The plan's detail ConfigMaps, after the plan's own writes succeeded and before status refers to them; the
+    first failure, or None."""
+    for w in writes:
+        try:
+            write_configmap(kube, namespace, w)
+        except KubeError as exc:
+            return exc
+        except Exception as exc:  # a client bug or an unexpected error type: still a failed write, not a crash
+            return classify(f"{w.verb} {w.kind}/{w.name}", exc)
+    return None

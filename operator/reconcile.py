@@ -23,7 +23,7 @@ from typing import Any
 
 from . import conditions as C
 from . import cycle
-from .apply import apply
+from .apply import apply, apply_detail
 from .build import build
 from .decide import decide
 from .observe import observe
@@ -35,8 +35,8 @@ __all__ = ["Deps", "Outcome", "reconcile"]
 
 class _Clock:
     """Wall seconds per phase (``Outcome.phases``): observe (of which ``prometheus``: the queries and their
-    checks), decide (of which ``planner``: kvcore's own solve time), build, apply (with the intent status write),
-    record (the plan's detail and the status patch)."""
+    checks), decide (of which ``planner``: kvcore's own solve time), build, apply (with the intent status write and the plan's
+    detail), record (the status patch)."""
 
     def __init__(self) -> None:
         self.phases: dict[str, float] = {}
@@ -82,8 +82,9 @@ def _reconcile(run: RunContext, deps: Deps, clock: _Clock) -> Outcome:
             return Outcome(False, C.STATUS_WRITE_FAILED, f"{refused}; nothing applied", rec.backoff(), [], False,
                            run.elapsed())
     applied = apply(deps.kube, run.namespace, built.writes, built.targets)
+    detail_error = apply_detail(deps.kube, run.namespace, rec.detail_writes(obs, dec, built)) if applied.ok else None
     clock.lap("apply")
-    return rec.success(obs, dec, built, applied)
+    return rec.success(obs, dec, built, applied, detail_error)
 
 
 def reconcile(body: Mapping[str, Any], deps: Deps) -> Outcome:

@@ -1,7 +1,8 @@
 """Phase 5, record: status, conditions, events and metrics, from what the phases say happened.
 
-- Success (every write done, or DryRun): first the plan's detail ConfigMaps (:mod:`kvplan_operator.targets.plandetail`:
-  per class decisions, every note, the whole diff, the kvcore plan the next re-plan starts from), then
+- Success (every write done, or DryRun): the plan's detail ConfigMaps (:mod:`kvplan_operator.targets.plandetail`:
+  per class decisions, every note, the whole diff, the kvcore plan the next re-plan starts from; built here by
+  :meth:`Recorder.detail_writes`, written by apply, like every write to an object other than the KVPlan), then
   ``status.plan`` (with ``detail`` naming those ConfigMaps), ``objective``, ``diff``, ``lastPlanTime`` and
   ``plannedGeneration`` move to the new plan; Ready/Planned/Applied True, Degraded False. A failed detail write is
   the outcome (``StatusWriteFailed``) and status is not patched.
@@ -29,6 +30,7 @@ from typing import Any
 from .. import conditions as C
 from ..apply import Applied
 from ..build import Built
+from ..desired import Write
 from ..decide import Decided, pending_note
 from ..decide.knobs import engine_status, knob_condition
 from ..kube import KubeError
@@ -36,7 +38,6 @@ from ..observe import Observation
 from ..run import OWNED_STATUS, Deps, Failure, RunContext
 from ..targets.plandetail import FORMAT, chunk_name, detail_writes, digest, encode, plan_json, split
 from .status import class_entries, diff_body, diff_full, iso, objective_body, plan_body, status_patch
-from ..targets.state_configmap import write_configmap
 
 
 @dataclass(frozen=True)
@@ -134,8 +135,10 @@ class Recorder:
         self.written_intent = {"applying": applying, "conditions": conds}
         return None
 
-    def success(self, obs: Observation, dec: Decided, built: Built, applied: Applied) -> Outcome:
-        """Record a plan that was applied in full (or DryRun)."""
+    def success(self, obs: Observation, dec: Decided, built: Built, applied: Applied,
+                detail_error: KubeError | None = None) -> Outcome:
+        """Record a plan that was applied in full (or DryRun); ``detail_error``: apply's write of the plan's detail
+        (:meth:`detail_writes`) failed, so status must not refer to it."""
         plan, desired, spec = dec.plan, built.desired, obs.spec
         if applied.ok or "state-configmap" in applied.targets_written:  # mirror only what the cluster holds
             self.layout_changes(desired.layout_changes)
@@ -151,9 +154,9 @@ class Recorder:
                                                  "failedAt": f"{applied.failed.kind}/{applied.failed.name}"}),
                                 changed=list(applied.done))
         autos = {g.name: obs.groups[g.name].autoscaler for g in spec.groups}
-        detail = self.detail(obs, dec, built)
-        if detail is not None:
-            return detail
+        if detail_error is not None:
+            return Outcome(False, C.STATUS_WRITE_FAILED, f"plan {desired.plan_id} applied; its detail not "
+                           f"stored: {detail_error}", self.backoff(), [], False, self.run.elapsed())
         self.st["plan"] = plan_body(plan, targets=desired.groups, autoscalers=autos, decision=dec.decision.reason,
                                     notes=built.notes, capacity=obs.capacity, detail=chunk_name(self.run.name, 0))
         self.st["plan"]["id"] = desired.plan_id
@@ -190,9 +193,10 @@ class Recorder:
         return Outcome(True, C.RECONCILED, dec.decision.reason, None, list(applied.done), written,
                        self.run.elapsed())
 
-    def detail(self, obs: Observation, dec: Decided, built: Built) -> Outcome | None:
-        """Store the plan's detail (:mod:`kvplan_operator.targets.plandetail`) before status refers to it; a failed write
-        is the outcome (``StatusWriteFailed``, status left as it was: it says which plan was being applied)."""
+    def detail_writes(self, obs: Observation, dec: Decided, built: Built) -> list[Write]:
+        """The writes that store the plan's detail (:mod:`kvplan_operator.targets.plandetail`), for apply to send
+        before status refers to them (a failed one is the outcome, ``StatusWriteFailed``, status left as it was:
+        it says which plan was being applied). Pure but for remembering the reference status will carry."""
         plan, desired = dec.plan, built.desired
         stored = plan.model_copy(update={"solve_seconds": 0.0})  # the time is in status; the document stays put
         classes = class_entries(plan, observed=obs.classes, applied=desired.classes)
@@ -210,13 +214,7 @@ class Recorder:
         chunks = len(split(text))
         self.detail_ref = {"configMaps": [chunk_name(self.run.name, i) for i in range(chunks)], "format": FORMAT,
                            "bytes": len(text), "digest": digest(text)[:16]}
-        for w in writes:
-            try:
-                write_configmap(self.deps.kube, self.run.namespace, w)
-            except KubeError as exc:
-                return Outcome(False, C.STATUS_WRITE_FAILED, f"plan {desired.plan_id} applied; its detail not "
-                               f"stored: {exc}", self.backoff(), [], False, self.run.elapsed())
-        return None
+        return list(writes)
 
     def engine(self, dec: Decided) -> None:
         """The engine knobs and the plugin's reservations: ``status.plan.groups.<g>.engine``, ``groups.<g>.gate``

@@ -171,6 +171,8 @@ def _points(series: Mapping[str, Any], what: str, where: str, le: Any) -> tuple[
             ts_l.append(_number(point[0], what))
             vs_l.append(_number(point[1], what))
         ts, vs = np.asarray(ts_l, dtype=np.float64), np.asarray(vs_l, dtype=np.float64)
+    if not np.isfinite(ts).all():
+        raise PromError(C.PROMETHEUS_BAD_RESPONSE, f"{where}: a sample's time is not a finite number")
     bad = ~(np.isfinite(vs) & (vs >= 0) & (vs <= MAX_COUNT))
     if bad.any():
         k = int(np.argmax(bad))

@@ -172,3 +172,17 @@ def test_a_huge_error_body_is_never_parsed_whole(status, reason):
             tracemalloc.stop()
     assert info.value.reason == reason, str(info.value)
     assert peak < 8 * 2**20, f"reading a {len(body) >> 20} MiB error body peaked at {peak >> 20} MiB"
+
+
+@pytest.mark.parametrize("t", ["NaN", "+Inf", "-Inf"])
+@pytest.mark.parametrize("compact", [True, False], ids=["streamed", "dicts"])
+def test_a_sample_time_that_is_not_finite_is_a_bad_response(t, compact):
+    """Found while widening: a NaN or infinite time was taken as a window of its own."""
+    from kvplan_operator.history import windows_by_key
+
+    result = [series("10", "a", [[t, "1"], [2, "1"]]), series("+Inf", "a", [[t, "2"], [2, "2"]])]
+    data = read_answer(reader(matrix(result), 4096), what="q", max_series=10)["data"] if compact else \
+        {"resultType": "matrix", "result": result}
+    with pytest.raises(PromError) as info:
+        windows_by_key(data, "kvplan_class", max_windows=48)
+    assert info.value.reason == C.PROMETHEUS_BAD_RESPONSE and "time is not a finite number" in str(info.value)

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import conditions as C
+from .prom_error import PromError as PromError, PrometheusUnavailable as PrometheusUnavailable
 from .prom_credentials import BadCredential, basic_password, basic_user, bearer_token
 from .prom_url import PromUrl, UrlRefused, parse_prom_url
 from .refused_address import refused_address
@@ -66,23 +67,6 @@ MAX_ERROR_BODY_BYTES = 64 * 1024
 MAX_ANSWER_SERIES = 65_536
 
 Resolver = Callable[[str], Sequence[str]]
-
-
-class PromError(RuntimeError):
-    """A Prometheus failure with the condition ``reason`` it maps to and a short message (no response body)."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        self.reason = reason
-        #: How long the server asked to wait (its ``Retry-After``, :mod:`kvplan_operator.retry_after`), or None.
-        self.retry_after_s: float | None = None
-        super().__init__(message)
-
-
-class PrometheusUnavailable(PromError):
-    """Connection refused, DNS failure, timeout or HTTP 5xx."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(C.PROMETHEUS_UNAVAILABLE, message)
 
 
 class PromApi(Protocol):
@@ -370,7 +354,8 @@ class PromClient:
                 try:
                     read = prom_transport.body_reader(rsp, guard)
                     if 200 <= rsp.status < 300:  # streamed into compact series (:mod:`.prom_stream`)
-                        return prom_stream.read_data(rsp.status, read, what=what, max_bytes=MAX_BODY_BYTES,
+                        return prom_stream.read_data(rsp.status, read, parse_response, what=what,
+                                                     max_bytes=MAX_BODY_BYTES,
                                                      max_series=MAX_ANSWER_SERIES, max_points=max_points)
                     body = _read_body(read, MAX_ERROR_BODY_BYTES)  # only its status and errorType are read
                 finally:  # never back to the pool: a body cut short would be the next answer's start

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 from . import conditions as C
-from .prom import PromError
+from .prom_error import PromError
 
 #: Bytes read from the socket at a time.
 CHUNK = 256 * 1024
@@ -328,12 +328,11 @@ def capped(read: Callable[[int], bytes], limit: int, what: str) -> Callable[[int
     return capped_read
 
 
-def read_data(status: int, read: Callable[[int], bytes], *, what: str, max_bytes: int, max_series: int,
-              max_points: int | None = None) -> Mapping[str, Any]:
+def read_data(status: int, read: Callable[[int], bytes], parse_response: Callable[..., Mapping[str, Any]], *,
+              what: str, max_bytes: int, max_series: int, max_points: int | None = None) -> Mapping[str, Any]:
     """A 2xx answer -> its ``data`` object, read streaming (:func:`read_answer`) and interpreted by the client's
-    own rules (:func:`kvplan_operator.prom.parse_response`, given the document without its result)."""
-    from .prom import parse_response
-
+    own rules (``parse_response``, the client's :func:`kvplan_operator.prom.parse_response`, given the document
+    without its result)."""
     try:
         doc = read_answer(capped(read, max_bytes, what), what=what, max_series=max_series, max_points=max_points)
     except Malformed:

@@ -20,7 +20,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from . import conditions as C
 from . import deadline
-from .prom import PromError, PrometheusUnavailable
+from .prom_error import PromError, PrometheusUnavailable
 
 
 def _attach(sock: socket.socket | None) -> None:

@@ -12,6 +12,7 @@ cannot be built fails the tests that need it, with the error.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Nothing may be left running after the tests, whichever tier ran (session fixtures are torn down first)."""
     check_no_leftover_processes(session)
+
+
+@pytest.fixture(autouse=True)
+def _operator_not_stopping() -> Iterator[None]:
+    """The operator's stop flag (``kvplan_operator.deadline``, set on SIGTERM and by a KopfRunner's shutdown) is
+    process-wide: a test that stops an operator in this process must not leave every later reconcile stopping."""
+    from kvplan_operator import deadline
+
+    deadline.reset_stop()
+    yield
+    deadline.reset_stop()

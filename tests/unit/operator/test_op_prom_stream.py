@@ -178,7 +178,7 @@ def test_a_huge_error_body_is_never_parsed_whole(status, reason):
 @pytest.mark.parametrize("compact", [True, False], ids=["streamed", "dicts"])
 def test_a_sample_time_that_is_not_finite_is_a_bad_response(t, compact):
     """Found while widening: a NaN or infinite time was taken as a window of its own."""
-    from kvplan_operator.history import windows_by_key
+    from kvplan_operator.observe.history import windows_by_key
 
     result = [series("10", "a", [[t, "1"], [2, "1"]]), series("+Inf", "a", [[t, "2"], [2, "2"]])]
     data = read_answer(reader(matrix(result), 4096), what="q", max_series=10)["data"] if compact else \

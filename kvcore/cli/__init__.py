@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from kvcore.cli.args import OneLineParser, remember_parsers, report, unknown_arguments
 from kvcore.errors import InputError
 
-SUBCOMMANDS: tuple[str, ...] = ("reserve", "plan", "evaluate", "bench")
+SUBCOMMANDS: tuple[str, ...] = ("reserve", "plan", "evaluate", "bench", "profile")
 
 
 def build_parser() -> argparse.ArgumentParser:

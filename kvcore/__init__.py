@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, tuple[str, str]] = {
     "HistorySource": ("kvcore.catalogue", "HistorySource"),
+    "GpuType": ("kvcore.catalogue", "GpuType"),
     "InputError": ("kvcore.errors", "InputError"),
     "Cell": ("kvcore.evaluate", "Cell"),
     "DEFAULT_METHODS": ("kvcore.evaluate", "DEFAULT_METHODS"),
@@ -99,6 +100,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "generate_instance": ("kvcore.planner.synthetic", "generate"),
     "generate_fleet": ("kvcore.planner.synthetic_fleet", "generate_fleet"),
     "ProfileOverride": ("kvcore.profiles", "ProfileOverride"),
+    "GPU_CATALOGUE": ("kvcore.profiles.gpus", "CATALOGUE"),
     "resolve_profile": ("kvcore.profiles", "resolve"),
     "roofline": ("kvcore.profiles", "roofline"),
     "ReservationResult": ("kvcore.reservation", "ReservationResult"),
@@ -158,7 +160,7 @@ __all__ = [
     "DEFAULT_RHOS", "DEFAULT_SHIFTS", "drift_radius", "engine_rho", "EngineConfig", "EngineEvaluation",
     "EngineFleet", "EngineRow", "EngineSetup", "ENVOY_TOKEN_TYPE", "ENVOY_TOKEN_USAGE", "episodes_for",
     "evaluate_engine", "Evaluation", "exact_bounds", "exposed_side", "FRONTIER_WATERMARKS", "gate",
-    "generate_fleet", "generate_instance", "get_policy", "gm_markdown", "GroupEngine", "GroupPlan", "GroupReplays",
+    "generate_fleet", "generate_instance", "get_policy", "gm_markdown", "GPU_CATALOGUE", "GpuType", "GroupEngine", "GroupPlan", "GroupReplays",
     "GroupSpec", "History", "HistorySource", "input_error", "InputError", "Instance", "Jobs", "KnobClass",
     "knobs_for_plan", "kvplan_buckets", "KVPLAN_CLASS_LABEL", "KVPLAN_OUTPUT_TOKENS", "Layout", "LAYOUTS",
     "LLMD_OUTPUT_TOKENS", "load_trace", "measure_row", "MODELS", "NO_RESERVATIONS", "ObjectiveTerms",
@@ -175,6 +177,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from kvcore.catalogue import GpuType as GpuType
     from kvcore.catalogue import HistorySource as HistorySource
     from kvcore.errors import InputError as InputError
     from kvcore.evaluate import Cell as Cell
@@ -253,6 +256,7 @@ if TYPE_CHECKING:
     from kvcore.planner.synthetic import generate as generate_instance
     from kvcore.planner.synthetic_fleet import generate_fleet as generate_fleet
     from kvcore.profiles import ProfileOverride as ProfileOverride
+    from kvcore.profiles.gpus import CATALOGUE as GPU_CATALOGUE
     from kvcore.profiles import resolve as resolve_profile
     from kvcore.profiles import roofline as roofline
     from kvcore.reservation import ReservationResult as ReservationResult

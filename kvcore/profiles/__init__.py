@@ -49,6 +49,18 @@ from kvcore.bounds import MAX_COUNT, MAX_KV_TOKENS, MAX_SECONDS, MAX_TOKENS_PER_
 from kvcore.catalogue import GPU_TYPES
 from kvcore.catalogue import MODELS as CATALOGUE_MODELS
 from kvcore.errors import InputError
+from kvcore.profiles.gpus import CATALOGUE as _GPU_CATALOGUE
+from kvcore.profiles.gpus import GpuType as _GpuType
+from kvcore.profiles.models import CONFIGS as _MODEL_CONFIGS
+from kvcore.profiles.models import get_model as _get_model
+
+
+def _gpu_catalogue() -> dict[str, "_GpuType"]:
+    return _GPU_CATALOGUE
+
+
+def _model_configs() -> tuple[str, ...]:
+    return tuple(_MODEL_CONFIGS)
 
 
 @dataclass(frozen=True)
@@ -89,6 +101,9 @@ GPUS: dict[str, GpuSpec] = {
     # (312 TFLOPS bf16 dense) and NVLink 3 (600 GB/s total) as the 80 GB part.
     "A100-40GB": GpuSpec(memory_bytes=40960 * 1024**2, hbm_bytes_s=1555e9, bf16_flops=312e12, nvlink_bytes_s=600e9),
 }
+for _name, _g in _gpu_catalogue().items():  # every other catalogue GPU: datasheet figures (kvcore.profiles.gpus)
+    GPUS.setdefault(_name, GpuSpec(memory_bytes=_g.memory_bytes, hbm_bytes_s=_g.hbm_bytes_s,
+                                   bf16_flops=_g.bf16_flops, nvlink_bytes_s=2 * _g.interconnect_bytes_s))
 """Known GPU types (:data:`kvcore.catalogue.GPU_TYPES`). Names are matched exactly."""
 
 MODELS: dict[str, ModelSpec] = {
@@ -97,6 +112,12 @@ MODELS: dict[str, ModelSpec] = {
         params=8.03e9, layers=32, hidden=4096, kv_heads=8, head_dim=128, activation_reserve_bytes=2 * 1024**3
     ),
 }
+for _mname in _model_configs():  # every other catalogue model, from its config.json (kvcore.profiles.models)
+    if _mname not in MODELS:
+        _a = _get_model(_mname)
+        MODELS[_mname] = ModelSpec(params=_a.params, layers=_a.layers, hidden=_a.hidden, kv_heads=_a.kv_heads,
+                                   head_dim=_a.head_dim, bytes_per_param=_a.weight_bytes_per_param,
+                                   activation_reserve_bytes=(4 if _a.weight_bytes > 40e9 else 2) * 1024**3)
 """Known models (:data:`kvcore.catalogue.MODELS`). Names are matched exactly."""
 
 if set(GPUS) != set(GPU_TYPES) or set(MODELS) != set(CATALOGUE_MODELS):  # one catalogue of names

@@ -111,3 +111,28 @@ def test_cli_profile_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
     assert "--tp: the weights" in capsys.readouterr().err
     assert main(["profile", "--gpu", "TPU", "--model", "llama-70b", "--tp", "1"]) == 2
     assert "--gpu: unknown GPU type" in capsys.readouterr().err
+
+
+def _instance_with(models: dict[str, object], model: str) -> dict[str, object]:
+    import yaml
+    inst = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "instance-70b.yaml").read_text())
+    for g in inst["groups"]:
+        g["model"] = model
+    inst["models"] = models
+    return inst  # type: ignore[no-any-return]
+
+
+def test_instance_plans_a_model_given_by_its_config() -> None:
+    from kvcore.cli.instance_file import instance_from_mapping
+    from kvcore.planner import plan
+    base = Path(__file__).resolve().parents[2] / "examples"
+
+    def load_instance(d: dict[str, object]):  # type: ignore[no-untyped-def]
+        return instance_from_mapping(d, base=base)
+    cfg = {**LLAMA, "num_hidden_layers": 40}  # a 35B Llama-shaped model of our own
+    inst = load_instance(_instance_with({"my-35b": cfg}, "my-35b"))
+    p = plan(inst)
+    assert p.status.value in ("feasible", "optimal") and any(g.replicas > 0 for g in p.groups)
+    with pytest.raises(InputError) as exc:
+        load_instance(_instance_with({"my-35b": {**cfg, "num_hidden_layers": 0}}, "my-35b"))
+    assert exc.value.field == "models.my-35b.num_hidden_layers"

@@ -85,6 +85,9 @@ class Group(SpecModel):
     metrics_selector: str | None = Field(None, max_length=1024, description="PromQL label matchers (no braces) for "
                                          "this group's vLLM series; default: namespace and pod of its Deployment.")
     model: str = Field(min_length=1, max_length=63)
+    hf_config: dict[str, Any] | None = Field(
+        None, alias="modelConfig", description="The model's Hugging Face config.json fields (issue 22): the "
+                                               "group's model is planned from its shape instead of the catalogue's.")
     node_pool: NodePool
     layouts: tuple[Layout, ...] = Field(_DEFAULT_LAYOUTS, min_length=1)
     engine: Engine = Engine()

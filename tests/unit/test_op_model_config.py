@@ -23,3 +23,13 @@ def test_model_config_is_parsed_and_its_errors_map_to_the_cr_path() -> None:
     assert spec.groups[0].hf_config == CFG and spec.groups[0].node_pool.gpu_type == "H100-SXM"
     assert spec.groups[0].node_pool.selector() == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     assert cr_path("models.my-35b.num_hidden_layers", spec) == "spec.groups[0].modelConfig.num_hidden_layers"
+
+
+def test_mi300x_groups_get_the_amd_resource_and_label() -> None:
+    from kvplan_operator.targets.deployment import gpu_resource
+    raw = copy.deepcopy(SPEC)
+    raw["groups"][0]["nodePool"]["gpuType"] = "MI300X"
+    spec = parse_spec(raw)
+    assert gpu_resource(spec.groups[0]) == "amd.com/gpu"
+    assert spec.groups[0].node_pool.selector() == {"amd.com/gpu.product-name": "AMD_Instinct_MI300X"}
+    assert gpu_resource(parse_spec(copy.deepcopy(SPEC)).groups[0]) == "nvidia.com/gpu"

@@ -28,6 +28,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "FLEET_BYTES_PER_SAMPLE": ("kvcore.planner.limits", "FLEET_BYTES_PER_SAMPLE"),
     "BASE_BYTES": ("kvcore.planner.limits", "BASE_BYTES"),
     "HistorySource": ("kvcore.catalogue", "HistorySource"),
+    "GpuType": ("kvcore.catalogue", "GpuType"),
     "InputError": ("kvcore.errors", "InputError"),
     "Cell": ("kvcore.evaluate", "Cell"),
     "DEFAULT_METHODS": ("kvcore.evaluate", "DEFAULT_METHODS"),
@@ -105,6 +106,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "generate_instance": ("kvcore.planner.synthetic", "generate"),
     "generate_fleet": ("kvcore.planner.synthetic_fleet", "generate_fleet"),
     "ProfileOverride": ("kvcore.profiles", "ProfileOverride"),
+    "GPU_CATALOGUE": ("kvcore.profiles.gpus", "CATALOGUE"),
     "resolve_profile": ("kvcore.profiles", "resolve"),
     "roofline": ("kvcore.profiles", "roofline"),
     "ReservationResult": ("kvcore.reservation", "ReservationResult"),
@@ -163,23 +165,25 @@ __all__ = [
     "engine_rho", "EngineConfig", "EngineEvaluation", "EngineFleet", "EngineRow", "EngineSetup", "ENVOY_TOKEN_TYPE",
     "ENVOY_TOKEN_USAGE", "episodes_for", "evaluate_engine", "Evaluation", "exact_bounds", "exposed_side",
     "FileProblem", "FLEET_BYTES_PER_SAMPLE", "FRONTIER_WATERMARKS", "gate", "generate_fleet", "generate_instance",
-    "get_policy", "gm_markdown", "GroupEngine", "GroupPlan", "GroupReplays", "GroupSpec", "History",
-    "HistorySource", "input_error", "InputError", "Instance", "Jobs", "KnobClass", "knobs_for_plan",
-    "kvplan_buckets", "KVPLAN_CLASS_LABEL", "KVPLAN_OUTPUT_TOKENS", "Layout", "LAYOUTS", "LLMD_OUTPUT_TOKENS",
-    "load_trace", "MAX_RESERVATION_FILE_BYTES", "measure_row", "meets_slo", "MODELS", "NO_RESERVATIONS",
-    "ObjectiveTerms", "parse_reservations", "path_identity", "plan", "Plan", "plan_groups", "PlanStatus",
-    "ProfileOverride", "PromptLengthRule", "RadiusChoice", "RadiusPolicy", "ratio_cells", "read_regular_file",
-    "register_policy", "render_reservations", "ReplaySet", "ReplayStore", "request_cost", "resample_trace",
-    "ReservationResult", "Reservations", "ReservationsError", "reserve", "ReserveChoice", "reserves_for_plan",
-    "resolve_lmax", "resolve_profile", "roofline", "run_evaluation", "run_fast", "run_reference", "run_variant",
-    "Samples", "Scenario", "series", "Shape", "shift_blind_bound", "ShiftBlindBound", "Side", "SimGroup",
-    "SimPolicy", "simulate_engine", "SKEW_FRACTION", "SKEW_REQUESTS", "SloSpec", "solve_dro_exact", "solve_dro_lp",
-    "solve_exact", "split_episodes", "StepTiming", "Trace", "vllm_buckets", "VLLM_CACHE_CONFIG_INFO",
-    "VLLM_GENERATION_TOKENS", "VLLM_GENERATION_TOKENS_ESCAPED", "VLLM_KV_CACHE_USAGE", "VLLM_PREEMPTIONS",
-    "wasserstein1_side", "WATERMARK_MIN_VERSION", "with_horizon", "Workload",
+    "get_policy", "gm_markdown", "GPU_CATALOGUE", "GpuType", "GroupEngine", "GroupPlan", "GroupReplays",
+    "GroupSpec", "History", "HistorySource", "input_error", "InputError", "Instance", "Jobs", "KnobClass",
+    "knobs_for_plan", "kvplan_buckets", "KVPLAN_CLASS_LABEL", "KVPLAN_OUTPUT_TOKENS", "Layout", "LAYOUTS",
+    "LLMD_OUTPUT_TOKENS", "load_trace", "MAX_RESERVATION_FILE_BYTES", "measure_row", "meets_slo", "MODELS",
+    "NO_RESERVATIONS", "ObjectiveTerms", "parse_reservations", "path_identity", "plan", "Plan", "plan_groups",
+    "PlanStatus", "ProfileOverride", "PromptLengthRule", "RadiusChoice", "RadiusPolicy", "ratio_cells",
+    "read_regular_file", "register_policy", "render_reservations", "ReplaySet", "ReplayStore", "request_cost",
+    "resample_trace", "ReservationResult", "Reservations", "ReservationsError", "reserve", "ReserveChoice",
+    "reserves_for_plan", "resolve_lmax", "resolve_profile", "roofline", "run_evaluation", "run_fast",
+    "run_reference", "run_variant", "Samples", "Scenario", "series", "Shape", "shift_blind_bound",
+    "ShiftBlindBound", "Side", "SimGroup", "SimPolicy", "simulate_engine", "SKEW_FRACTION", "SKEW_REQUESTS",
+    "SloSpec", "solve_dro_exact", "solve_dro_lp", "solve_exact", "split_episodes", "StepTiming", "Trace",
+    "vllm_buckets", "VLLM_CACHE_CONFIG_INFO", "VLLM_GENERATION_TOKENS", "VLLM_GENERATION_TOKENS_ESCAPED",
+    "VLLM_KV_CACHE_USAGE", "VLLM_PREEMPTIONS", "wasserstein1_side", "WATERMARK_MIN_VERSION", "with_horizon",
+    "Workload",
 ]
 
 if TYPE_CHECKING:
+    from kvcore.catalogue import GpuType as GpuType
     from kvcore.regular_file import read_regular_file as read_regular_file
     from kvcore.regular_file import path_identity as path_identity
     from kvcore.regular_file import FileProblem as FileProblem
@@ -264,6 +268,7 @@ if TYPE_CHECKING:
     from kvcore.planner.synthetic import generate as generate_instance
     from kvcore.planner.synthetic_fleet import generate_fleet as generate_fleet
     from kvcore.profiles import ProfileOverride as ProfileOverride
+    from kvcore.profiles.gpus import CATALOGUE as GPU_CATALOGUE
     from kvcore.profiles import resolve as resolve_profile
     from kvcore.profiles import roofline as roofline
     from kvcore.reservation import ReservationResult as ReservationResult

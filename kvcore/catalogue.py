@@ -12,13 +12,18 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-GpuType = Literal["A100-80GB", "A100-40GB"]
+GpuType = Literal["A100-80GB", "A100-40GB", "H100-SXM", "H100-PCIe", "H200", "B200", "L40S", "L4", "A10G", "MI300X"]
 GPU_TYPES: tuple[str, ...] = get_args(GpuType)
-"""GPU types with a roofline profile (:data:`kvcore.profiles.GPUS`): the CRD's ``nodePool.gpuType`` enum."""
+"""GPU types with a profile (:data:`kvcore.profiles.gpus.CATALOGUE`, datasheet figures; :data:`kvcore.profiles.GPUS`
+for the roofline): the CRD's ``nodePool.gpuType`` enum."""
 
-Model = Literal["llama-70b", "llama-8b"]
+Model = Literal["llama-70b", "llama-8b", "llama-2-70b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b",
+                "llama-3.3-70b", "qwen2.5-7b", "qwen2.5-72b", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b",
+                "qwen3-235b-a22b", "mistral-7b", "mixtral-8x7b", "mixtral-8x22b", "deepseek-v3", "gpt-oss-120b",
+                "gpt-oss-20b"]
 MODELS: tuple[str, ...] = get_args(Model)
-"""Model shapes with a roofline profile (:data:`kvcore.profiles.MODELS`): what ``groups[].model`` may name."""
+"""Model shapes with a profile (:data:`kvcore.profiles.models.CONFIGS`, each a config.json with provenance;
+:data:`kvcore.profiles.MODELS` for the roofline): what ``groups[].model`` may name."""
 
 RadiusKind = Literal["absolute", "fraction", "drift"]
 RADIUS_KINDS: tuple[str, ...] = get_args(RadiusKind)

@@ -22,7 +22,7 @@ from kvcore.cli.args import OneLineParser, remember_parsers, report, unknown_arg
 from kvcore.cli.exits import closed_output, internal_error
 from kvcore.errors import InputError
 
-SUBCOMMANDS: tuple[str, ...] = ("reserve", "plan", "evaluate", "bench")
+SUBCOMMANDS: tuple[str, ...] = ("reserve", "plan", "evaluate", "bench", "profile")
 
 
 def build_parser() -> argparse.ArgumentParser:

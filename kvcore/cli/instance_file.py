@@ -16,6 +16,8 @@ group count past :mod:`kvcore.planner.limits` is refused before any trace is rea
 
 from __future__ import annotations
 
+import json
+
 import reprlib
 from pathlib import Path
 from typing import Any
@@ -137,9 +139,24 @@ def instance_from_mapping(data: Any, *, base: Path) -> Instance:
         groups = [_layouts(g, k) for k, g in enumerate(groups)]
     out = dict(data)
     out["classes"] = classes
+    if isinstance(data.get("models"), dict):  # a model may be a path to its config.json, relative to the file
+        out["models"] = {name: _config_json(cfg, field=f"models.{name}", base=base)
+                         for name, cfg in data["models"].items()}
     if groups is not None:
         out["groups"] = groups
     return load_instance(out)
+
+
+def _config_json(cfg: Any, *, field: str, base: Path) -> Any:
+    if not isinstance(cfg, str):
+        return cfg
+    path = Path(cfg) if Path(cfg).is_absolute() else base / cfg
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(field, f"{cfg}: no such file") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(field, f"{cfg}: not a readable config.json ({short(str(exc))})") from None
 
 
 def _layouts(group: Any, k: int) -> Any:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kvcore.bounds import MAX_COST, MAX_COUNT, MAX_RATE, MAX_TOKENS
 from kvcore.errors import InputError
-from kvcore.profiles import ProfileOverride, check_known, check_override
+from kvcore.profiles import ProfileOverride, check_known, check_override, model_spec_from_config
 from kvcore.reservation.radius import RadiusPolicy
 from kvcore.history.samples import History, Samples, as_history
 from kvcore.planner.slo import SloSpec, cost_ratio
@@ -134,6 +134,9 @@ class Instance(BaseModel):
     groups: tuple[GroupSpec, ...] = Field(description="GPU groups (at least one).")
     costs: CostSpec = Field(default_factory=CostSpec, description="Objective weights.")
     profiles: tuple[ProfileOverride, ...] = Field(default=(), description="Measured profile overrides.")
+    models: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="The instance's own models: name -> Hugging Face config.json fields "
+                                          "(kvcore.profiles.arch.from_hf_config); groups[].model may name them.")
 
     @model_validator(mode="after")
     def _check(self) -> Instance:
@@ -149,8 +152,10 @@ def check_instance(inst: Instance) -> None:
         raise InputError("groups", "no groups", hint="give at least one GPU group")
     _unique([c.name for c in inst.classes], "classes")
     _unique([g.name for g in inst.groups], "groups")
+    for name, cfg in inst.models.items():
+        model_spec_from_config(cfg, name=name, field=f"models.{name}")
     for k, g in enumerate(inst.groups):
-        check_known(g.gpu_type, g.model, field=f"groups[{k}]")
+        check_known(g.gpu_type, g.model, field=f"groups[{k}]", models=inst.models)
     for j, ov in enumerate(inst.profiles):
         check_override(ov, field=f"profiles[{j}]")
     for i, c in enumerate(inst.classes):

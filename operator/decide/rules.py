@@ -34,6 +34,7 @@ from kvcore import Instance
 from kvcore import Plan
 from kvcore import ReplayStore
 from kvcore import EngineConfig
+from kvcore import GPU_CATALOGUE
 
 from .knobs import PLUGIN_VERSIONS, EngineVersion, Knobs
 from ..knob_cache import KnobCache
@@ -93,11 +94,14 @@ def situation(run: RuleRun, g: Group, plan: Plan, running: Knobs, version: Engin
             (running.watermark, running.max_num_seqs, running.scheduling_policy))
 
 
-def engine_base(running: Knobs) -> EngineConfig:
-    """The engine settings the gate runs on: the group's knobs as its engines run them (vLLM's defaults where a
-    flag is absent)."""
-    seqs = running.max_num_seqs or 256
-    return EngineConfig(max_num_seqs=seqs, max_num_batched_tokens=max(2048, seqs), watermark=running.watermark or 0.0,
+def engine_base(running: Knobs, gpu_type: str = "A100-80GB") -> EngineConfig:
+    """The engine settings the gate runs on: the group's knobs as its engines run them (vLLM 0.33's per-GPU
+    defaults where a flag is absent: ``max_num_seqs`` 1024 on large-memory non-A100 GPUs, kvcore.profiles.gpus)."""
+    gpu = GPU_CATALOGUE.get(gpu_type)
+    seqs = running.max_num_seqs or (gpu.vllm_max_num_seqs if gpu else 256)
+    batched = gpu.vllm_max_num_batched_tokens if gpu else 2048
+    return EngineConfig(max_num_seqs=seqs, max_num_batched_tokens=max(batched, seqs),
+                        watermark=running.watermark or 0.0,
                         policy="priority" if running.scheduling_policy == "priority" else "fcfs")
 
 
@@ -151,7 +155,7 @@ def run_rules(spec: KVPlanSpec, plan: Plan, instance: Instance, run: RuleRun, *,
                 answer = dict(run.knobs(sub, instance, engine_version=_version_text(versions[g.name].version),
                                         current=current, store=store))
             else:
-                answer = dict(run.reserves(sub, instance, groups=[g.name], bases={g.name: engine_base(now)},
+                answer = dict(run.reserves(sub, instance, groups=[g.name], bases={g.name: engine_base(now, g.node_pool.gpu_type)},
                                            priorities=priorities, store=store, work_limit=run.budget))
         except InputError as exc:
             failed[rule][g.name] = f"{exc.field}: {exc.message}"

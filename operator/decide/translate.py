@@ -121,7 +121,8 @@ def build_instance(spec: KVPlanSpec, observed: Mapping[str, ClassObservation], *
                                 layouts=tuple(KLayout(tp=tp, pp=pp) for tp, pp in allowed)))
     profiles = user_profiles(spec) + (capacity_overrides(spec, capacity)[0] if capacity else ())
     costs = CostSpec(kappa=spec.costs.kappa, c_slo=spec.costs.c_slo, c_rej=spec.costs.c_rej)
-    return Instance(classes=tuple(classes), groups=tuple(groups), costs=costs, profiles=profiles)
+    models = {g.model: dict(g.hf_config) for g in spec.groups if g.hf_config}
+    return Instance(classes=tuple(classes), groups=tuple(groups), costs=costs, profiles=profiles, models=models)
 
 
 #: kvcore's field names -> the CR's, per kvcore list (classes[i], groups[k], profiles[j], costs).
@@ -144,6 +145,10 @@ def cr_path(field: str, spec: KVPlanSpec | None = None) -> str:
     A class's ``arrival_rate`` is ``arrivalRateQuery`` when the spec gives a query; a group's ``layouts[j]`` is
     reported as ``layouts`` (the hold plan pins a single layout, so kvcore's index is not the spec's). Fields
     with no CR counterpart map to the nearest enclosing one."""
+    if field.startswith("models.") and spec is not None:  # a group's modelConfig, by its model name
+        for k, g in enumerate(spec.groups):
+            if g.hf_config and field.startswith(f"models.{g.model}"):
+                return f"spec.groups[{k}].modelConfig" + field[len(f"models.{g.model}"):]
     m = _PATH.match(field)
     if m:
         kind, idx, rest = m.group(1), int(m.group(2)), m.group(3) or ""

@@ -13,17 +13,17 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from kvcore import GPU_CATALOGUE, GpuType
 from kvcore import HistorySource as SourceName
 
 from .base import CONFIGMAP_KEY, DNS_SUBDOMAIN, HEADER_NAME, HEADER_VALUE, SpecModel, parse_duration
 from .engine import Engine, Plugin, class_rule_errors
 from .prometheus import Prometheus, prometheus_errors
 
-#: Default node selector per GPU type (the NVIDIA GPU feature-discovery product label).
+#: Default node selector per GPU type: the catalogue's node label (NVIDIA GPU feature discovery's
+#: ``nvidia.com/gpu.product``, AMD's node labeller's ``amd.com/gpu.product-name``), kvcore.profiles.gpus.
 DEFAULT_NODE_SELECTORS: dict[str, dict[str, str]] = {
-    "A100-80GB": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
-    "A100-40GB": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"},
-}
+    name: dict([g.node_label.split("=", 1)]) for name, g in GPU_CATALOGUE.items() if "=" in g.node_label}
 
 #: A Prometheus metric name (a histogram family, without ``_bucket``) and a label name.
 METRIC_NAME = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
@@ -53,7 +53,7 @@ class Toleration(SpecModel):
 
 
 class NodePool(SpecModel):
-    gpu_type: Literal["A100-80GB", "A100-40GB"] = "A100-80GB"
+    gpu_type: GpuType = "A100-80GB"
     gpu_count: int = Field(ge=1, le=4096, description="GPUs of the pool given to the group (G_k).")
     gpus_per_node: int = Field(8, ge=1, le=16, description="GPUs per node; 8 is the A100 HGX/DGX node.")
     node_selector: dict[str, str] = Field(default_factory=dict, description="Empty: DEFAULT_NODE_SELECTORS[gpuType].")
@@ -85,6 +85,9 @@ class Group(SpecModel):
     metrics_selector: str | None = Field(None, max_length=1024, description="PromQL label matchers (no braces) for "
                                          "this group's vLLM series; default: namespace and pod of its Deployment.")
     model: str = Field(min_length=1, max_length=63)
+    hf_config: dict[str, Any] | None = Field(
+        None, alias="modelConfig", description="The model's Hugging Face config.json fields (issue 22): the "
+                                               "group's model is planned from its shape instead of the catalogue's.")
     node_pool: NodePool
     layouts: tuple[Layout, ...] = Field(_DEFAULT_LAYOUTS, min_length=1)
     engine: Engine = Engine()
@@ -249,7 +252,7 @@ class Capacity(SpecModel):
 
 
 class ProfileOverride(SpecModel):
-    gpu_type: Literal["A100-80GB", "A100-40GB"]
+    gpu_type: GpuType
     model: str
     tp: int = Field(ge=1, le=16)
     pp: int = Field(ge=1, le=16)

@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from kvcore import GPU_CATALOGUE
+
 from .. import conditions as C
 from ..desired import (ANN_GENERATION, ANN_LAYOUT, ANN_OWNED, ANN_OWNER, ANN_RESERVATIONS, GroupTarget, Stage,
                        Write)
@@ -40,6 +42,12 @@ from .vllm_flags import (POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG, SEQS_FLAG, TP_FLA
                          literal, read_flags, remove_flags, running, write_flags)
 
 GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def gpu_resource(group: Group) -> str:
+    """The device resource of the group's GPU type (``nvidia.com/gpu``; ``amd.com/gpu`` for MI300X)."""
+    gpu = GPU_CATALOGUE.get(group.node_pool.gpu_type)
+    return gpu.resource if gpu is not None else GPU_RESOURCE
 
 
 def find_container(deployment: Mapping[str, Any], name: str | None) -> Mapping[str, Any] | None:
@@ -110,6 +118,7 @@ def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, targe
     command, args = write_flags(edited, {TP_FLAG: str(target.tp), PP_FLAG: str(target.pp)} | knob_values(
         flags, target))
     gpus = str(target.gpus_per_replica)
+    resource = gpu_resource(group)
     volumes, mounts, plugin_env = plugin_patch(deployment, container, on=plugin, state_configmap=state_configmap,
                                                group=group.name)
     env: list[dict[str, Any]] = [
@@ -118,13 +127,13 @@ def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, targe
     env += [{"name": name, "$patch": "delete"} for name in stale_env] + plugin_env
     name = container["name"]
     pod_current = deployment.get("spec", {}).get("template", {}).get("spec", {})
-    owned = [f"containers[{name}].args", f"containers[{name}].resources.*[{GPU_RESOURCE}]",
+    owned = [f"containers[{name}].args", f"containers[{name}].resources.*[{resource}]",
              f"containers[{name}].env[KVPLAN_RESERVE_*]", "nodeSelector", "tolerations"]
     if plugin:
         owned += [f"containers[{name}].env[KVPLAN_RESERVATIONS_FILE]", f"containers[{name}].volumeMounts[kvplan]",
                   "volumes[kvplan-reservations]"]
     cpatch: dict[str, Any] = {"name": name, "args": args,
-                              "resources": {"limits": {GPU_RESOURCE: gpus}, "requests": {GPU_RESOURCE: gpus}},
+                              "resources": {"limits": {resource: gpus}, "requests": {resource: gpus}},
                               "env": env}
     if mounts:
         cpatch["volumeMounts"] = mounts
@@ -193,7 +202,8 @@ def deployment_drift(current: Mapping[str, Any], patch: Mapping[str, Any]) -> li
                 out.append(f"containers[{c['name']}].{key}")
         res = cur.get("resources") or {}
         for kind in ("limits", "requests"):
-            if str((res.get(kind) or {}).get(GPU_RESOURCE)) != c["resources"][kind][GPU_RESOURCE]:
+            (key, want), = c["resources"][kind].items()
+            if str((res.get(kind) or {}).get(key)) != want:
                 out.append(f"containers[{c['name']}].resources.{kind}")
         env = {e.get("name"): e for e in cur.get("env") or []}
         for e in c["env"]:

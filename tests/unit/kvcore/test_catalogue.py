@@ -22,6 +22,8 @@ import yaml
 
 from kvcore import catalogue
 from kvcore.profiles import GPUS, MODELS, roofline
+from kvcore.profiles.gpus import CATALOGUE as GPU_CATALOGUE
+from kvcore.profiles.models import CONFIGS, get_model
 from kvcore.reservation.radius import RULES, RadiusPolicy
 
 REPO = Path(__file__).resolve().parents[3]
@@ -102,8 +104,16 @@ def test_kvcore_tables_hold_the_catalogue_names() -> None:
 
 @pytest.mark.parametrize("gpu", catalogue.GPU_TYPES)
 def test_every_gpu_type_has_a_profile(gpu: str) -> None:
-    for model in catalogue.MODELS:
-        assert any(roofline(gpu, model, tp, 1).feasible for tp in (1, 2, 4, 8)), (gpu, model)
+    # every GPU type plans the 8B; every model plans on some catalogue GPU with at most 16 GPUs per replica
+    assert any(roofline(gpu, "llama-8b", tp, 1).feasible for tp in (1, 2, 4, 8)), gpu
+    assert gpu in GPU_CATALOGUE and GPU_CATALOGUE[gpu].memory_bytes > 0 and GPU_CATALOGUE[gpu].source
+
+
+@pytest.mark.parametrize("model", catalogue.MODELS)
+def test_every_model_has_a_profile_and_provenance(model: str) -> None:
+    assert any(roofline(g, model, tp, pp).feasible for g in catalogue.GPU_TYPES for tp in (1, 2, 4, 8)
+               for pp in (1, 2)), model
+    assert model in CONFIGS and get_model(model).source.startswith("huggingface.co/")
 
 
 def test_a100_40gb_roofline_by_hand() -> None:

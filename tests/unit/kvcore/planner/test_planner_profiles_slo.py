@@ -18,7 +18,12 @@ def test_70b_at_tp1_is_infeasible() -> None:
     assert "weights" in p.reason
 
 
-@pytest.mark.parametrize("model", sorted(MODELS))
+# models whose weights fit on two A100-80GB (the roofline's shape tests); the larger catalogue models
+# (405B, DeepSeek-V3, Qwen3-235B, Mixtral-8x22B) need more GPUs than these layouts have
+FITS_TWO_A100 = sorted(m for m, s in MODELS.items() if s.weight_bytes < 2 * 0.9 * 80e9 - 16e9)
+
+
+@pytest.mark.parametrize("model", FITS_TWO_A100)
 @pytest.mark.parametrize("tp,pp", [(2, 1), (4, 1), (8, 1), (2, 2), (4, 2)])
 def test_feasible_layouts_have_positive_figures(model: str, tp: int, pp: int) -> None:
     p = roofline("A100-80GB", model, tp, pp)
@@ -28,7 +33,7 @@ def test_feasible_layouts_have_positive_figures(model: str, tp: int, pp: int) ->
     assert p.gpus_per_replica == tp * pp
 
 
-@pytest.mark.parametrize("model", sorted(MODELS))
+@pytest.mark.parametrize("model", FITS_TWO_A100)
 @pytest.mark.parametrize("pp", [1, 2])
 def test_capacity_and_throughput_grow_with_tp(model: str, pp: int) -> None:
     profiles = [roofline("A100-80GB", model, tp, pp) for tp in (1, 2, 4, 8)]

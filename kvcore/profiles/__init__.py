@@ -39,9 +39,12 @@ Models: ``llama-70b`` (70.6e9 params, 80 layers, hidden 8192, GQA 8 KV heads, he
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,6 +52,20 @@ from kvcore.bounds import MAX_COUNT, MAX_KV_TOKENS, MAX_SECONDS, MAX_TOKENS_PER_
 from kvcore.catalogue import GPU_TYPES
 from kvcore.catalogue import MODELS as CATALOGUE_MODELS
 from kvcore.errors import InputError
+from kvcore.profiles.arch import ModelArch as _ModelArch
+from kvcore.profiles.arch import from_hf_config as _from_hf_config
+from kvcore.profiles.gpus import CATALOGUE as _GPU_CATALOGUE
+from kvcore.profiles.gpus import GpuType as _GpuType
+from kvcore.profiles.models import CONFIGS as _MODEL_CONFIGS
+from kvcore.profiles.models import get_model as _get_model
+
+
+def _gpu_catalogue() -> dict[str, "_GpuType"]:
+    return _GPU_CATALOGUE
+
+
+def _model_configs() -> tuple[str, ...]:
+    return tuple(_MODEL_CONFIGS)
 
 
 @dataclass(frozen=True)
@@ -89,6 +106,9 @@ GPUS: dict[str, GpuSpec] = {
     # (312 TFLOPS bf16 dense) and NVLink 3 (600 GB/s total) as the 80 GB part.
     "A100-40GB": GpuSpec(memory_bytes=40960 * 1024**2, hbm_bytes_s=1555e9, bf16_flops=312e12, nvlink_bytes_s=600e9),
 }
+for _name, _g in _gpu_catalogue().items():  # every other catalogue GPU: datasheet figures (kvcore.profiles.gpus)
+    GPUS.setdefault(_name, GpuSpec(memory_bytes=_g.memory_bytes, hbm_bytes_s=_g.hbm_bytes_s,
+                                   bf16_flops=_g.bf16_flops, nvlink_bytes_s=2 * _g.interconnect_bytes_s))
 """Known GPU types (:data:`kvcore.catalogue.GPU_TYPES`). Names are matched exactly."""
 
 MODELS: dict[str, ModelSpec] = {
@@ -97,6 +117,12 @@ MODELS: dict[str, ModelSpec] = {
         params=8.03e9, layers=32, hidden=4096, kv_heads=8, head_dim=128, activation_reserve_bytes=2 * 1024**3
     ),
 }
+for _mname in _model_configs():  # every other catalogue model, from its config.json (kvcore.profiles.models)
+    if _mname not in MODELS:
+        _a = _get_model(_mname)
+        MODELS[_mname] = ModelSpec(params=_a.params, layers=_a.layers, hidden=_a.hidden, kv_heads=_a.kv_heads,
+                                   head_dim=_a.head_dim, bytes_per_param=_a.weight_bytes_per_param,
+                                   activation_reserve_bytes=(4 if _a.weight_bytes > 40e9 else 2) * 1024**3)
 """Known models (:data:`kvcore.catalogue.MODELS`). Names are matched exactly."""
 
 if set(GPUS) != set(GPU_TYPES) or set(MODELS) != set(CATALOGUE_MODELS):  # one catalogue of names
@@ -172,11 +198,35 @@ class Profile:
         return min(float(MAX_NUM_SEQS), max(1.0, self.kv_capacity_tokens / NOMINAL_CONTEXT_TOKENS))
 
 
-def check_known(gpu_type: str, model: str, *, field: str) -> None:
-    """Raise :class:`InputError` naming ``field`` when the GPU type or model is unknown."""
+def spec_from_arch(a: "_ModelArch") -> ModelSpec:
+    """The roofline's :class:`ModelSpec` of a model architecture (a catalogue entry or a user's config.json)."""
+    return ModelSpec(params=a.params, layers=a.layers, hidden=a.hidden, kv_heads=a.kv_heads, head_dim=a.head_dim,
+                     bytes_per_param=a.weight_bytes_per_param,
+                     activation_reserve_bytes=(4 if a.weight_bytes > 40e9 else 2) * 1024**3)
+
+
+@lru_cache(maxsize=256)
+def _spec_from_json(text: str, name: str, field: str) -> ModelSpec:
+    return spec_from_arch(_from_hf_config(json.loads(text), name=name, field=field))
+
+
+def model_spec_from_config(cfg: Mapping[str, Any], *, name: str, field: str) -> ModelSpec:
+    """A user's ``config.json`` mapping as a roofline :class:`ModelSpec`; bad keys raise :class:`InputError`
+    naming ``field``.key. Cached on the mapping's content."""
+    try:
+        text = json.dumps(cfg, sort_keys=True)
+    except (TypeError, ValueError):
+        raise InputError(field, "must be a JSON-like mapping (a config.json object)") from None
+    return _spec_from_json(text, name, field)
+
+
+def check_known(gpu_type: str, model: str, *, field: str,
+                models: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    """Raise :class:`InputError` naming ``field`` when the GPU type or model is unknown (``models``: the instance's
+    own model configs, by name)."""
     if gpu_type not in GPUS:
         raise InputError(f"{field}.gpu_type", f"unknown GPU type {gpu_type!r}", hint="known: " + ", ".join(GPUS))
-    if model not in MODELS:
+    if model not in MODELS and not (models and model in models):
         raise InputError(f"{field}.model", f"unknown model {model!r}", hint="known: " + ", ".join(MODELS))
 
 
@@ -184,9 +234,17 @@ def check_known(gpu_type: str, model: str, *, field: str) -> None:
 def roofline(gpu_type: str, model: str, tp: int, pp: int) -> Profile:
     """The documented roofline default for one layout (see the module docstring). Cached: profiles are pure."""
     check_known(gpu_type, model, field="profile")
+    return roofline_spec(gpu_type, model, MODELS[model], tp, pp)
+
+
+@lru_cache(maxsize=4096)
+def roofline_spec(gpu_type: str, model: str, m: ModelSpec, tp: int, pp: int) -> Profile:
+    """The roofline of a model given by its :class:`ModelSpec` (e.g. from a config.json), named ``model``."""
+    if gpu_type not in GPUS:
+        raise InputError("profile.gpu_type", f"unknown GPU type {gpu_type!r}", hint="known: " + ", ".join(GPUS))
     if tp < 1 or pp < 1:
         raise InputError("profile.tp" if tp < 1 else "profile.pp", "must be >= 1")
-    g, m = GPUS[gpu_type], MODELS[model]
+    g = GPUS[gpu_type]
     n = tp * pp
     free_per_gpu = g.memory_bytes * GPU_MEMORY_UTILIZATION - m.weight_bytes / n - m.activation_reserve_bytes
     t0 = m.weight_bytes / (tp * ETA_BW * g.hbm_bytes_s)
@@ -205,9 +263,15 @@ def roofline(gpu_type: str, model: str, tp: int, pp: int) -> Profile:
     return Profile(gpu_type, model, tp, pp, True, "roofline", float(cap), thr, t0, t1, float(n))
 
 
-def resolve(gpu_type: str, model: str, tp: int, pp: int, overrides: tuple[ProfileOverride, ...] = ()) -> Profile:
-    """The roofline profile with any matching override applied (the last matching override wins per field)."""
-    base = roofline(gpu_type, model, tp, pp)
+def resolve(gpu_type: str, model: str, tp: int, pp: int, overrides: tuple[ProfileOverride, ...] = (),
+            models: Mapping[str, Mapping[str, Any]] | None = None) -> Profile:
+    """The roofline profile with any matching override applied (the last matching override wins per field).
+    ``models``: the instance's own model configs (config.json mappings by name), which take precedence."""
+    if models and model in models:
+        base = roofline_spec(gpu_type, model, model_spec_from_config(models[model], name=model,
+                                                                     field=f"models.{model}"), tp, pp)
+    else:
+        base = roofline(gpu_type, model, tp, pp)
     fields: dict[str, float] = {}
     for ov in overrides:
         if (ov.gpu_type, ov.model, ov.tp, ov.pp) != (gpu_type, model, tp, pp):

@@ -1,0 +1,75 @@
+"""Modelled vs measured for issue 22's targets, and the time to evaluate one layout's profile.
+
+    .venv/bin/python benchmarks/profile_targets.py
+
+Measured figures (MEASURED below) are the ones issue 22 compiled from public A100 measurements of Llama-2-70B
+(vidur's per-operator profiles composed into steps, and published per-token latencies of optimised engines at TP4
+and TP8): decode step at batch 1, TP4 31-36 ms, TP8 26 ms; decode slope at TP4 about 0.19 ms per sequence; TP4
+1.2-1.4x the decode tokens/s per GPU of TP8. They were NOT used to fit anything: the coefficients are fitted on the
+vendored vidur kernel profiles only (kvcore/profiles/calibrate.py). Targets without a measured figure here
+(first-token latency, Llama-3-8B on one A100, the 70B on H100) are printed as modelled only.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from datetime import datetime, timezone
+
+from kvcore.profiles.gpus import CATALOGUE
+from kvcore.profiles.models import get_model
+from kvcore.profiles.steptime import layout, prefill_time, step_time, tokens_per_s_per_gpu
+
+MEASURED = {
+    ("A100-80GB", "llama-2-70b", 4, "step_b1_ms"): (31.0, 36.0),
+    ("A100-80GB", "llama-2-70b", 8, "step_b1_ms"): (26.0, 26.0),
+    ("A100-80GB", "llama-2-70b", 4, "slope_ms_per_seq"): (0.19, 0.19),
+}
+TP4_OVER_TP8 = (1.2, 1.4)
+
+
+def main() -> None:
+    print(f"# {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()} {platform.processor() or ''} "
+          f"python {platform.python_version()}")
+    rows = []
+    per_gpu: dict[tuple[str, str, int], float] = {}
+    for gpu, model, tp in [("A100-80GB", "llama-2-70b", 4), ("A100-80GB", "llama-2-70b", 8),
+                           ("A100-80GB", "llama-8b", 1), ("H100-SXM", "llama-70b", 4),
+                           ("H100-SXM", "llama-70b", 8)]:
+        lay = layout(CATALOGUE[gpu], get_model(model), tp, 1)
+        steps = {b: step_time(lay, 1024.0, batch=b) * 1e3 for b in (1, 16, 32, 64)}
+        slope = (steps[64] - steps[1]) / 63
+        ttft = {p: prefill_time(lay, p) * 1e3 for p in (128, 2048)}
+        per_gpu[(gpu, model, tp)] = tokens_per_s_per_gpu(lay)
+        for key, val in (("step_b1_ms", steps[1]), ("slope_ms_per_seq", slope)):
+            lo, hi = MEASURED.get((gpu, model, tp, key), (float("nan"), float("nan")))
+            near = lo if val < lo else hi
+            err = None if lo != lo else 0.0 if lo <= val <= hi else (val - near) / near
+            rows.append((gpu, model, tp, key, f"{val:.3f}", (f"{lo:g}-{hi:g}" if lo != hi else f"{lo:g}") if lo == lo else "-",
+                         "-" if err is None else f"{err:+.0%}" if err else "within"))
+        rows.append((gpu, model, tp, "steps b16/32/64 ms", "/".join(f"{steps[b]:.1f}" for b in (16, 32, 64)), "-",
+                     "-"))
+        rows.append((gpu, model, tp, "ttft 128/2048 ms", f"{ttft[128]:.1f}/{ttft[2048]:.1f}", "-", "-"))
+        rows.append((gpu, model, tp, "tokens/s per GPU", f"{per_gpu[(gpu, model, tp)]:.0f}", "-", "-"))
+    print("| GPU | model | TP | figure | modelled | measured | off by |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(str(x) for x in r) + " |")
+    for gpu, model in (("A100-80GB", "llama-2-70b"), ("H100-SXM", "llama-70b")):
+        ratio = per_gpu[(gpu, model, 4)] / per_gpu[(gpu, model, 8)]
+        meas = f"{TP4_OVER_TP8[0]}-{TP4_OVER_TP8[1]}" if gpu == "A100-80GB" else "-"
+        print(f"| {gpu} | {model} | 4 vs 8 | tokens/s per GPU ratio | {ratio:.2f} | {meas} | "
+              f"{'TP4 ranks above TP8' if ratio > 1 else 'TP8 ranks above'} |")
+    lay = layout(CATALOGUE["A100-80GB"], get_model("llama-70b"), 4, 1)
+    step_time(lay, 1024.0, batch=1)  # the one-off calibration fit
+    n = 200
+    t = time.perf_counter()
+    for i in range(n):
+        lay = layout(CATALOGUE["A100-80GB"], get_model("llama-70b"), (1, 2, 4, 8)[i % 4] if i % 4 else 4, 1)
+        tokens_per_s_per_gpu(lay)
+        step_time(lay, 1024.0, batch=32)
+    print(f"\nper-layout evaluation (layout + throughput + one step): {(time.perf_counter() - t) / n * 1e3:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""The step-time model from measurements (issue 22, part 3).
+
+One engine step processes ``n = B + P`` tokens: B decoding sequences (one token each, each with its own context)
+and P prefill tokens (chunked prefill: chunks of prompts, each with the context before it). Per layer, on one GPU
+of a TP group::
+
+    linear   = sum over qkv, o, gate+up, down of  max(bytes / (eta_bw*BW), flops / (eta_fl*F)) + c_lin
+    elem     = e0 + e1 * n * (hidden + intermediate/TP)
+    attn     = KV bytes read (every sequence's own context) / (eta_bw*BW)
+               + prefill attention FLOPs 4 * heads/TP * head_dim * sum q*(c + q/2) / (eta_fl*F) + c_lin
+    comm     = 2 * (alpha_ar(TP) + n*hidden*2 / beta_ar(TP))                    (TP > 1)
+
+A step is ``PP * stage(n / PP) + (PP-1) * (alpha_p2p + n*hidden*2/beta_p2p) + lm_head + cpu``: vLLM splits the
+batch into PP micro-batches that flow through the stages. MoE layers read the weights of the distinct experts the
+step's tokens touch (E * (1 - (1 - k/E)^n) of E) and compute only the active ones. eta_bw, eta_fl, c_lin, e0, e1,
+alpha and beta are fitted on vidur's measured A100/H100 operator and NCCL profiles (:mod:`kvcore.profiles.calibrate`);
+a GPU type without vidur data uses its family's efficiencies with its own datasheet peaks. ``CPU_STEP_S`` is not
+in vidur's kernel data: an assumption (vLLM V1 overlaps most CPU work with async scheduling), to be replaced by
+the online fit (part 4).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kvcore.errors import InputError
+from kvcore.profiles.arch import ModelArch, check_arch, check_tp
+from kvcore.profiles.calibrate import Coefficients, fit
+from kvcore.profiles.gpus import GiB, GpuType
+
+CPU_STEP_S = 1.5e-3
+"""Per-step CPU overhead (scheduling, sampling, detokenisation not hidden by async scheduling). Assumed."""
+GPU_MEMORY_UTILIZATION = 0.90
+NOMINAL_CONTEXT = 1024
+_REF_LINK = {"a100": 300e9, "h100": 450e9}
+"""One-direction NVLink bandwidth of the DGX parts vidur profiled NCCL on; other links scale beta by the ratio."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    gpu: GpuType
+    model: ModelArch
+    tp: int
+    pp: int
+    coeff: Coefficients
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+
+def layout(gpu: GpuType, model: ModelArch, tp: int, pp: int, *, field: str = "profile") -> Layout:
+    """Check a layout (TP/PP against the heads, fp8 against the GPU) and bind its calibrated coefficients."""
+    check_arch(model, field=f"{field}.model")
+    if tp < 1 or pp < 1:
+        raise InputError(f"{field}.tp" if tp < 1 else f"{field}.pp", "must be >= 1")
+    if gpu.memory_bytes <= 0:
+        raise InputError(f"{field}.gpu.memory_bytes", "a GPU with no memory cannot hold weights or KV cache")
+    check_tp(model, tp, field=f"{field}.tp")
+    if pp > model.layers:
+        raise InputError(f"{field}.pp", f"PP={pp} exceeds the {model.layers} layers")
+    if model.kv_dtype == "fp8" and not gpu.has_fp8:
+        raise InputError(f"{field}.kv_dtype", f"fp8 KV cache needs fp8 support; {gpu.name} has none")
+    if model.weight_dtype == "fp8" and not gpu.has_fp8:
+        raise InputError(f"{field}.model.weight_dtype", f"fp8 weights need fp8 support; {gpu.name} has none")
+    return Layout(gpu, model, tp, pp, fit(gpu.family))
+
+
+def activation_reserve_bytes(lay: Layout) -> float:
+    """Per-GPU memory vLLM keeps outside weights and KV: 2 GiB (CUDA graphs, NCCL, allocator) plus fp32 logits of a
+    full chunk, ``max_num_batched_tokens * vocab / TP * 4`` bytes."""
+    return 2 * GiB + lay.gpu.vllm_max_num_batched_tokens * lay.model.vocab / lay.tp * 4.0
+
+
+def kv_tokens(lay: Layout) -> float:
+    """KV capacity of one replica, tokens (0 when the weights do not fit)."""
+    m, n = lay.model, lay.gpus
+    free = lay.gpu.memory_bytes * GPU_MEMORY_UTILIZATION - m.weight_bytes / n - activation_reserve_bytes(lay)
+    return float(max(0, math.floor(free * n / m.kv_bytes_per_token)))
+
+
+def check_fits(lay: Layout, *, field: str = "profile") -> None:
+    if kv_tokens(lay) <= 0:
+        need = lay.model.weight_bytes / lay.gpus / 1e9
+        usable = lay.gpu.memory_bytes * GPU_MEMORY_UTILIZATION / 1e9
+        raise InputError(f"{field}.tp", f"the weights of {lay.model.name} need {need:.1f} GB per GPU at TP={lay.tp}, "
+                         f"PP={lay.pp}; {usable:.1f} GB usable on {lay.gpu.name} (less the activation reserve)")
+
+
+def _linear(lay: Layout, k: float, m: float, tokens: float, *, weights: float | None = None) -> float:
+    g, c, mod = lay.gpu, lay.coeff, lay.model
+    wb = mod.weight_bytes_per_param
+    flops_peak = g.fp8_flops if (mod.weight_dtype == "fp8" and g.has_fp8) else g.bf16_flops
+    nbytes = (k * m if weights is None else weights) * wb + 2.0 * tokens * (k + m)
+    return max(nbytes / (c.eta_bw * g.hbm_bytes_s), 2.0 * tokens * k * m / (c.eta_fl * flops_peak)) + c.c_lin_s
+
+
+def _layer(lay: Layout, n: float, kv_bytes: float, prefill_qc: float, moe_layer: bool) -> float:
+    m, tp, c, g = lay.model, lay.tp, lay.coeff, lay.gpu
+    h, d = m.hidden, m.head_dim
+    t = _linear(lay, h, (m.heads + 2 * m.kv_heads) * d / tp, n) + _linear(lay, m.heads * d / tp, h, n)
+    if moe_layer:
+        e, k = m.experts, m.experts_per_token
+        touched = e * (1.0 - (1.0 - k / e) ** max(n, 0.0)) if n > 0 else 0.0
+        per = h * m.moe_intermediate / tp
+        t += _linear(lay, h, 2 * m.moe_intermediate * k / tp, n, weights=2 * per * touched)
+        t += _linear(lay, m.moe_intermediate * k / tp, h, n, weights=per * touched)
+        if m.shared_experts:
+            si = m.moe_intermediate * m.shared_experts
+            t += _linear(lay, h, 2 * si / tp, n) + _linear(lay, si / tp, h, n)
+        inter = m.moe_intermediate * k
+    else:
+        t += _linear(lay, h, 2 * m.intermediate / tp, n) + _linear(lay, m.intermediate / tp, h, n)
+        inter = m.intermediate
+    t += c.elem0_s + c.elem1_s_per_elem * n * (h + inter / tp)
+    kv_shard = min(tp, m.kv_heads) if not m.kv_bytes_per_token_override else 1
+    t += kv_bytes / m.layers / kv_shard / (c.eta_bw * g.hbm_bytes_s)
+    t += 4.0 * m.heads / tp * d * prefill_qc / (c.eta_fl * g.bf16_flops) + c.c_lin_s
+    if tp > 1:
+        t += 2.0 * c.allreduce_s(tp, n * h * 2.0, _link_scale(lay))
+    return t
+
+
+def _link_scale(lay: Layout) -> float:
+    return lay.gpu.interconnect_bytes_s / _REF_LINK[lay.gpu.family]
+
+
+def step_time(lay: Layout, decode_contexts: Sequence[float] | float = (), prefill: Sequence[tuple[float, float]] = (),
+              *, batch: int | None = None) -> float:
+    """Seconds of one engine step: ``decode_contexts`` the context of each decoding sequence (or, with ``batch``,
+    one context shared by ``batch`` sequences); ``prefill`` (chunk tokens, context before the chunk) pairs."""
+    if batch is not None:
+        ctx = float(decode_contexts) if not isinstance(decode_contexts, Sequence) else NOMINAL_CONTEXT
+        b, sum_ctx = float(batch), float(batch) * ctx
+    else:
+        seq = list(decode_contexts) if isinstance(decode_contexts, Sequence) else [float(decode_contexts)]
+        b, sum_ctx = float(len(seq)), float(sum(seq))
+    m, pp = lay.model, lay.pp
+    p_tok = float(sum(q for q, _ in prefill))
+    prefill_ctx = float(sum(cb for _, cb in prefill))
+    qc = float(sum(q * (cb + q / 2.0) for q, cb in prefill))
+    n = b + p_tok
+    if n <= 0:
+        return CPU_STEP_S
+    kv_bytes = (sum_ctx + prefill_ctx + p_tok) * m.kv_bytes_per_token
+    # PP micro-batches: each stage sees n/PP tokens at a time, PP times per step
+    mb = n / pp
+    dense_layers = m.layers if not m.moe else m.dense_layers
+    moe_layers = m.layers - dense_layers
+    per_mb = dense_layers * _layer(lay, mb, kv_bytes / pp, qc / pp, False) / pp if dense_layers else 0.0
+    if moe_layers:
+        per_mb += moe_layers * _layer(lay, mb, kv_bytes / pp, qc / pp, True) / pp
+    t = pp * per_mb
+    if pp > 1:
+        a, beta = lay.coeff.p2p
+        t += (pp - 1) * (a + mb * m.hidden * 2.0 / (beta * _link_scale(lay)))
+    t += _linear(lay, m.hidden, m.vocab / lay.tp, b + len(prefill))
+    return t + CPU_STEP_S
+
+
+def prefill_time(lay: Layout, prompt: int) -> float:
+    """Seconds to the first token of one ``prompt``-token request alone: its chunks of at most vLLM's
+    ``max_num_batched_tokens`` default, one step each."""
+    chunk = lay.gpu.vllm_max_num_batched_tokens
+    t, done = 0.0, 0
+    while done < prompt:
+        q = min(chunk, prompt - done)
+        t += step_time(lay, (), [(float(q), float(done))])
+        done += q
+    return t
+
+
+def operating_batch(lay: Layout, context: int = NOMINAL_CONTEXT) -> int:
+    return int(max(1, min(lay.gpu.vllm_max_num_seqs, kv_tokens(lay) // context)))
+
+
+def tokens_per_s_per_gpu(lay: Layout, context: int = NOMINAL_CONTEXT) -> float:
+    b = operating_batch(lay, context)
+    return b / step_time(lay, float(context), batch=b) / lay.gpus

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from plugin_log import log  # noqa: F401 - the fixture is found by name
 
 import kvplan_vllm.source as source_module
 from kvcore.reservation_file import (
@@ -167,25 +168,6 @@ def test_the_largest_document_the_operator_writes_fits_the_limits() -> None:
 
 
 # -- the reader: what is at the path ---------------------------------------------------------------------------
-
-class Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
-@pytest.fixture
-def log() -> Any:
-    handler = Records()
-    logger = logging.getLogger("kvplan-test-hostile")
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    yield logger, handler.messages
-    logger.removeHandler(handler)
 
 
 def _fifo(path: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from plugin_log import log  # noqa: F401 - the fixture is found by name
 
 from kvplan_dev.mounted_configmap import remove_configmap_key, write_configmap_volume
 from kvplan_vllm.classify import (
@@ -186,26 +187,6 @@ def test_class_in_request_id(request_id: str | None, named: str | None) -> None:
 ])
 def test_class_in_api_server(request_id: str, prompt: int, expected: tuple[str, str]) -> None:
     assert class_in_api_server(RES, request_id, prompt) == expected
-
-
-class Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
-@pytest.fixture
-def log() -> Any:
-    handler = Records()
-    logger = logging.getLogger("kvplan-test-source")
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    yield logger, handler.messages
-    logger.removeHandler(handler)
 
 
 def test_source_follows_configmap_updates_and_keeps_last_good(tmp_path: Path, log: Any) -> None:

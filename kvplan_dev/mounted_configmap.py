@@ -34,11 +34,15 @@ def write_configmap_volume(volume: Path, files: Mapping[str, str | bytes]) -> No
     tmp_link.symlink_to(stamp.name)
     os.replace(tmp_link, volume / _DATA)
     for key in files:
-        link = volume / key
-        if not link.is_symlink():
-            if link.exists():
-                link.unlink()
-            link.symlink_to(f"{_DATA}/{key}")
+        link, want = volume / key, f"{_DATA}/{key}"
+        if not (link.is_symlink() and os.readlink(link) == want):
+            # Swapped in with one rename, so a reader never finds the key missing (whatever stood there before:
+            # nothing, a plain file, a FIFO, a symlink elsewhere).
+            tmp_key = volume / f"..{key}_tmp"
+            if tmp_key.is_symlink() or tmp_key.exists():
+                tmp_key.unlink()
+            tmp_key.symlink_to(want)
+            os.replace(tmp_key, link)
     if old is not None and old != stamp.name:
         shutil.rmtree(volume / old, ignore_errors=True)
 

@@ -293,8 +293,7 @@ def place_file(volume: Path, content: str | None, kind: str = "content") -> None
         if target.is_symlink() or target.exists():
             target.unlink()
     else:
-        if target.is_symlink() and os.readlink(target) != "..data/reservations.json":
-            target.unlink()  # a hostile symlink put there earlier: the kubelet's key link comes back
+        # A hostile entry put there earlier is swapped back to the kubelet's key link in one rename.
         data = base64.b64decode(content) if kind == "bytes" else content
         write_configmap_volume(volume, {"reservations.json": data})
 

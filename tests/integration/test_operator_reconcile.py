@@ -139,6 +139,8 @@ def test_dry_run_changes_nothing(crd, kube_api, kube, namespace, prometheus, tra
         pytest.param(lambda s: s["replan"].update(interval="5s"), "interval must be between 10s and 24h",
                      id="interval-too-short"),
         pytest.param(lambda s: s["router"]["configMap"].update(key="routing/json"), "key", id="configmap-key"),
+        pytest.param(lambda s: s["router"]["configMap"].update(name="a-plan-2"), "reserved for KVPlans' own",
+                     id="router-name-reserved"),
         pytest.param(lambda s: s["groups"][0].update(inferencePool="Pool_A"), "inferencePool", id="pool-name"),
         pytest.param(lambda s: s["classes"][0]["costs"].update(preemption=1e308), "preemption", id="cost-1e308"),
         pytest.param(lambda s: s["classes"][0].update(prefixTokens=10**8), "prefixTokens", id="prefix-huge"),

@@ -266,7 +266,7 @@ class Kube:
             name, namespace, _request_timeout=self.timeout_s), missing_ok=True)
         raw = (secret.data or {}).get(key) if secret is not None else None
         # Undecodable bytes stay as lone surrogates, for the credential's check to refuse naming the key
-        # (kvplan_operator.prom_credentials), instead of a UnicodeDecodeError escaping as InternalError.
+        # (kvplan_operator.prom.credentials), instead of a UnicodeDecodeError escaping as InternalError.
         return base64.b64decode(raw).decode("utf-8", "surrogateescape") if raw else None
 
     # --- writes ----------------------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from .history import ClassObservation
 from ..targets.plandetail import Detail, read_detail
 from ..kube import KubeApi, KubeError
 from ..prom import PromConnection, PromError, UrlPolicy, vet_url
-from ..prom_credentials import BadCredential, basic_password, basic_user, bearer_token
+from ..prom.credentials import BadCredential, basic_password, basic_user, bearer_token
 from ..run import Deps, Failure, RunContext
 from .sources import observe_histories
 from .sources.capacity import capacity_query, engine_capacity

@@ -181,11 +181,6 @@ class RequestClass(SpecModel):
     fleet_default: bool = Field(False, description="The class of requests that name none (or an unknown one) and "
                                 "match no prompt-length rule; default: the first class.")
 
-    @property
-    def env_name(self) -> str:
-        """``KVPLAN_RESERVE_<NAME>``: upper case, ``-`` -> ``_``."""
-        return "KVPLAN_RESERVE_" + self.name.upper().replace("-", "_")
-
 
 class FleetCosts(SpecModel):
     kappa: float = Field(0.2, ge=0, le=MAX_VALUE, description="Layout cost weight; the paper's 0.2.")

@@ -8,7 +8,7 @@ and :mod:`kvplan_operator.run` (the bottom), never a phase.
 =====================  =========================================================================================
 target                 objects
 =====================  =========================================================================================
-``state-configmap``    ``<kvplan>-kvplan``: ``KVPLAN_RESERVE_<CLASS>`` values and the disruption budget record
+``state-configmap``    ``<kvplan>-kvplan``: the plugin's reservation files and the disruption budget record
 ``deployment``         ``groups[].deployment``: vLLM flags (args, command or a shell string), GPUs, pool, env
 ``router-configmap``   ``router.configMap``: the ``kvplan.v1`` routing document
 ``httproute``          ``router.httpRoute``: backendRef weights of the groups' Services and InferencePools

@@ -10,8 +10,7 @@ Owned fields (everything else the user set is kept; listed in the annotation ``k
   the volume, mount and env of the group's own reservation file (:mod:`.plugin_mount`); turning the plugin off
   removes them;
 - container ``resources.limits/requests["nvidia.com/gpu"]`` = TP x PP;
-- container env ``KVPLAN_RESERVE_<CLASS>`` read from the KVPlan's state ConfigMap (``configMapKeyRef``), so a
-  reservation change never rolls pods; env of classes no longer in the spec is deleted;
+- the env ``KVPLAN_RESERVE_<CLASS>`` that earlier releases set (read by nothing) is deleted (:mod:`.legacy_reserve`);
 - pod ``nodeSelector`` (merged) and ``tolerations`` (the user's kept, the pool's added);
 - ``spec.replicas`` unless an HPA or KEDA ScaledObject targets the Deployment;
 - annotations ``kvplan.io/owner``, ``kvplan.io/generation``, ``kvplan.io/layout``, ``kvplan.io/owned-fields`` on
@@ -25,7 +24,7 @@ A Deployment whose ``kvplan.io/owner`` names another KVPlan that still exists is
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kvcore import GPU_CATALOGUE
@@ -35,8 +34,9 @@ from ..desired import (ANN_GENERATION, ANN_LAYOUT, ANN_OWNED, ANN_OWNER, ANN_RES
                        Write)
 from ..kube import KubeApi
 from ..run import RunContext
-from ..spec import Group, KVPlanSpec, RequestClass
+from ..spec import Group, KVPlanSpec
 from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
+from .legacy_reserve import legacy_env
 from .plugin_mount import is_plugin_scheduler, mount_conflict, plugin_drift, plugin_patch
 from .vllm_flags import (POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG, SEQS_FLAG, TP_FLAG, WATERMARK_FLAG, Unexpressible,
                          literal, read_flags, remove_flags, running, write_flags)
@@ -98,8 +98,7 @@ def _merge_tolerations(current: Iterable[Mapping[str, Any]], pool: Iterable[Mapp
 
 
 def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, target: GroupTarget,
-                           classes: Sequence[RequestClass], owner: str,
-                           generation: int | None, state_configmap: str, manage_replicas: bool,
+                           owner: str, generation: int | None, state_configmap: str, manage_replicas: bool,
                            stale_env: Iterable[str] = ()) -> dict[str, Any]:
     """Strategic-merge patch for one group's Deployment (fields listed in the module docstring).
 
@@ -121,14 +120,10 @@ def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, targe
     resource = gpu_resource(group)
     volumes, mounts, plugin_env = plugin_patch(deployment, container, on=plugin, state_configmap=state_configmap,
                                                group=group.name)
-    env: list[dict[str, Any]] = [
-        {"name": c.env_name, "valueFrom": {"configMapKeyRef": {"name": state_configmap, "key": c.env_name}}}
-        for c in classes]
-    env += [{"name": name, "$patch": "delete"} for name in stale_env] + plugin_env
+    env: list[dict[str, Any]] = [{"name": name, "$patch": "delete"} for name in stale_env] + plugin_env
     name = container["name"]
     pod_current = deployment.get("spec", {}).get("template", {}).get("spec", {})
-    owned = [f"containers[{name}].args", f"containers[{name}].resources.*[{resource}]",
-             f"containers[{name}].env[KVPLAN_RESERVE_*]", "nodeSelector", "tolerations"]
+    owned = [f"containers[{name}].args", f"containers[{name}].resources.*[{resource}]", "nodeSelector", "tolerations"]
     if plugin:
         owned += [f"containers[{name}].env[KVPLAN_RESERVATIONS_FILE]", f"containers[{name}].volumeMounts[kvplan]",
                   "volumes[kvplan-reservations]"]
@@ -239,7 +234,6 @@ class DeploymentTarget:
         observed = inp.observed.get(self.name, {})
         refusals: dict[str, list[str]] = {}
         writes: list[Write] = []
-        want_env = {c.env_name for c in inp.spec.classes}
         for g in inp.spec.groups:
             body = observed.get(g.deployment)
             if body is None:
@@ -255,8 +249,7 @@ class DeploymentTarget:
                 refusals.setdefault(C.CONTAINER_NOT_FOUND, []).append(
                     f"Deployment {g.deployment}: vLLM container not found (set groups[].container)")
                 continue
-            stale = sorted(e.get("name") for e in container.get("env") or []
-                           if str(e.get("name", "")).startswith("KVPLAN_RESERVE_") and e.get("name") not in want_env)
+            stale = legacy_env(container)
             target = inp.desired.groups[g.name]
             clash = mount_conflict(body, container) if target.scheduler_cls is not None else None
             if clash:
@@ -265,7 +258,7 @@ class DeploymentTarget:
                 continue
             try:
                 patch = build_deployment_patch(
-                    body, group=g, target=target, classes=inp.spec.classes, owner=inp.run.owner,
+                    body, group=g, target=target, owner=inp.run.owner,
                     generation=inp.run.generation, state_configmap=inp.run.state_configmap,
                     manage_replicas=inp.desired.manage_replicas.get(g.name, True), stale_env=stale)
             except Unexpressible as exc:

@@ -152,7 +152,7 @@ def test_plugin_mounts_each_groups_file_and_reservations_change_without_a_rollou
     c = vllm(kube, namespace, "vllm-b")
     pod = kube.get_deployment(namespace, "vllm-b")["spec"]["template"]["spec"]
     assert "--scheduler-cls" not in c["args"] and not pod.get("volumes") and not c.get("volumeMounts")
-    assert {e["name"] for e in c["env"]} == {"HF_HOME", "KVPLAN_RESERVE_CHAT", "KVPLAN_RESERVE_CODE"}
+    assert {e["name"] for e in c["env"]} == {"HF_HOME"}
     assert run(kube, namespace).ok  # no pod projects pool-b's file any more: it goes
     assert sorted(k for k in kube.get_configmap(namespace, "fleet-kvplan")["data"] if k.startswith("reservations")) \
         == ["reservations-pool-a.json"]

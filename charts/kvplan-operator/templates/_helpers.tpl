@@ -65,7 +65,7 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get", "patch"]
-# The router ConfigMap and the per-KVPlan state ConfigMap (KVPLAN_RESERVE_* values): read by name, created on
+# The router ConfigMap and the per-KVPlan state ConfigMap (reservation files, budget record): read by name, created on
 # first apply, patched after. No delete: the state ConfigMap goes with its KVPlan through ownerReferences.
 - apiGroups: [""]
   resources: ["configmaps"]

@@ -75,6 +75,15 @@ class Layout(SpecModel):
 
 _DEFAULT_LAYOUTS = (Layout(tp=1), Layout(tp=2), Layout(tp=4), Layout(tp=8))
 
+class WorkloadRef(SpecModel):
+    """The object kvplan plans and patches for a group instead of its Deployment (:mod:`kvplan_operator.targets`)."""
+
+    kind: Literal["LLMInferenceService"] = Field(description="LLMInferenceService (serving.kserve.io): kvplan patches "
+                                                 "its parallelism, replicas and vLLM args, never the Deployment "
+                                                 "KServe owns.")
+    name: str = Field(pattern=DNS_SUBDOMAIN, max_length=253)
+
+
 class Group(SpecModel):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
     deployment: str = Field(pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", max_length=253)
@@ -88,6 +97,9 @@ class Group(SpecModel):
     hf_config: dict[str, Any] | None = Field(
         None, alias="modelConfig", description="The model's Hugging Face config.json fields (issue 22): the "
                                                "group's model is planned from its shape instead of the catalogue's.")
+    workload_ref: WorkloadRef | None = Field(
+        None, description="The workload kvplan patches instead of the Deployment; default: the Deployment, or the "
+                          "LLMInferenceService that is its controller (ownerReference).")
     node_pool: NodePool
     layouts: tuple[Layout, ...] = Field(_DEFAULT_LAYOUTS, min_length=1)
     engine: Engine = Engine()

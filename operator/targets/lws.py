@@ -54,7 +54,7 @@ def lws_shape(tp: int, pp: int, gpus_per_node: int) -> tuple[int, int]:
 
 def _container(template: Mapping[str, Any] | None, name: str | None, where: str) -> Mapping[str, Any]:
     containers = (((template or {}).get("spec") or {}).get("containers")) or []
-    found = (containers[0] if len(containers) == 1 else None) if name is None else next(
+    found: Mapping[str, Any] | None = (containers[0] if len(containers) == 1 else None) if name is None else next(
         (c for c in containers if c.get("name") == name), None)
     if found is None:
         raise Unexpressible(f"{where}.spec.containers: no " + (f"container named {name!r}" if name else

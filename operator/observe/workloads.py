@@ -15,7 +15,8 @@ from ..kube import KubeApi
 from ..spec import Group, KVPlanSpec
 from ..targets import Observed
 from ..targets.llmisvc import TARGET, pod_view
-from ..targets.workload import llmisvc_name
+from ..targets.lws_target import TARGET as LWS_TARGET, lws_view
+from ..targets.workload import llmisvc_name, lws_name
 
 
 def read_llmisvcs(kube: KubeApi, namespace: str, spec: KVPlanSpec, objects: Mapping[str, Observed]
@@ -32,8 +33,12 @@ def read_llmisvcs(kube: KubeApi, namespace: str, spec: KVPlanSpec, objects: Mapp
 
 
 def group_body(group: Group, objects: Mapping[str, Observed]) -> Mapping[str, Any] | None:
-    """The group's workload in a Deployment's shape: its LLMInferenceService's view when one serves it (None when
-    that is missing), else its Deployment."""
+    """The group's workload in a Deployment's shape: its LeaderWorkerSet's or LLMInferenceService's view when one
+    serves it (None when that is missing), else its Deployment."""
+    multi_node = lws_name(group)
+    if multi_node is not None:
+        lws = (objects.get(LWS_TARGET) or {}).get(multi_node)
+        return None if lws is None else lws_view(lws)
     deployment = (objects.get("deployment") or {}).get(group.deployment)
     name = llmisvc_name(group, deployment)
     if name is None:

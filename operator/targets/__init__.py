@@ -15,6 +15,8 @@ target                     objects
 ``inferencepool``          ``groups[].inferencePool``: read only; each must exist and select its group's pods
 ``llminferenceservice``    the group's KServe LLMInferenceService (``workloadRef``, or the Deployment's controller):
                            parallelism, replicas, the vLLM container's flags and GPUs; its Deployment is left to KServe
+``leaderworkerset``        ``groups[].workloadRef`` of kind LeaderWorkerSet: pods per group, GPUs per pod, the leader's
+                           and workers' vLLM argv, replicas (layouts wider than a node)
 =========================  =========================================================================================
 """
 
@@ -99,8 +101,9 @@ def all_targets() -> tuple[Target, ...]:
     from .httproute import HttpRouteTarget
     from .inferencepool import InferencePoolTarget
     from .llmisvc import LlmisvcTarget
+    from .lws_target import LwsTarget
     from .router_configmap import RouterConfigMapTarget
     from .state_configmap import StateConfigMapTarget
 
-    return (StateConfigMapTarget(), DeploymentTarget(), LlmisvcTarget(), RouterConfigMapTarget(),
+    return (StateConfigMapTarget(), DeploymentTarget(), LlmisvcTarget(), LwsTarget(), RouterConfigMapTarget(),
             InferencePoolTarget(), HttpRouteTarget())

@@ -21,7 +21,7 @@ Owned fields (everything else the user set is kept; listed in the annotation ``k
   Deployments for a value no pod reads.
 
 A Deployment whose ``kvplan.io/owner`` names another KVPlan that still exists is refused (``OwnedByOther``). A
-group served by a KServe LLMInferenceService (:mod:`.workload`) is left to target ``llminferenceservice``.
+group served by a KServe LLMInferenceService or a LeaderWorkerSet (:mod:`.workload`) is left to their targets.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import Group, KVPlanSpec, RequestClass
 from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
-from .workload import llmisvc_name
+from .workload import served_by_deployment
 from .plugin_mount import is_plugin_scheduler, mount_conflict, plugin_drift, plugin_patch
 from .vllm_flags import (POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG, SEQS_FLAG, TP_FLAG, WATERMARK_FLAG, Unexpressible,
                          literal, read_flags, remove_flags, running, write_flags)
@@ -244,8 +244,8 @@ class DeploymentTarget:
         want_env = {c.env_name for c in inp.spec.classes}
         for g in inp.spec.groups:
             body = observed.get(g.deployment)
-            if llmisvc_name(g, body) is not None:
-                continue  # KServe's Deployment: target llminferenceservice writes its LLMInferenceService
+            if not served_by_deployment(g, body):
+                continue  # targets llminferenceservice and leaderworkerset write these groups
             if body is None:
                 refusals.setdefault(C.DEPLOYMENT_MISSING, []).append(
                     f"Deployment {g.deployment} not found in namespace {inp.run.namespace}")

@@ -1,7 +1,9 @@
-"""Which object serves a group: its Deployment, or the KServe LLMInferenceService that owns that Deployment. Pure.
+"""Which object serves a group: its Deployment, the KServe LLMInferenceService that owns that Deployment, or the
+LeaderWorkerSet ``groups[].workloadRef`` names. Pure.
 
 The Deployment target writes the groups served by their Deployment; the LLMInferenceService target
-(:mod:`.llmisvc`) writes the others, whose Deployment belongs to KServe's controller and is never written.
+(:mod:`.llmisvc`) writes those whose Deployment belongs to KServe's controller (never written), and the
+LeaderWorkerSet target (:mod:`.lws`) those served by one.
 """
 
 from __future__ import annotations
@@ -22,6 +24,20 @@ def controller_llmisvc(deployment: Mapping[str, Any] | None) -> str | None:
                 and str(ref.get("apiVersion", "")).startswith(LLMISVC_GROUP + "/") and ref.get("name"):
             return str(ref["name"])
     return None
+
+
+LWS_KIND = "LeaderWorkerSet"
+
+
+def lws_name(group: Group) -> str | None:
+    """The LeaderWorkerSet ``groups[].workloadRef`` names for ``group``, or None."""
+    ref = group.workload_ref
+    return ref.name if ref is not None and ref.kind == LWS_KIND else None
+
+
+def served_by_deployment(group: Group, deployment: Mapping[str, Any] | None) -> bool:
+    """Whether the Deployment target writes ``group`` (no LLMInferenceService or LeaderWorkerSet serves it)."""
+    return llmisvc_name(group, deployment) is None and lws_name(group) is None
 
 
 def llmisvc_name(group: Group, deployment: Mapping[str, Any] | None) -> str | None:

@@ -157,6 +157,9 @@ def test_template_renders(tools: Any, sets: tuple[str, ...], kinds: set[str]) ->
         pytest.param(("kserve.enabled=true",),
                      {("ClusterRole:", "serving.kserve.io", "llminferenceservices"): {"get", "patch"}},
                      {("ClusterRole:", "serving.kserve.io", "llminferenceservices/status")}, id="kserve"),
+        pytest.param(("leaderWorkerSet.enabled=true",),
+                     {("ClusterRole:", "leaderworkerset.x-k8s.io", "leaderworkersets"): {"get", "patch"}},
+                     {("ClusterRole:", "serving.kserve.io", "llminferenceservices")}, id="leaderworkerset"),
     ],
 )
 def test_rbac_is_least_privilege(tools: Any, sets: tuple[str, ...], present: dict[tuple[str, str, str], set[str]],

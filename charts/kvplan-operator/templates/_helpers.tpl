@@ -104,6 +104,13 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
   resources: ["llminferenceservices"]
   verbs: ["get", "patch"]
 {{- end }}
+{{- if .Values.leaderWorkerSet.enabled }}
+# LeaderWorkerSets named in groups[].workloadRef: read by name, size, replicas and the leader's and workers' vLLM
+# argv and GPUs patched (server-side apply). Never created or deleted.
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["get", "patch"]
+{{- end }}
 {{- end }}
 {{- with .Values.prometheus.authSecrets }}
 # Prometheus credentials (bearer token, basic auth, CA bundle): only the Secrets listed in values

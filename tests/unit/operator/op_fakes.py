@@ -86,6 +86,7 @@ class FakeKube:
     httproutes: dict[str, dict] = field(default_factory=dict)
     inferencepools: dict[str, dict] = field(default_factory=dict)
     llmisvcs: dict[str, dict] = field(default_factory=dict)
+    lwss: dict[str, dict] = field(default_factory=dict)
     kvplans: dict[str, dict] = field(default_factory=dict)
     secrets: dict[tuple[str, str], str] = field(default_factory=dict)
     scaled: dict[str, str] = field(default_factory=dict)
@@ -169,6 +170,13 @@ class FakeKube:
             return None
         return copy.deepcopy(self.llmisvcs.get(name))
 
+    def get_leaderworkerset(self, ns, name):
+        try:
+            self._enter("get_leaderworkerset", name)
+        except _Missing:
+            return None
+        return copy.deepcopy(self.lwss.get(name))
+
     def read_secret_key(self, ns, name, key):
         try:
             self._enter("read_secret_key", name)
@@ -205,6 +213,13 @@ class FakeKube:
             raise KubeError(f"patch LLMInferenceService/{name}", "NotFound", 404)
         smp(self.llmisvcs[name], copy.deepcopy(dict(patch)))
         self._wrote(f"patch LLMInferenceService/{name}")
+
+    def patch_leaderworkerset(self, ns, name, patch):
+        self._enter("patch_leaderworkerset", name)
+        if name not in self.lwss:
+            raise KubeError(f"patch LeaderWorkerSet/{name}", "NotFound", 404)
+        smp(self.lwss[name], copy.deepcopy(dict(patch)))
+        self._wrote(f"patch LeaderWorkerSet/{name}")
 
     def patch_httproute(self, ns, name, patch):
         self._enter("patch_httproute", name)

@@ -8,9 +8,14 @@ called directly, as in test_operator_reconcile.py:
   flags and GPUs carry the plan, its other fields and containers are as created, and the Deployment is untouched
   (resourceVersion unchanged); a plain Deployment in the same KVPlan is patched as before;
 - a second reconcile writes nothing (no rollout loop: the LLMInferenceService's resourceVersion stays);
-- an LLMInferenceService with ``spec.worker`` (multi-node) is refused by name, nothing written.
+- an LLMInferenceService with ``spec.worker`` (multi-node) is refused by name, nothing written;
+- a TP4/PP2 layout on 4-GPU nodes, for a group naming a LeaderWorkerSet (the upstream CRD of sigs.k8s.io/lws
+  v0.8.0): the LeaderWorkerSet gets size 2 and 4 GPUs per pod, the leader ``vllm serve ... --pipeline-parallel-size
+  2 --nnodes 2 --node-rank 0 --master-addr $(LWS_LEADER_ADDRESS)`` and the workers the same with
+  ``--node-rank $(LWS_WORKER_INDEX) --headless`` (vLLM 0.33's multiprocessing multi-node form); a second reconcile
+  writes nothing.
 
-No KServe controller runs here: what KServe would then render into its Deployment is KServe's job, and the
+No KServe or LWS controller runs here: what KServe would then render into its Deployment is KServe's job, and the
 Deployment staying as it was is exactly what kvplan promises.
 """
 
@@ -148,3 +153,67 @@ def test_multi_node_llmisvc_is_refused_by_field(workload_crds, kube_api, kube, n
     assert get_isvc(kube, namespace)["metadata"]["resourceVersion"] == rv
     other = kube.get_deployment(namespace, "vllm-b")
     assert other is not None and "kvplan.io/layout" not in (other["metadata"].get("annotations") or {})
+
+
+LWS_API = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
+WIDE = "vllm-wide"
+
+
+def lws_body() -> dict:
+    argv = ["vllm", "serve", "meta-llama/Llama-3.1-70B-Instruct"]
+
+    def template(role: str, args: list[str]) -> dict:
+        return {"metadata": {"labels": {"role": role}}, "spec": {"containers": [
+            {"name": "vllm", "image": "vllm/vllm-openai:v0.33.0", "command": argv, "args": args,
+             "resources": {"limits": {"memory": "500Gi"}}}]}}
+
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": WIDE},
+            "spec": {"replicas": 1, "leaderWorkerTemplate": {
+                "size": 1, "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": template("leader", ["--port", "8000", "--tensor-parallel-size", "4"]),
+                "workerTemplate": template("worker", ["--tensor-parallel-size", "4"])}}}
+
+
+def test_tp4_pp2_across_two_nodes_is_written_as_a_leaderworkerset(workload_crds, kube_api, kube, namespace,
+                                                                  prometheus, traces_dir):
+    from kubernetes import client
+
+    from kvplan_operator.targets.vllm_flags import read_flag
+
+    backfill(prometheus, traces_dir)
+    api = client.CustomObjectsApi(kube_api)
+    created = api.create_namespaced_custom_object(*LWS_API[:2], namespace, LWS_API[2], lws_body())
+    spec = kvplan_spec(prometheus.url)
+    spec["groups"] = [{"name": "wide", "deployment": WIDE, "container": "vllm", "model": "llama-70b",
+                       "workloadRef": {"kind": "LeaderWorkerSet", "name": WIDE},
+                       "nodePool": {"gpuCount": 8, "gpusPerNode": 4}, "layouts": [{"tp": 4, "pp": 2}]}]
+    create_kvplan(kube_api, namespace, spec)
+    out = run(kube, namespace)
+    assert out.ok, out
+    assert any(c.startswith(f"LeaderWorkerSet/{WIDE}") for c in out.changed), out.changed
+    body = fetch(kube, namespace)
+    g = body["status"]["plan"]["groups"]["wide"]
+    assert (g["tp"], g["pp"]) == (4, 2)
+
+    lws = api.get_namespaced_custom_object(*LWS_API[:2], namespace, LWS_API[2], WIDE)
+    lwt = lws["spec"]["leaderWorkerTemplate"]
+    assert lwt["size"] == 2 and lws["spec"]["replicas"] == g["replicas"]
+    assert lwt["restartPolicy"] == "RecreateGroupOnPodRestart"
+    (leader,), (worker,) = lwt["leaderTemplate"]["spec"]["containers"], lwt["workerTemplate"]["spec"]["containers"]
+    for c in (leader, worker):
+        assert c["command"] == ["vllm", "serve", "meta-llama/Llama-3.1-70B-Instruct"]
+        assert c["resources"]["limits"] == {"memory": "500Gi", "nvidia.com/gpu": "4"}
+        assert (read_flag(c["args"], "--tensor-parallel-size"), read_flag(c["args"], "--pipeline-parallel-size"),
+                read_flag(c["args"], "--nnodes"), read_flag(c["args"], "--master-addr")) == (
+                    "4", "2", "2", "$(LWS_LEADER_ADDRESS)")
+    assert leader["args"][:2] == ["--port", "8000"] and read_flag(leader["args"], "--node-rank") == "0"
+    assert "--headless" not in leader["args"]
+    assert read_flag(worker["args"], "--node-rank") == "$(LWS_WORKER_INDEX)" and "--headless" in worker["args"]
+    assert lwt["leaderTemplate"]["metadata"] == created["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["metadata"]
+    assert any("spans nodes" in n for n in body["status"]["plan"]["notes"]), body["status"]["plan"]["notes"]
+
+    rv = lws["metadata"]["resourceVersion"]
+    again = run(kube, namespace)
+    assert again.ok and not any(c.startswith("LeaderWorkerSet/") for c in again.changed), again.changed
+    assert api.get_namespaced_custom_object(*LWS_API[:2], namespace, LWS_API[2], WIDE)["metadata"][
+        "resourceVersion"] == rv

@@ -192,8 +192,9 @@ def test_refusals_write_nothing_but_status(change, reason, field):
 def test_scaling_owns_replicas():
     kube = kserve_world()
     kube.llmisvcs["big-isvc"]["spec"]["scaling"] = {"maxReplicas": 4}
-    kube.llmisvcs["big-isvc"]["spec"]["replicas"] = 3
+    del kube.llmisvcs["big-isvc"]["spec"]["replicas"]  # the CRD's CEL rule: replicas and scaling exclude each other
     out = reconcile(kvplan(one_group_spec(), kube), deps(kube))
     assert out.ok, out
-    assert kube.llmisvcs["big-isvc"]["spec"]["replicas"] == 3
+    assert "patch LLMInferenceService/big-isvc" in kube.writes
+    assert "replicas" not in kube.llmisvcs["big-isvc"]["spec"]
     assert any("spec.scaling" in n for n in kube.status["plan"]["notes"]), kube.status["plan"]["notes"]

@@ -37,7 +37,7 @@ from ..run import RunContext
 from ..spec import Group, KVPlanSpec
 from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
 from .deployment import gpu_resource, knob_values
-from .workload import LLMISVC_GROUP, LLMISVC_KIND, controller_llmisvc, llmisvc_name
+from .workload import LLMISVC_GROUP, LLMISVC_KIND, llmisvc_name
 from .vllm_flags import PP_FLAG, TP_FLAG, Unexpressible, literal, read_flags, write_flags
 
 KIND = LLMISVC_KIND
@@ -248,5 +248,5 @@ class LlmisvcTarget:
         kube.patch_llminferenceservice(namespace, w.name, w.body)
 
 
-__all__ = ["LlmisvcTarget", "build_llmisvc_patch", "controller_llmisvc", "llmisvc_drift",
+__all__ = ["LlmisvcTarget", "build_llmisvc_patch", "llmisvc_drift",
            "llmisvc_layout", "llmisvc_name", "pod_view", "unexpressible_fields"]

@@ -4,7 +4,9 @@ One LeaderWorkerSet replica is one vLLM engine spread over ``size`` pods (a lead
 node each). For a layout of TP x PP on nodes of G GPUs: a layout that fits one node is one pod of TP x PP GPUs;
 a wider one takes ``size = TP x PP / G`` pods of G GPUs each (TP within a node, PP stages across nodes; a TP wider
 than a node is refused by the planner). vLLM must then start as one engine on every pod of the group, in one of the
-two forms vLLM 0.33 documents:
+two forms vLLM 0.33 supports (its ``ParallelConfig``: with ``--nnodes`` above 1 on CUDA the executor is
+multiprocessing, and a world larger than the node's GPUs without it asks for ``--nnodes`` or Ray; ``--headless``
+starts the engine without an API server):
 
 - **multiprocessing** (``vllm serve`` in ``command``/``args``): every pod runs the same ``vllm serve`` with
   ``--nnodes <size> --master-addr $(LWS_LEADER_ADDRESS)``; the leader adds ``--node-rank 0`` and serves the API,

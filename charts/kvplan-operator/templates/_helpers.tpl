@@ -96,6 +96,7 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
 - apiGroups: ["inference.networking.k8s.io"]
   resources: ["inferencepools"]
   verbs: ["get"]
+{{- end }}
 {{- if .Values.kserve.enabled }}
 # KServe LLMInferenceServices serving a group (groups[].workloadRef, or the controller of its Deployment): read by
 # name, parallelism, replicas and the vLLM container's args and GPUs patched (server-side apply). The Deployment
@@ -110,7 +111,6 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
   verbs: ["get", "patch"]
-{{- end }}
 {{- end }}
 {{- with .Values.prometheus.authSecrets }}
 # Prometheus credentials (bearer token, basic auth, CA bundle): only the Secrets listed in values

@@ -33,10 +33,13 @@ def leader_template(body: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def lws_view(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The LeaderWorkerSet in a Deployment's shape (its metadata, replicas and the leader's pod template), so the
-    observe and decide phases read its layout and flags as they read a Deployment's."""
+    """The LeaderWorkerSet in a Deployment's shape (its metadata, replicas, the leader's pod template and the groups
+    updated so far, ``status.updatedReplicas``, which says whether a rollout is under way), so the observe and
+    decide phases read its layout and flags as they read a Deployment's."""
     meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "generation"}
-    view: dict[str, Any] = {"metadata": meta, "spec": {"template": dict(leader_template(body))}}
+    status = body.get("status") or {}
+    view: dict[str, Any] = {"metadata": meta, "spec": {"template": dict(leader_template(body))},
+                            "status": {k: status[k] for k in ("replicas", "updatedReplicas") if k in status}}
     replicas = (body.get("spec") or {}).get("replicas")
     if isinstance(replicas, int):
         view["spec"]["replicas"] = replicas

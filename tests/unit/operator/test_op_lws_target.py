@@ -13,7 +13,9 @@ import pytest
 from kvplan_operator import conditions as C
 from kvplan_operator.reconcile import reconcile
 from kvplan_operator.spec import InvalidSpec, parse_spec
+from kvplan_operator.observe import unsettled
 from kvplan_operator.targets.lws import HEADLESS_SWITCH, NNODES_FLAG
+from kvplan_operator.targets.lws_target import lws_view
 from kvplan_operator.targets.vllm_flags import PP_FLAG, TP_FLAG, read_flag
 from op_fakes import FakeKube, kvplan  # type: ignore[import-not-found]
 from op_reconcile_world import cond, deps  # type: ignore[import-not-found]
@@ -74,3 +76,16 @@ def test_missing_leaderworkerset():
     out = reconcile(kvplan(lws_spec(), kube), deps(kube))
     assert not out.ok and out.reason == C.WORKLOAD_MISSING, out
     assert not any("LeaderWorkerSet" in w for w in kube.writes)
+
+
+def test_view_reads_like_a_deployment():
+    body = mp_lws()
+    body["metadata"]["generation"] = 4
+    body["status"] = {"replicas": 2, "updatedReplicas": 1, "readyReplicas": 2}
+    body["spec"]["replicas"] = 2
+    view = lws_view(body)
+    assert view["spec"]["template"] == body["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+    assert view["spec"]["replicas"] == 2 and "generation" not in view["metadata"]
+    assert unsettled(view) is not None  # one group of two still runs the old template
+    body["status"]["updatedReplicas"] = 2
+    assert unsettled(lws_view(body)) is None

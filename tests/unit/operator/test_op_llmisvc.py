@@ -1,7 +1,8 @@
 """The KServe LLMInferenceService target: the pure patch builder and drift (parallelism, the vLLM container's
 flags and GPUs, replicas, the pool, what is kept), which groups it serves (``workloadRef`` or the Deployment's
 controller ownerReference), the fields it refuses with a named condition (``spec.worker``, ``spec.prefill``, data
-parallelism, no vLLM container, a missing object), and whole reconciles on the fake Kube: the LLMInferenceService is
+parallelism, no vLLM container, a missing object), a failed read or write of it (ReadFailed, ApplyFailed, nothing
+written), and whole reconciles on the fake Kube: the LLMInferenceService is
 patched, KServe's Deployment never is, and a second reconcile writes nothing."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from kvplan_operator.targets.llmisvc import (build_llmisvc_patch, find_vllm_cont
                                              pod_view, unexpressible_fields)
 from kvplan_operator.targets.vllm_flags import PP_FLAG, TP_FLAG, read_flags
 from kvplan_operator.targets.workload import controller_llmisvc, llmisvc_name
-from op_fakes import FakeKube, dep, kvplan, smp  # type: ignore[import-not-found]
+from op_fakes import Fault, FakeKube, dep, kvplan, smp  # type: ignore[import-not-found]
 from op_reconcile_world import cond, deps  # type: ignore[import-not-found]
 from op_targets_world import SPEC  # type: ignore[import-not-found]
 
@@ -198,3 +199,22 @@ def test_scaling_owns_replicas():
     assert "patch LLMInferenceService/big-isvc" in kube.writes
     assert "replicas" not in kube.llmisvcs["big-isvc"]["spec"]
     assert any("spec.scaling" in n for n in kube.status["plan"]["notes"]), kube.status["plan"]["notes"]
+
+
+@pytest.mark.parametrize(("method", "error", "reason"), [
+    pytest.param("get_llminferenceservice", "403", C.READ_FAILED, id="read-forbidden"),
+    pytest.param("get_llminferenceservice", "timeout", C.READ_FAILED, id="read-timeout"),
+    pytest.param("patch_llminferenceservice", "409", C.APPLY_FAILED, id="write-conflict"),
+    pytest.param("patch_llminferenceservice", "500", C.APPLY_FAILED, id="write-500"),
+])
+def test_kubernetes_failures_become_conditions(method, error, reason):
+    kube = kserve_world()
+    kube.faults.append(Fault(method, error))
+    before = copy.deepcopy(kube.llmisvcs["big-isvc"])
+    out = reconcile(kvplan(one_group_spec(), kube), deps(kube))
+    assert not out.ok and out.reason == reason, out
+    ready = cond(kube, C.READY)
+    assert (ready["status"], ready["reason"]) == ("False", reason), ready
+    assert "big-isvc" in ready["message"], ready
+    assert kube.llmisvcs["big-isvc"] == before
+    assert not any(w.startswith(("patch LLMInferenceService/", "patch Deployment/")) for w in kube.writes)

@@ -2,7 +2,8 @@
 layout wider than a node (TP4/PP2 on 4-GPU nodes), which is written there (size, GPUs per pod, the leader's and
 workers' argv) with a plan note that kvcore priced it as one node; the same layout without one is refused
 (``LayoutExceedsNode``); a layout that is not whole nodes is ``InvalidSpec``-class; a missing LeaderWorkerSet is
-``WorkloadMissing``; a second reconcile writes nothing."""
+``WorkloadMissing``; a failed read or write is a named condition with nothing written; a second reconcile writes
+nothing."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from kvplan_operator.observe import unsettled
 from kvplan_operator.targets.lws import HEADLESS_SWITCH, NNODES_FLAG
 from kvplan_operator.targets.lws_target import lws_view
 from kvplan_operator.targets.vllm_flags import PP_FLAG, TP_FLAG, read_flag
-from op_fakes import FakeKube, kvplan  # type: ignore[import-not-found]
+from op_fakes import Fault, FakeKube, kvplan  # type: ignore[import-not-found]
 from op_reconcile_world import cond, deps  # type: ignore[import-not-found]
 from op_targets_world import SPEC  # type: ignore[import-not-found]
 from op_lws_world import mp_lws  # type: ignore[import-not-found]
@@ -89,3 +90,18 @@ def test_view_reads_like_a_deployment():
     assert unsettled(view) is not None  # one group of two still runs the old template
     body["status"]["updatedReplicas"] = 2
     assert unsettled(lws_view(body)) is None
+
+
+@pytest.mark.parametrize(("method", "error", "reason"), [
+    pytest.param("get_leaderworkerset", "403", C.READ_FAILED, id="read-forbidden"),
+    pytest.param("patch_leaderworkerset", "422", C.APPLY_FAILED, id="write-invalid"),
+])
+def test_kubernetes_failures_become_conditions(method, error, reason):
+    kube = FakeKube()
+    kube.lwss["big"] = mp_lws()
+    kube.faults.append(Fault(method, error))
+    out = reconcile(kvplan(lws_spec(), kube), deps(kube))
+    assert not out.ok and out.reason == reason, out
+    ready = cond(kube, C.READY)
+    assert (ready["status"], ready["reason"]) == ("False", reason) and "big" in ready["message"], ready
+    assert kube.lwss["big"] == mp_lws()

@@ -48,7 +48,8 @@ from .targets.vllm_flags import PP_FLAG, TP_FLAG, read_flags
 from .decide.translate import capacity_overrides, horizon_ratio, radius_policy
 
 #: Refusals a later reconcile may see resolved on its own (the object appears, the other KVPlan goes away).
-TEMPORARY = (C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND, C.OWNED_BY_OTHER, C.ROUTER_TARGET_INVALID)
+TEMPORARY = (C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND, C.OWNED_BY_OTHER, C.ROUTER_TARGET_INVALID,
+             C.WORKLOAD_MISSING)
 
 
 @dataclass(frozen=True)

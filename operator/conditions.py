@@ -49,6 +49,11 @@ TOO_FEW_SAMPLES = "TooFewSamples"
 DEPLOYMENT_MISSING = "DeploymentMissing"
 #: The Deployment has no container with the configured name (or several and none named).
 CONTAINER_NOT_FOUND = "ContainerNotFound"
+#: The workload a group names (``workloadRef``, or its Deployment's controller) does not exist; nothing is applied.
+WORKLOAD_MISSING = "WorkloadMissing"
+#: The group's workload has a field set that kvplan's plan cannot be expressed with (the message names the field,
+#: e.g. an LLMInferenceService's ``spec.worker``); nothing is applied.
+UNSUPPORTED_WORKLOAD_FIELD = "UnsupportedWorkloadField"
 #: The planner found no feasible plan; status says why, nothing applied.
 INFEASIBLE = "Infeasible"
 #: The planner failed (error status); nothing applied.
@@ -120,6 +125,7 @@ REASONS: tuple[str, ...] = (
     PROMETHEUS_URL_REFUSED, PROMETHEUS_REJECTED, PROMETHEUS_QUERY_ERROR, PROMETHEUS_BAD_RESPONSE, INVALID_HISTOGRAM,
     NO_RATE_DATA, INVALID_RATE, AUTH_SECRET_MISSING, STATUS_WRITE_FAILED, INTERNAL_ERROR, APPLYING,
     PROMETHEUS_AUTH_REFUSED, PROMETHEUS_TLS_ERROR, METRIC_ABSENT, TOO_MANY_SERIES, STALE_SAMPLES,
+    WORKLOAD_MISSING, UNSUPPORTED_WORKLOAD_FIELD,
 )
 #: Failures of observation: the operator keeps serving the last good plan (Degraded=True; Ready stays True when a
 #: plan was applied before) and retries with backoff.

@@ -65,6 +65,9 @@ def split_removals(patch: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
 GROUP, VERSION, PLURAL = "kvplan.io", "v1beta1", "kvplans"
 GATEWAY = ("gateway.networking.k8s.io", "v1", "httproutes")
 INFERENCE = ("inference.networking.k8s.io", "v1", "inferencepools")
+#: KServe's LLMInferenceService, its storage version in KServe v0.17.
+LLMISVC = ("serving.kserve.io", "v1alpha2", "llminferenceservices")
+LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 #: Client-side timeout of one API call, seconds. 15 s: far above a healthy apiserver's latency, short enough that a
 #: wedged one costs a reconcile seconds, not the kopf handler's whole budget.
 REQUEST_TIMEOUT_S = 15.0
@@ -110,6 +113,10 @@ class KubeApi(Protocol):
 
     def get_inferencepool(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
+    def get_llminferenceservice(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def get_leaderworkerset(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None: ...
 
     # --- writes (apply, record) --------------------------------------------------------------------------------
@@ -120,6 +127,10 @@ class KubeApi(Protocol):
     def patch_configmap(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
 
     def patch_httproute(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
+
+    def patch_llminferenceservice(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
+
+    def patch_leaderworkerset(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
 
     def patch_kvplan_status(self, namespace: str, name: str, status_patch: Mapping[str, Any]) -> None: ...
 
@@ -261,6 +272,12 @@ class Kube:
     def get_inferencepool(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._custom_get(INFERENCE, namespace, name, "InferencePool")
 
+    def get_llminferenceservice(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._custom_get(LLMISVC, namespace, name, "LLMInferenceService")
+
+    def get_leaderworkerset(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._custom_get(LWS, namespace, name, "LeaderWorkerSet")
+
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
         secret: Any = self._call(f"get Secret/{name}", lambda: self.core.read_namespaced_secret(
             name, namespace, _request_timeout=self.timeout_s), missing_ok=True)
@@ -309,6 +326,20 @@ class Kube:
                                                        field_manager=FIELD_MANAGER, _request_timeout=self.timeout_s,
                                                        _preload_content=False, **kw)),
             "application/merge-patch+json")
+
+    def patch_llminferenceservice(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        self._remove_then_apply("LLMInferenceService", f"{LLMISVC[0]}/{LLMISVC[1]}", namespace, name, patch,
+                                lambda body, **kw: self.custom.patch_namespaced_custom_object(
+                                    *LLMISVC[:2], namespace, LLMISVC[2], name, body, field_manager=FIELD_MANAGER,
+                                    _request_timeout=self.timeout_s, _preload_content=False, **kw),
+                                "application/merge-patch+json")
+
+    def patch_leaderworkerset(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        self._remove_then_apply("LeaderWorkerSet", f"{LWS[0]}/{LWS[1]}", namespace, name, patch,
+                                lambda body, **kw: self.custom.patch_namespaced_custom_object(
+                                    *LWS[:2], namespace, LWS[2], name, body, field_manager=FIELD_MANAGER,
+                                    _request_timeout=self.timeout_s, _preload_content=False, **kw),
+                                "application/merge-patch+json")
 
     def patch_kvplan_status(self, namespace: str, name: str, status_patch: Mapping[str, Any]) -> None:
         self._call(f"patch KVPlan/{name}/status", lambda: self.custom.patch_namespaced_custom_object_status(

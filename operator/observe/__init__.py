@@ -39,6 +39,7 @@ from .sources.capacity import capacity_query, engine_capacity
 from .sources.observe import window_seconds
 from ..spec import InvalidSpec, KVPlanSpec, parse_spec
 from .capacity import GroupCapacity, capacity_view
+from .workloads import group_body, read_llmisvcs
 from ..targets import Observed, Target, all_targets
 from ..targets.deployment import read_layout
 from ..targets.ownership import claimant
@@ -241,7 +242,7 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
                        "request sent", temporary=True, degraded=True)
     targets = all_targets()
     try:
-        objects = _read_objects(run, deps, spec, targets)
+        objects = read_llmisvcs(deps.kube, run.namespace, spec, _read_objects(run, deps, spec, targets))
         scaled = deps.kube.autoscaled_deployments(run.namespace)
         detail = read_detail(deps.kube, run.namespace, run.name)
         owners = _owners(run, deps, objects, detail)
@@ -252,7 +253,7 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
         return Failure("observe", C.READ_FAILED, str(exc), temporary=True, degraded=True)
     groups = {}
     for g in spec.groups:
-        body = objects["deployment"].get(g.deployment)
+        body = group_body(g, objects)
         layout, adopted, seqs = read_layout(body, g.container)
         replicas = (body or {}).get("spec", {}).get("replicas")
         generation = ((body or {}).get("metadata", {}).get("annotations") or {}).get(ANN_GENERATION)

@@ -19,7 +19,8 @@ Owned fields (everything else the user set is kept; listed in the annotation ``k
   found) changed with every reservation, so at 256 classes x 64 groups nearly every re-plan patched all 64
   Deployments for a value no pod reads.
 
-A Deployment whose ``kvplan.io/owner`` names another KVPlan that still exists is refused (``OwnedByOther``).
+A Deployment whose ``kvplan.io/owner`` names another KVPlan that still exists is refused (``OwnedByOther``). A
+group served by a KServe LLMInferenceService or a LeaderWorkerSet (:mod:`.workload`) is left to their targets.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ..run import RunContext
 from ..spec import Group, KVPlanSpec
 from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
 from .legacy_reserve import legacy_env
+from .workload import served_by_deployment
 from .plugin_mount import is_plugin_scheduler, mount_conflict, plugin_drift, plugin_patch
 from .vllm_flags import (POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG, SEQS_FLAG, TP_FLAG, WATERMARK_FLAG, Unexpressible,
                          literal, read_flags, remove_flags, running, write_flags)
@@ -236,6 +238,8 @@ class DeploymentTarget:
         writes: list[Write] = []
         for g in inp.spec.groups:
             body = observed.get(g.deployment)
+            if not served_by_deployment(g, body):
+                continue  # targets llminferenceservice and leaderworkerset write these groups
             if body is None:
                 refusals.setdefault(C.DEPLOYMENT_MISSING, []).append(
                     f"Deployment {g.deployment} not found in namespace {inp.run.namespace}")

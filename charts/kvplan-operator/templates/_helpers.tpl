@@ -97,6 +97,21 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
   resources: ["inferencepools"]
   verbs: ["get"]
 {{- end }}
+{{- if .Values.kserve.enabled }}
+# KServe LLMInferenceServices serving a group (groups[].workloadRef, or the controller of its Deployment): read by
+# name, parallelism, replicas and the vLLM container's args and GPUs patched (server-side apply). The Deployment
+# KServe owns is only read.
+- apiGroups: ["serving.kserve.io"]
+  resources: ["llminferenceservices"]
+  verbs: ["get", "patch"]
+{{- end }}
+{{- if .Values.leaderWorkerSet.enabled }}
+# LeaderWorkerSets named in groups[].workloadRef: read by name, size, replicas and the leader's and workers' vLLM
+# argv and GPUs patched (server-side apply). Never created or deleted.
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["get", "patch"]
+{{- end }}
 {{- with .Values.prometheus.authSecrets }}
 # Prometheus credentials (bearer token, basic auth, CA bundle): only the Secrets listed in values
 # (prometheus.authSecrets), read-only.

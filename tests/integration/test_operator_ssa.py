@@ -100,4 +100,5 @@ def test_an_earlier_releases_reserve_env_goes(crd, kube_api, namespace, promethe
     # the reconcile observed a Deployment still referring to the key: it stays one cycle longer
     assert "KVPLAN_RESERVE_CHAT" in kube.get_configmap(namespace, "fleet-kvplan")["data"]
     assert run(kube, namespace).ok
-    assert not [k for k in kube.get_configmap(namespace, "fleet-kvplan")["data"] if k.startswith("KVPLAN_RESERVE_")]
+    state = kube.get_configmap(namespace, "fleet-kvplan")
+    assert state is not None and not [k for k in state.get("data") or {} if k.startswith("KVPLAN_RESERVE_")]

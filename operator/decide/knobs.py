@@ -11,9 +11,10 @@ Per group (``spec.groups[].engine``, ``spec.groups[].plugin``):
   on: for an older vLLM (:func:`engine_version`: ``engine.vllmVersion``, else an official image's tag, else 0.33.0)
   the rule is run without it and the group's knob is refused (``KnobUnsupported``). ``knobs: Formula``: kvplan
   0.1's ``--max-num-seqs`` formula only (build.py), nothing else;
-- ``plugin.enabled``: ``--scheduler-cls`` of kvplan's reservation gate, the async variant unless vLLM's async
-  scheduling is off for this container (:func:`scheduler_class`); only for vLLM 0.33.x (the plugin's pin), and
-  never over a container's own ``--scheduler-cls``.
+- ``plugin.enabled``: ``--scheduler-cls`` of kvplan's reservation gate, the variant matching vLLM's own
+  async-scheduling decision for this container and planned layout (:func:`scheduler_class`,
+  :mod:`kvplan_operator.targets.vllm_async`; refused when that cannot be told); only for vLLM 0.33.x (the plugin's
+  pin), and never over a container's own ``--scheduler-cls``.
 
 **Budget.** Any flag change rolls the Deployment. A group whose knobs differ from what its engines run restarts,
 which counts exactly like a re-layout (:mod:`kvplan_operator.decide.policy`): free when this apply re-lays out anyway (one
@@ -43,13 +44,11 @@ from ..spec import Group, KVPlanSpec
 from ..spec.engine import DEFAULT_VLLM_VERSION, parse_version
 from ..targets.deployment import find_container
 from ..targets.plugin_mount import ASYNC_SCHEDULER, SYNC_SCHEDULER, is_plugin_scheduler, present
-from ..targets.vllm_flags import (EXECUTOR_FLAG, POLICY_FLAG, SCHEDULER_FLAG, SEQS_FLAG, WATERMARK_FLAG, has_switch,
-                                 literal, read_flags, running)
+from ..targets.vllm_async import async_facts, decide_async
+from ..targets.vllm_flags import POLICY_FLAG, SCHEDULER_FLAG, SEQS_FLAG, WATERMARK_FLAG, literal, read_flags, running
 
 #: vLLM versions kvplan's plugin supports (``kvplan[vllm]`` pins ``vllm>=0.33,<0.34``).
 PLUGIN_VERSIONS = ((0, 33, 0), (0, 34, 0))
-#: Executor backends that schedule asynchronously in vLLM 0.33 (``supports_async_scheduling``).
-ASYNC_EXECUTORS = frozenset({"mp", "uni", "external_launcher"})
 
 
 @dataclass(frozen=True)
@@ -145,19 +144,20 @@ def differs(target: Knobs, now: Knobs) -> bool:
         or target.scheduler_cls != now.scheduler_cls
 
 
-def scheduler_class(group: Group, body: Mapping[str, Any] | None, pp: int) -> str:
-    """The plugin's class for the group: ``plugin.scheduler`` when Async/Sync, else what vLLM 0.33 will run: async
-    unless the container says ``--no-async-scheduling``, runs an executor without async support (ray), or the
-    layout uses pipeline parallelism (vLLM's V1 model runner turns async off then)."""
+def scheduler_class(group: Group, body: Mapping[str, Any] | None, pp: int) -> tuple[str | None, str]:
+    """The plugin's class for the group and why: ``plugin.scheduler`` when Async/Sync, else the variant matching
+    what vLLM 0.33 will run for the container at pipeline-parallel size ``pp``
+    (:func:`kvplan_operator.targets.vllm_async.decide_async`); None when that cannot be told."""
     if group.plugin.scheduler != "Auto":
-        return ASYNC_SCHEDULER if group.plugin.scheduler == "Async" else SYNC_SCHEDULER
-    c = find_container(body or {}, group.container) or {}
-    if has_switch(c, "--async-scheduling"):
-        return ASYNC_SCHEDULER
-    executor = literal(read_flags(c)[EXECUTOR_FLAG] or "") or "mp"
-    if has_switch(c, "--no-async-scheduling") or executor not in ASYNC_EXECUTORS or pp > 1:
-        return SYNC_SCHEDULER
-    return ASYNC_SCHEDULER
+        return (ASYNC_SCHEDULER if group.plugin.scheduler == "Async" else SYNC_SCHEDULER), \
+            f"plugin.scheduler {group.plugin.scheduler}"
+    facts = async_facts(find_container(body or {}, group.container) or {}, pp)
+    if facts is None:
+        return None, "the container's vLLM argv cannot be told"
+    choice = decide_async(facts)
+    if choice.on is None:
+        return None, choice.reason
+    return (ASYNC_SCHEDULER if choice.on else SYNC_SCHEDULER), choice.reason
 
 
 #: An official vLLM image and its version tag: ``[registry/]vllm/vllm-openai:v0.33.0`` (also ``vllm-openai-cpu``,
@@ -212,9 +212,12 @@ def _planned(g: Group, choice: Any, body: Mapping[str, Any] | None, pp: int, ver
                           watermark=None if choice.watermark is None or v < WATERMARK_VERSION
                           else float(choice.watermark), scheduling_policy=str(choice.scheduling_policy))
     if g.plugin.enabled:
-        cls = scheduler_class(g, body, pp)
+        cls, why = scheduler_class(g, body, pp)
         own = literal(read_flags(find_container(body or {}, g.container) or {})[SCHEDULER_FLAG] or "")
-        if not PLUGIN_VERSIONS[0] <= v < PLUGIN_VERSIONS[1]:
+        if cls is None:
+            notes.append(f"group {g.name}: kvplan's plugin not added: whether vLLM schedules asynchronously cannot "
+                         f"be told ({why}); set plugin.scheduler to Async or Sync")
+        elif not PLUGIN_VERSIONS[0] <= v < PLUGIN_VERSIONS[1]:
             notes.append(f"group {g.name}: --scheduler-cls {cls} (kvplan's plugin) not added: the plugin needs vLLM "
                          f"0.33.x, the group has {ver.describe()}")
         elif own and not is_plugin_scheduler(own):

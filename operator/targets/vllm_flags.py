@@ -42,13 +42,13 @@ SEQS_FLAG = "--max-num-seqs"
 WATERMARK_FLAG = "--watermark"
 POLICY_FLAG = "--scheduling-policy"
 SCHEDULER_FLAG = "--scheduler-cls"
-#: Read only: the executor backend decides whether vLLM can schedule asynchronously.
+#: Read only: kvplan never writes it.
 EXECUTOR_FLAG = "--distributed-executor-backend"
 FLAGS = (TP_FLAG, PP_FLAG, SEQS_FLAG, WATERMARK_FLAG, POLICY_FLAG, SCHEDULER_FLAG, EXECUTOR_FLAG)
 #: What vLLM 0.33 runs when a knob's flag is absent: the A100 defaults (``EngineArgs.get_batch_defaults``: 256
 #: sequences below 70 GiB or on an A100; H100/H200 get 1024), no watermark, first come first served.
 VLLM_DEFAULTS = {SEQS_FLAG: "256", WATERMARK_FLAG: "0", POLICY_FLAG: "fcfs"}
-__all__ = ["Layout", "layout_of", "read_flags", "write_flags", "remove_flags", "has_switch", "Unexpressible"]
+__all__ = ["Layout", "layout_of", "read_flags", "write_flags", "remove_flags", "Unexpressible"]
 
 
 class Unexpressible(ValueError):
@@ -203,21 +203,6 @@ def write_flags(container: Mapping[str, Any], values: Mapping[str, str | None]) 
         command, args = _set_one(current, flag, value)
         current = {**current, "command": command, "args": args}
     return command, args
-
-
-def has_switch(container: Mapping[str, Any], switch: str) -> bool:
-    """Whether vLLM reads a flag without a value (``--no-async-scheduling``) from the container's argv, in any
-    spelling (underscores, or an abbreviation: vLLM accepts one that is unique)."""
-    v = view(container)
-    if v.problem is not None:
-        return False
-    for word in v.argv:
-        if word is None or not word.startswith("--"):
-            continue
-        name = "--" + word.split("=", 1)[0][2:].replace("_", "-")
-        if name == switch or (len(name) > 4 and switch.startswith(name)):
-            return True
-    return False
 
 
 def remove_flags(container: Mapping[str, Any], flags: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -160,8 +160,12 @@ RESERVE_RULE_FAILED = "ReserveRuleFailed"
 #: The re-plan cycle's work budget for the engine-model rules (``KVPLAN_RULE_WORK``) was spent before every group
 #: had an answer: the groups named keep their knobs and reservation file until a later cycle.
 RULES_PENDING = "RulesPending"
+#: A group's vLLM version is unknown (no ``engine.vllmVersion``, no label ``kvplan.io/vllm-version``, not an official
+#: ``vllm/vllm-openai:vX.Y.Z`` image): no version-gated knob (``--watermark``, the plugin) is written for it; the
+#: message names the group and how to state the version. The rest of the plan applies.
+ENGINE_VERSION_UNKNOWN = "EngineVersionUnknown"
 REASONS = REASONS + (KNOBS_IN_FORCE, KNOB_UNSUPPORTED, KNOBS_HELD, KNOB_RULE_FAILED, RESERVE_RULE_FAILED,
-                     RULES_PENDING)
+                     RULES_PENDING, ENGINE_VERSION_UNKNOWN)
 
 #: Longest message kept, characters. Long enough for a handful of field errors, short enough for `kubectl get -o wide`.
 MAX_MESSAGE = 1024

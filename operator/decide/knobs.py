@@ -8,8 +8,10 @@ Per group (``spec.groups[].engine``, ``spec.groups[].plugin``):
   knobs the engines run now so that a re-plan on fresh data keeps them while they are inside the rule's knee (and
   reusing its answer while the group's situation holds; run within the cycle's work budget by
   :mod:`.engine_rules`, a group it leaves pending keeps the knobs it runs). The watermark exists from vLLM 0.33
-  on: for an older vLLM (:func:`engine_version`: ``engine.vllmVersion``, else an official image's tag, else 0.33.0)
-  the rule is run without it and the group's knob is refused (``KnobUnsupported``). ``knobs: Formula``: kvplan
+  on: for an older vLLM (:func:`engine_version`: ``engine.vllmVersion``, else the Deployment's label
+  ``kvplan.io/vllm-version``, else an official image's tag) the rule is run without it and the group's knob is
+  refused (``KnobUnsupported``); for a version none of these tells, no version-gated knob is written at all
+  (neither the watermark nor the plugin; ``EngineVersionUnknown``). ``knobs: Formula``: kvplan
   0.1's ``--max-num-seqs`` formula only (build.py), nothing else;
 - ``plugin.enabled``: ``--scheduler-cls`` of kvplan's reservation gate, the variant matching vLLM's own
   async-scheduling decision for this container and planned layout (:func:`scheduler_class`,
@@ -41,7 +43,7 @@ from kvcore import WATERMARK_MIN_VERSION as WATERMARK_VERSION  # --watermark exi
 
 from .policy import resumes
 from ..spec import Group, KVPlanSpec
-from ..spec.engine import DEFAULT_VLLM_VERSION, parse_version
+from ..spec.engine import VLLM_VERSION, parse_version
 from ..targets.deployment import find_container
 from ..targets.plugin_mount import ASYNC_SCHEDULER, SYNC_SCHEDULER, is_plugin_scheduler, present
 from ..targets.vllm_async import async_facts, decide_async
@@ -95,6 +97,8 @@ class GroupKnobs:
     failed: str | None = None
     #: the knob rule did not run for this group this cycle (work budget): it keeps the knobs it runs.
     pending: bool = False
+    #: a version-gated knob was withheld because the group's vLLM version is unknown.
+    version_unknown: bool = False
 
 
 @dataclass(frozen=True)
@@ -163,32 +167,66 @@ def scheduler_class(group: Group, body: Mapping[str, Any] | None, pp: int) -> tu
 #: An official vLLM image and its version tag: ``[registry/]vllm/vllm-openai:v0.33.0`` (also ``vllm-openai-cpu``,
 #: ``...-rocm``); any other image's tag says nothing about vLLM's version.
 _OFFICIAL = re.compile(r"^(?:.*/)?vllm-openai(?:-[a-z0-9]+)?:v?([0-9]+\.[0-9]+(?:\.[0-9]+)*)(?:@.*)?$")
+#: The label a user puts on the Deployment (or its pod template) to state the image's vLLM version.
+VERSION_LABEL = "kvplan.io/vllm-version"
+#: The version kvcore's knob rule is asked about for an engine whose version is unknown: below every gate, so the
+#: rule uses no version-gated knob (``--watermark``).
+UNKNOWN_RULE_VERSION = "0.0.0"
 
 
 @dataclass(frozen=True)
 class EngineVersion:
-    """A group's vLLM version and where it came from: ``spec`` (``engine.vllmVersion``), ``image`` (the official
-    image's tag) or ``default`` (:data:`~kvplan_operator.spec.engine.DEFAULT_VLLM_VERSION`)."""
+    """A group's vLLM version and where it came from: ``spec`` (``engine.vllmVersion``), ``label``
+    (:data:`VERSION_LABEL`), ``image`` (the official image's tag) or ``unknown`` (``version`` None: no
+    version-gated knob is written; ``problem`` says why it is unknown)."""
 
-    version: tuple[int, int, int]
+    version: tuple[int, int, int] | None
     text: str
     source: str
+    problem: str = ""
 
     def describe(self) -> str:
-        return {"spec": f"engine.vllmVersion {self.text}", "image": f"vLLM {self.text} (the image's tag)",
-                "default": f"vLLM {self.text} (assumed: no engine.vllmVersion, no official image tag)"}[self.source]
+        return {"spec": f"engine.vllmVersion {self.text}", "label": f"vLLM {self.text} (label {VERSION_LABEL})",
+                "image": f"vLLM {self.text} (the image's tag)",
+                "unknown": f"an unknown vLLM version ({self.problem})"}[self.source]
+
+    def at_least(self, floor: tuple[int, int, int]) -> bool:
+        """Whether the version is known and at least ``floor`` (an unknown version passes no gate)."""
+        return self.version is not None and self.version >= floor
+
+    def within(self, bounds: tuple[tuple[int, int, int], tuple[int, int, int]]) -> bool:
+        """Whether the version is known and in ``[bounds[0], bounds[1])``."""
+        return self.version is not None and bounds[0] <= self.version < bounds[1]
+
+    def rule_text(self) -> str:
+        """The version kvcore's rules are asked about (:data:`UNKNOWN_RULE_VERSION` when unknown)."""
+        return UNKNOWN_RULE_VERSION if self.version is None else ".".join(str(p) for p in self.version)
+
+
+def _label(body: Mapping[str, Any]) -> str | None:
+    for meta in (body.get("metadata"), ((body.get("spec") or {}).get("template") or {}).get("metadata")):
+        value = ((meta or {}).get("labels") or {}).get(VERSION_LABEL)
+        if value is not None:
+            return str(value)
+    return None
 
 
 def engine_version(g: Group, body: Mapping[str, Any] | None) -> EngineVersion:
-    """``engine.vllmVersion``, else the tag of an official ``vllm/vllm-openai`` image of the group's container,
-    else :data:`~kvplan_operator.spec.engine.DEFAULT_VLLM_VERSION`."""
+    """``engine.vllmVersion``, else the Deployment's :data:`VERSION_LABEL` (its own labels, then its pod
+    template's), else the tag of an official ``vllm/vllm-openai`` image of the group's container, else unknown."""
     if g.engine.vllm_version is not None:
         return EngineVersion(parse_version(g.engine.vllm_version), g.engine.vllm_version, "spec")
+    label = _label(body or {})
+    if label is not None:
+        if re.fullmatch(VLLM_VERSION, label):
+            return EngineVersion(parse_version(label), label, "label")
+        return EngineVersion(None, "", "unknown", f"label {VERSION_LABEL}={label!r} is not a version like 0.33.0")
     image = str((find_container(body or {}, g.container) or {}).get("image") or "")
     m = _OFFICIAL.match(image)
     if m:
         return EngineVersion(parse_version(m.group(1)), m.group(1), "image")
-    return EngineVersion(parse_version(DEFAULT_VLLM_VERSION), DEFAULT_VLLM_VERSION, "default")
+    return EngineVersion(None, "", "unknown", f"image {image or '(none)'!r} is not an official vllm/vllm-openai:vX.Y.Z "
+                         f"tag; state it with engine.vllmVersion or the label {VERSION_LABEL}")
 
 
 def class_priorities(instance: Instance) -> dict[str, int]:
@@ -200,16 +238,18 @@ def class_priorities(instance: Instance) -> dict[str, int]:
 
 def _planned(g: Group, choice: Any, body: Mapping[str, Any] | None, pp: int, ver: EngineVersion
              ) -> tuple[Knobs, list[str]]:
-    v = ver.version
     notes: list[str] = []
     knobs = Knobs()
+    watermark_ok = ver.at_least(WATERMARK_VERSION)
     if g.engine.knobs == "Auto":
-        if v < WATERMARK_VERSION:
+        if ver.version is None:
+            notes.append(f"group {g.name}: --watermark not written: {ver.describe()}")
+        elif not watermark_ok:
             notes.append(f"group {g.name}: --watermark not written: {ver.describe()} has no --watermark "
                          f"(needs >= 0.33)")
         if choice is not None:
             knobs = Knobs(max_num_seqs=int(choice.max_num_seqs),
-                          watermark=None if choice.watermark is None or v < WATERMARK_VERSION
+                          watermark=None if choice.watermark is None or not watermark_ok
                           else float(choice.watermark), scheduling_policy=str(choice.scheduling_policy))
     if g.plugin.enabled:
         cls, why = scheduler_class(g, body, pp)
@@ -217,7 +257,7 @@ def _planned(g: Group, choice: Any, body: Mapping[str, Any] | None, pp: int, ver
         if cls is None:
             notes.append(f"group {g.name}: kvplan's plugin not added: whether vLLM schedules asynchronously cannot "
                          f"be told ({why}); set plugin.scheduler to Async or Sync")
-        elif not PLUGIN_VERSIONS[0] <= v < PLUGIN_VERSIONS[1]:
+        elif not ver.within(PLUGIN_VERSIONS):
             notes.append(f"group {g.name}: --scheduler-cls {cls} (kvplan's plugin) not added: the plugin needs vLLM "
                          f"0.33.x, the group has {ver.describe()}")
         elif own and not is_plugin_scheduler(own):
@@ -288,7 +328,8 @@ def decide_knobs(spec: KVPlanSpec, instance: Instance, choices: Mapping[str, Any
             held=_held(planned[n], now[n]) if n in held else (), unsupported=tuple(notes[n]),
             rule=str(choice.reason) if choice is not None and n not in failed
             else (f"pending: {pending_note}" if n in pending else None), failed=failed.get(n),
-            pending=n in pending)
+            pending=n in pending,
+            version_unknown=versions[n].version is None and (g.engine.knobs == "Auto" or g.plugin.enabled))
     policy = any(k.target.scheduling_policy == "priority" for k in groups.values())
     return KnobDecision(groups, class_priorities(instance) if policy else {}, record, budget, resumed)
 
@@ -297,7 +338,7 @@ def engine_status(k: GroupKnobs) -> dict[str, Any]:
     """``status.plan.groups.<g>.engine``: the knobs this apply leaves in force, the plan's where they differ
     (``held``: knob, planned, current), refusals, and the knob rule's reason."""
     t = k.target
-    return {"vllmVersion": k.version, "vllmVersionFrom": k.version_from, "knobs": k.mode, "maxNumSeqs": t.max_num_seqs, "watermark": t.watermark,
+    return {"vllmVersion": k.version or None, "vllmVersionFrom": k.version_from, "knobs": k.mode, "maxNumSeqs": t.max_num_seqs, "watermark": t.watermark,
             "schedulingPolicy": t.scheduling_policy, "schedulerCls": t.scheduler_cls,
             "held": [{"knob": h.knob, "planned": h.planned, "current": h.current} for h in k.held],
             "unsupported": list(k.unsupported), "rule": k.failed or k.rule}
@@ -307,7 +348,7 @@ def knob_condition(dec: KnobDecision, *, reserve_failed: Mapping[str, str] | Non
                    pending: Mapping[str, Sequence[str]] | None = None, pending_note: str = "",
                    ) -> tuple[bool, str, str]:
     """(status, reason, message) of the EngineKnobs condition: a rule failure first (knobs, then reservations),
-    then refused knobs, then held ones, then rules left pending by the work budget (``pending``: rule -> groups);
+    then a group of unknown vLLM version (its version-gated knobs withheld), then refused knobs, then held ones, then rules left pending by the work budget (``pending``: rule -> groups);
     else every knob in force."""
     from .. import conditions as C
 
@@ -328,6 +369,8 @@ def knob_condition(dec: KnobDecision, *, reserve_failed: Mapping[str, str] | Non
         return False, C.KNOB_RULE_FAILED, "; ".join(parts)
     if res_failed:
         return False, C.RESERVE_RULE_FAILED, "; ".join(parts)
+    if any(k.version_unknown for k in dec.groups.values()):
+        return False, C.ENGINE_VERSION_UNKNOWN, "; ".join(parts)
     if unsupported:
         return False, C.KNOB_UNSUPPORTED, "; ".join(parts)
     if held:

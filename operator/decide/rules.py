@@ -105,17 +105,13 @@ def engine_base(running: Knobs, gpu_type: str = "A100-80GB") -> EngineConfig:
                         policy="priority" if running.scheduling_policy == "priority" else "fcfs")
 
 
-def _version_text(v: tuple[int, int, int]) -> str:
-    return ".".join(str(p) for p in v)
-
-
 def wants(spec: KVPlanSpec, versions: Mapping[str, EngineVersion]) -> list[tuple[str, Group]]:
     """The (rule, group) pairs this spec asks for, in spec order."""
     out: list[tuple[str, Group]] = []
     for g in spec.groups:
         if g.engine.knobs == "Auto":
             out.append((KNOBS, g))
-        if g.plugin.enabled and PLUGIN_VERSIONS[0] <= versions[g.name].version < PLUGIN_VERSIONS[1]:
+        if g.plugin.enabled and versions[g.name].within(PLUGIN_VERSIONS):
             out.append((RESERVES, g))
     return out
 
@@ -152,7 +148,7 @@ def run_rules(spec: KVPlanSpec, plan: Plan, instance: Instance, run: RuleRun, *,
                 current = ({g.name: (now.watermark, now.max_num_seqs, now.scheduling_policy)}
                            if now.max_num_seqs is not None and now.watermark is not None
                            and now.scheduling_policy is not None else {})
-                answer = dict(run.knobs(sub, instance, engine_version=_version_text(versions[g.name].version),
+                answer = dict(run.knobs(sub, instance, engine_version=versions[g.name].rule_text(),
                                         current=current, store=store))
             else:
                 answer = dict(run.reserves(sub, instance, groups=[g.name], bases={g.name: engine_base(now, g.node_pool.gpu_type)},

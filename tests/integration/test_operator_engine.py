@@ -201,7 +201,7 @@ def test_bad_engine_fields_refused_by_apiserver(crd, kube_api, namespace, mutate
 def test_engine_defaults_applied_by_apiserver(crd, kube_api, kube, namespace):
     setup(kube_api, namespace, kvplan_spec("http://127.0.0.1:9"), deployments=())
     s = fetch(kube, namespace)["spec"]
-    assert s["groups"][0]["engine"] == {"knobs": "Auto"}  # vllmVersion: the image's tag, else 0.33.0
+    assert s["groups"][0]["engine"] == {"knobs": "Auto"}  # vllmVersion: the label kvplan.io/vllm-version, else the image's tag, else unknown
     assert s["groups"][0]["plugin"] == {"enabled": False, "scheduler": "Auto"}
     assert s["classes"][0]["fleetDefault"] is False and "maxPromptTokens" not in s["classes"][0]
 

@@ -280,24 +280,66 @@ def test_class_rules_of_the_httproute_carry_the_priority_header():
     assert rules[0]["filters"] == [user] and "filters" not in rules[1]
 
 
-@pytest.mark.parametrize(("spec_version", "image", "want"), [
-    pytest.param(None, "vllm/vllm-openai:v0.30.1", ((0, 30, 1), "image"), id="official-image-tag"),
-    pytest.param(None, "registry.local/mirror/vllm-openai:v0.10.1.1@sha256:0f", ((0, 10, 1), "image"),
+@pytest.mark.parametrize(("spec_version", "labels", "image", "want"), [
+    pytest.param(None, {}, "vllm/vllm-openai:v0.30.1", ((0, 30, 1), "image"), id="official-image-tag"),
+    pytest.param(None, {}, "registry.local/mirror/vllm-openai:v0.10.1.1@sha256:0f", ((0, 10, 1), "image"),
                  id="mirrored-official-four-part"),
-    pytest.param(None, "myorg/vllm-server:1.2.0", ((0, 33, 0), "default"), id="other-image-says-nothing"),
-    pytest.param(None, "vllm/vllm-openai:latest", ((0, 33, 0), "default"), id="latest-says-nothing"),
-    pytest.param("0.32", "vllm/vllm-openai:v0.30.1", ((0, 32, 0), "spec"), id="the-spec-wins"),
+    pytest.param(None, {}, "myorg/vllm-server:1.2.0", (None, "unknown"), id="other-image-says-nothing"),
+    pytest.param(None, {}, "vllm/vllm-openai:latest", (None, "unknown"), id="latest-says-nothing"),
+    pytest.param(None, {"deployment": "0.33.1"}, "myorg/vllm-server:1.2.0", ((0, 33, 1), "label"),
+                 id="deployment-label"),
+    pytest.param(None, {"template": "0.32"}, "myorg/vllm-server:1.2.0", ((0, 32, 0), "label"), id="pod-label"),
+    pytest.param(None, {"deployment": "0.31.0"}, "vllm/vllm-openai:v0.30.1", ((0, 31, 0), "label"),
+                 id="the-label-beats-the-tag"),
+    pytest.param(None, {"deployment": "latest"}, "vllm/vllm-openai:v0.33.0", (None, "unknown"),
+                 id="a-bad-label-is-unknown-not-the-tag"),
+    pytest.param("0.32", {"deployment": "0.31.0"}, "vllm/vllm-openai:v0.30.1", ((0, 32, 0), "spec"),
+                 id="the-spec-wins"),
 ])
-def test_engine_version_from_spec_else_the_official_image_tag(spec_version, image, want):
-    from kvplan_operator.decide.knobs import engine_version
+def test_engine_version_from_spec_else_label_else_the_official_image_tag(spec_version, labels, image, want):
+    from kvplan_operator.decide.knobs import VERSION_LABEL, engine_version
 
     spec = copy.deepcopy(SPEC)
     if spec_version:
         spec["groups"][0]["engine"] = {"vllmVersion": spec_version}
     body = dep("vllm-big")
     container(body)["image"] = image
+    if "deployment" in labels:
+        body["metadata"]["labels"] = {VERSION_LABEL: labels["deployment"]}
+    if "template" in labels:
+        body["spec"]["template"]["metadata"]["labels"][VERSION_LABEL] = labels["template"]
     v = engine_version(parse_spec(spec).groups[0], body)
     assert (v.version, v.source) == want
+    assert v.describe()
+
+
+@pytest.mark.parametrize("plugin", [pytest.param(False, id="knobs"), pytest.param(True, id="knobs-and-plugin")])
+def test_an_unknown_version_gets_no_version_gated_knob_and_a_condition_says_so(plugin):
+    """No spec version, no label, an image that is not an official tag: the knob rule is asked with no
+    version-gated knob, --watermark and the plugin are not written (the rest is), and EngineKnobs says why."""
+    w = World(plugin={"enabled": plugin})
+    container(w.kube.deployments["vllm-big"])["image"] = "myorg/vllm-server:1.2.0"
+    w.rule = ScriptedKnobs({"big": (64, 0.05, "fcfs")})
+    assert w.run(T0).ok
+    args = w.args()
+    assert "--watermark" not in args and "--scheduler-cls" not in args and w.flag("--max-num-seqs") == "64"
+    assert "volumes" not in w.kube.deployments["vllm-big"]["spec"]["template"]["spec"]
+    assert [v for v, g, _ in w.rule.calls if g == ["big"]] == ["0.0.0"]
+    cond = w.cond(C.ENGINE_KNOBS)
+    assert cond["status"] == "False" and cond["reason"] == C.ENGINE_VERSION_UNKNOWN
+    assert "group big" in cond["message"] and "kvplan.io/vllm-version" in cond["message"]
+    assert (w.engine()["vllmVersion"], w.engine()["vllmVersionFrom"]) == (None, "unknown")
+
+
+def test_a_label_states_the_version_of_an_unofficial_image():
+    w = World()
+    big = w.kube.deployments["vllm-big"]
+    container(big)["image"] = "myorg/vllm-server:1.2.0"
+    big["metadata"]["labels"] = {"kvplan.io/vllm-version": "0.33.0"}
+    w.rule = ScriptedKnobs({"big": (64, 0.05, "fcfs")})
+    assert w.run(T0).ok
+    assert w.flag("--watermark") == "0.05"
+    assert (w.engine()["vllmVersion"], w.engine()["vllmVersionFrom"]) == ("0.33.0", "label")
 
 
 def test_an_old_image_without_a_version_in_the_spec_gets_no_watermark():

@@ -38,7 +38,8 @@ from ..run import RunContext
 from ..spec import Group, KVPlanSpec, RequestClass
 from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
 from .plugin_mount import is_plugin_scheduler, mount_conflict, plugin_drift, plugin_patch
-from .vllm_flags import (POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG, SEQS_FLAG, TP_FLAG, WATERMARK_FLAG, Unexpressible,
+from .vllm_flags import (POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG, SEQS_FLAG, TP_FLAG, WATERMARK_FLAG, UnreadableConfig,
+                         Unexpressible,
                          literal, read_flags, remove_flags, running, write_flags)
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -268,6 +269,9 @@ class DeploymentTarget:
                     body, group=g, target=target, classes=inp.spec.classes, owner=inp.run.owner,
                     generation=inp.run.generation, state_configmap=inp.run.state_configmap,
                     manage_replicas=inp.desired.manage_replicas.get(g.name, True), stale_env=stale)
+            except UnreadableConfig as exc:
+                refusals.setdefault(C.UNREADABLE_ENGINE_CONFIG, []).append(f"Deployment {g.deployment}: {exc}")
+                continue
             except Unexpressible as exc:
                 refusals.setdefault(C.UNSUPPORTED_CONTAINER_LAYOUT, []).append(f"Deployment {g.deployment}: {exc}")
                 continue
@@ -279,7 +283,8 @@ class DeploymentTarget:
                 moves = flags_layout(body, g.container) != target.layout
                 writes.append(Write(Stage.LAYOUT, self.name, "Deployment", g.deployment, "patch", patch,
                                     tuple(drift), relayout=adopted and moves))
-        for reason in (C.OWNED_BY_OTHER, C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND, C.UNSUPPORTED_CONTAINER_LAYOUT):
+        for reason in (C.OWNED_BY_OTHER, C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND, C.UNREADABLE_ENGINE_CONFIG,
+                       C.UNSUPPORTED_CONTAINER_LAYOUT):
             if reason in refusals:
                 others = [m for r, ms in refusals.items() if r != reason for m in ms]
                 raise TargetRefused(reason, "; ".join(refusals[reason] + others))

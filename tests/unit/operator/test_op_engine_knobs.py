@@ -351,3 +351,23 @@ def test_an_old_image_without_a_version_in_the_spec_gets_no_watermark():
     assert [v for v, g, _ in w.rule.calls if g == ["big"]] == ["0.30.1"]
     assert "vLLM 0.30.1 (the image's tag) has no --watermark" in w.cond(C.ENGINE_KNOBS)["message"]
     assert (w.engine()["vllmVersion"], w.engine()["vllmVersionFrom"]) == ("0.30.1", "image")
+
+
+@pytest.mark.parametrize("words", [
+    pytest.param(["--config", "/etc/vllm/serve.yaml"], id="config-file"),
+    pytest.param(["--config=/etc/vllm/serve.yaml"], id="config-equals"),
+    pytest.param(["--conf", "/etc/vllm/serve.yaml"], id="config-abbreviated"),
+])
+def test_a_config_file_kvplan_cannot_read_touches_no_deployment(words):
+    """vLLM reads more flags from ``--config FILE`` inside the image: kvplan writes no knob and no layout into that
+    Deployment, and the Applied condition names the reason and the word."""
+    w = World()
+    big = w.kube.deployments["vllm-big"]
+    container(big)["args"] = container(big)["args"] + words
+    before = copy.deepcopy(big)
+    w.rule = ScriptedKnobs({"big": (64, 0.05, "fcfs")})
+    out = w.run(T0)
+    assert not out.ok and out.reason == C.UNREADABLE_ENGINE_CONFIG
+    assert "vllm-big" in out.message and words[0].split("=")[0] in out.message
+    assert w.kube.deployments["vllm-big"] == before
+    assert not [x for x in w.kube.writes if "Deployment" in x]

@@ -132,8 +132,10 @@ KNOB_CASES: dict[str, FormCase] = {
     "knob-absent-with-aliases": argv([], ["m", "-tp=2", "--pipeline_parallel_size", "3"]),
     "knob-all-aliases-at-once": argv([], ["m", "-tp", "2", "-pp=3", "--max_num_seqs", "16", "--watermark=0.2"]),
     "knob-sh-underscores": sh("exec vllm serve m --max_num_seqs 256 --scheduling_policy=fcfs -tp 2"),
+    "knob-active-underscores": argv([], ["m", "--max_num_active_seqs=8", "--max-num-seqs", "64"]),
 }
-KNOB_WANT = {**WANT, "--max-num-seqs": "48", "--scheduling-policy": "priority", "--watermark": "0.05"}
+KNOB_WANT = {**WANT, "--max-num-seqs": "48", "--max-num-active-seqs": "24", "--scheduling-policy": "priority",
+             "--watermark": "0.05"}
 
 _STUB = """#!{python}
 import json, os, sys
@@ -200,6 +202,7 @@ def vllm_like(argv: list[str]) -> argparse.Namespace:
     for name in ("--model", "--host", "--port", "--config-format", "--scheduling-policy"):
         p.add_argument(name)
     p.add_argument("--max-num-seqs", type=int)
+    p.add_argument("--max-num-active-seqs", type=int)
     p.add_argument("--watermark", type=float)
     p.add_argument("--enable-prefix-caching", action="store_true")
     norm = ["--" + a[2:].split("=", 1)[0].replace("_", "-") + ("=" + a.split("=", 1)[1] if "=" in a else "")

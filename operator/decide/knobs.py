@@ -3,7 +3,9 @@ pods. docs/operator.md, "Engine knobs".
 
 Per group (``spec.groups[].engine``, ``spec.groups[].plugin``):
 
-- ``knobs: Auto`` (default): ``--max-num-seqs``, ``--watermark`` and ``--scheduling-policy`` from kvcore's knob
+- ``knobs: Auto`` (default): the running-request cap (``--max-num-active-seqs`` where vLLM has it, leaving
+  ``--max-num-seqs`` and so the compile hash and CUDA graphs alone: :func:`admission_knob`; else ``--max-num-seqs``),
+  ``--watermark`` and ``--scheduling-policy`` from kvcore's knob
   rule (:func:`kvcore.rules.knobs.knobs_for_plan`: the recent history replayed through the vLLM engine model), given the
   knobs the engines run now so that a re-plan on fresh data keeps them while they are inside the rule's knee (and
   reusing its answer while the group's situation holds; run within the cycle's work budget by
@@ -38,7 +40,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvcore import Instance
+from kvcore import GPU_CATALOGUE, Instance
 from kvcore import WATERMARK_MIN_VERSION as WATERMARK_VERSION  # --watermark exists from vLLM 0.33 on
 
 from .policy import resumes
@@ -47,8 +49,12 @@ from ..spec.engine import VLLM_VERSION, parse_version
 from ..targets.deployment import find_container
 from ..targets.plugin_mount import ASYNC_SCHEDULER, SYNC_SCHEDULER, is_plugin_scheduler, present
 from ..targets.vllm_async import async_facts, decide_async
-from ..targets.vllm_flags import POLICY_FLAG, SCHEDULER_FLAG, SEQS_FLAG, WATERMARK_FLAG, literal, read_flags, running
+from ..targets.vllm_flags import (ACTIVE_SEQS_FLAG, POLICY_FLAG, SCHEDULER_FLAG, SEQS_FLAG, WATERMARK_FLAG, literal,
+                                  read_flags, running)
 
+#: ``--max-num-active-seqs`` is in vLLM 0.33 (``vllm/config/scheduler.py``, ``SchedulerConfig.max_num_active_seqs``);
+#: kvplan knows no earlier version to have it, so the knob rule's admission cap goes there only from 0.33 on.
+ACTIVE_SEQS_VERSION = (0, 33, 0)
 #: vLLM versions kvplan's plugin supports (``kvplan[vllm]`` pins ``vllm>=0.33,<0.34``).
 PLUGIN_VERSIONS = ((0, 33, 0), (0, 34, 0))
 
@@ -58,13 +64,27 @@ class Knobs:
     """A group's engine knobs; None: not set by kvplan (left as the container has it)."""
 
     max_num_seqs: int | None = None
+    #: ``--max-num-active-seqs``: the admission cap without resizing the model runner (vLLM >= 0.33).
+    max_num_active_seqs: int | None = None
     watermark: float | None = None
     scheduling_policy: str | None = None
     #: kvplan's scheduler class (the plugin on), else None (the plugin off).
     scheduler_cls: str | None = None
 
+    def admission(self) -> int | None:
+        """The running-request cap vLLM applies: ``--max-num-active-seqs`` if set, else ``--max-num-seqs``."""
+        return self.max_num_active_seqs if self.max_num_active_seqs is not None else self.max_num_seqs
+
+    def budget_key(self) -> str:
+        """The knobs as the disruption budget's record names them: admission cap, watermark, policy, class (the
+        format of earlier operators, so an attempt they recorded is still recognised)."""
+        f = self.flags()
+        seqs = None if self.admission() is None else str(self.admission())
+        return "/".join(str(v) for v in (seqs, f[WATERMARK_FLAG], f[POLICY_FLAG], f[SCHEDULER_FLAG]))
+
     def flags(self) -> dict[str, str | None]:
         return {SEQS_FLAG: None if self.max_num_seqs is None else str(self.max_num_seqs),
+                ACTIVE_SEQS_FLAG: None if self.max_num_active_seqs is None else str(self.max_num_active_seqs),
                 WATERMARK_FLAG: None if self.watermark is None else f"{self.watermark:g}",
                 POLICY_FLAG: self.scheduling_policy, SCHEDULER_FLAG: self.scheduler_cls}
 
@@ -132,10 +152,12 @@ def running_knobs(body: Mapping[str, Any] | None, container: str | None) -> Knob
             return None
 
     seqs = number(SEQS_FLAG)
+    active = number(ACTIVE_SEQS_FLAG)
     sched = literal(flags[SCHEDULER_FLAG] or "")
     mounted = body is not None and all(present(body, c).values())
     policy = running(flags, POLICY_FLAG)
-    return Knobs(max_num_seqs=int(seqs) if seqs is not None else None, watermark=number(WATERMARK_FLAG),
+    return Knobs(max_num_seqs=int(seqs) if seqs is not None else None,
+                 max_num_active_seqs=int(active) if active is not None else None, watermark=number(WATERMARK_FLAG),
                  scheduling_policy=policy if policy in ("fcfs", "priority") else None,
                  scheduler_cls=sched if is_plugin_scheduler(sched) and mounted else None)
 
@@ -143,6 +165,7 @@ def running_knobs(body: Mapping[str, Any] | None, container: str | None) -> Knob
 def differs(target: Knobs, now: Knobs) -> bool:
     """Whether writing ``target`` changes the flags ``now`` describes (a None target knob changes nothing)."""
     return any(t is not None and t != n for t, n in ((target.max_num_seqs, now.max_num_seqs),
+                                                    (target.max_num_active_seqs, now.max_num_active_seqs),
                                                     (target.watermark, now.watermark),
                                                     (target.scheduling_policy, now.scheduling_policy))) \
         or target.scheduler_cls != now.scheduler_cls
@@ -236,6 +259,38 @@ def class_priorities(instance: Instance) -> dict[str, int]:
     return {instance.classes[i].name: rank + 1 for rank, i in enumerate(order)}
 
 
+def runner_capacity(g: Group, body: Mapping[str, Any] | None) -> int | None:
+    """The ``--max-num-seqs`` the group's engines run (the model runner's request slots): the container's literal
+    value, else vLLM 0.33's per-GPU default (``EngineArgs.get_batch_defaults``, kvcore's GPU catalogue); None when
+    it is known only at run time or the GPU is not in the catalogue."""
+    raw = read_flags(find_container(body or {}, g.container) or {})[SEQS_FLAG]
+    if raw is None:
+        gpu = GPU_CATALOGUE.get(g.node_pool.gpu_type)
+        return int(gpu.vllm_max_num_seqs) if gpu else None
+    text = literal(raw)
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def admission_knob(g: Group, body: Mapping[str, Any] | None, cap: int, ver: EngineVersion
+                   ) -> tuple[int | None, int | None]:
+    """(``--max-num-seqs``, ``--max-num-active-seqs``) carrying the knob rule's running-request cap ``cap``.
+
+    Where vLLM has ``--max-num-active-seqs`` (:data:`ACTIVE_SEQS_VERSION`) and the runner's capacity is known, the
+    cap goes there and ``--max-num-seqs`` is left as it runs: it is part of the compile hash and sizes the CUDA
+    graphs, so changing it re-compiles and re-captures (docs/operator.md, "Engine knobs"). vLLM refuses an active
+    cap above ``--max-num-seqs`` (``SchedulerConfig`` validation), and never runs more than that anyway, so the
+    cap is written as ``min(cap, capacity)`` (not at all when that is the capacity and no active cap is set).
+    Otherwise (an older or unknown version, a capacity known only at run
+    time) ``--max-num-seqs`` carries it, as before."""
+    capacity = runner_capacity(g, body)
+    if ver.at_least(ACTIVE_SEQS_VERSION) and capacity is not None:
+        given = read_flags(find_container(body or {}, g.container) or {})[ACTIVE_SEQS_FLAG] is not None
+        if cap >= capacity and not given:
+            return None, None  # vLLM admits up to --max-num-seqs already: nothing to write
+        return None, min(cap, capacity)
+    return cap, None
+
+
 def _planned(g: Group, choice: Any, body: Mapping[str, Any] | None, pp: int, ver: EngineVersion
              ) -> tuple[Knobs, list[str]]:
     notes: list[str] = []
@@ -248,7 +303,8 @@ def _planned(g: Group, choice: Any, body: Mapping[str, Any] | None, pp: int, ver
             notes.append(f"group {g.name}: --watermark not written: {ver.describe()} has no --watermark "
                          f"(needs >= 0.33)")
         if choice is not None:
-            knobs = Knobs(max_num_seqs=int(choice.max_num_seqs),
+            seqs, active = admission_knob(g, body, int(choice.max_num_seqs), ver)
+            knobs = Knobs(max_num_seqs=seqs, max_num_active_seqs=active,
                           watermark=None if choice.watermark is None or not watermark_ok
                           else float(choice.watermark), scheduling_policy=str(choice.scheduling_policy))
     if g.plugin.enabled:
@@ -298,7 +354,7 @@ def decide_knobs(spec: KVPlanSpec, instance: Instance, choices: Mapping[str, Any
                                                   versions[g.name])
     moving = sorted(g.name for g in spec.groups if g.name in adopted and g.name not in relaid
                     and bodies.get(g.name) is not None and differs(planned[g.name], now[g.name]))
-    key = "knobs:" + ",".join(f"{n}={'/'.join(str(v) for v in planned[n].flags().values())}" for n in moving)
+    key = "knobs:" + ",".join(f"{n}={planned[n].budget_key()}" for n in moving)
     record: str | None = None
     resumed = False
     held: set[str] = set()
@@ -338,7 +394,8 @@ def engine_status(k: GroupKnobs) -> dict[str, Any]:
     """``status.plan.groups.<g>.engine``: the knobs this apply leaves in force, the plan's where they differ
     (``held``: knob, planned, current), refusals, and the knob rule's reason."""
     t = k.target
-    return {"vllmVersion": k.version or None, "vllmVersionFrom": k.version_from, "knobs": k.mode, "maxNumSeqs": t.max_num_seqs, "watermark": t.watermark,
+    return {"vllmVersion": k.version or None, "vllmVersionFrom": k.version_from, "knobs": k.mode,
+            "maxNumSeqs": t.max_num_seqs, "maxNumActiveSeqs": t.max_num_active_seqs, "watermark": t.watermark,
             "schedulingPolicy": t.scheduling_policy, "schedulerCls": t.scheduler_cls,
             "held": [{"knob": h.knob, "planned": h.planned, "current": h.current} for h in k.held],
             "unsupported": list(k.unsupported), "rule": k.failed or k.rule}

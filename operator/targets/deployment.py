@@ -38,7 +38,7 @@ from ..run import RunContext
 from ..spec import Group, KVPlanSpec, RequestClass
 from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
 from .plugin_mount import is_plugin_scheduler, mount_conflict, plugin_drift, plugin_patch
-from .vllm_flags import (POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG, SEQS_FLAG, TP_FLAG, WATERMARK_FLAG, UnreadableConfig,
+from .vllm_flags import (ACTIVE_SEQS_FLAG, POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG, SEQS_FLAG, TP_FLAG, WATERMARK_FLAG, UnreadableConfig,
                          Unexpressible,
                          literal, read_flags, remove_flags, running, write_flags)
 
@@ -166,7 +166,8 @@ def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, targe
 def knob_values(flags: Mapping[str, str | None], target: GroupTarget) -> dict[str, str | None]:
     """The engine knobs to write: each planned value the container does not run already (None: left alone)."""
     out: dict[str, str | None] = {}
-    for flag, value in ((SEQS_FLAG, target.max_num_seqs), (WATERMARK_FLAG, target.watermark),
+    for flag, value in ((SEQS_FLAG, target.max_num_seqs), (ACTIVE_SEQS_FLAG, target.max_num_active_seqs),
+                        (WATERMARK_FLAG, target.watermark),
                         (POLICY_FLAG, target.scheduling_policy), (SCHEDULER_FLAG, target.scheduler_cls)):
         text = None if value is None else f"{value:g}" if isinstance(value, float) else str(value)
         out[flag] = None if text is None or running(flags, flag) == text else text

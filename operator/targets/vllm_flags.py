@@ -38,13 +38,15 @@ from .vllm_view import Edit, Layout, View, edit, layout_of, view
 TP_FLAG = "--tensor-parallel-size"
 PP_FLAG = "--pipeline-parallel-size"
 SEQS_FLAG = "--max-num-seqs"
+#: The admission cap without the runner's capacity (vLLM 0.33: ``SchedulerConfig.max_num_active_seqs``).
+ACTIVE_SEQS_FLAG = "--max-num-active-seqs"
 #: The engine knobs: ``--watermark`` (vLLM >= 0.33), ``--scheduling-policy``, ``--scheduler-cls``.
 WATERMARK_FLAG = "--watermark"
 POLICY_FLAG = "--scheduling-policy"
 SCHEDULER_FLAG = "--scheduler-cls"
 #: Read only: kvplan never writes it.
 EXECUTOR_FLAG = "--distributed-executor-backend"
-FLAGS = (TP_FLAG, PP_FLAG, SEQS_FLAG, WATERMARK_FLAG, POLICY_FLAG, SCHEDULER_FLAG, EXECUTOR_FLAG)
+FLAGS = (TP_FLAG, PP_FLAG, SEQS_FLAG, ACTIVE_SEQS_FLAG, WATERMARK_FLAG, POLICY_FLAG, SCHEDULER_FLAG, EXECUTOR_FLAG)
 #: What vLLM 0.33 runs when a knob's flag is absent: the A100 defaults (``EngineArgs.get_batch_defaults``: 256
 #: sequences below 70 GiB or on an A100; H100/H200 get 1024), no watermark, first come first served.
 VLLM_DEFAULTS = {SEQS_FLAG: "256", WATERMARK_FLAG: "0", POLICY_FLAG: "fcfs"}
@@ -77,7 +79,7 @@ def running(flags: Mapping[str, str | None], flag: str) -> str | None:
     if text is None:
         return raw
     try:
-        if flag == SEQS_FLAG:
+        if flag in (SEQS_FLAG, ACTIVE_SEQS_FLAG):
             return str(int(text))
         return f"{float(text):g}" if flag == WATERMARK_FLAG else text
     except ValueError:

@@ -106,12 +106,14 @@ def test_vllm_runs_the_knobs_kvplan_wrote_in_any_spelling(case_id: str, verdicts
     """``--max_num_seqs``, ``--flag=value`` and the ``-tp``/``-pp`` aliases, rewritten in place: vLLM 0.33's parser
     runs kvplan's values, and kvplan's reading of the original equals vLLM's."""
     answers = verdicts["vllm"]
-    assert answers[f"{case_id}/after/0"] == {"tp": 4, "pp": 2, "seqs": 48, "policy": "priority", "watermark": 0.05}
+    assert answers[f"{case_id}/after/0"] == {"tp": 4, "pp": 2, "seqs": 48, "active": 24, "policy": "priority",
+                                             "watermark": 0.05}
     before = answers[f"{case_id}/before/0"]
     assert "error" not in before, before
     flags = read_flags(container(KNOB_CASES[case_id]))
     claims = {"tp": flags["--tensor-parallel-size"], "pp": flags["--pipeline-parallel-size"],
-              "seqs": flags["--max-num-seqs"], "policy": flags["--scheduling-policy"],
+              "seqs": flags["--max-num-seqs"], "active": flags["--max-num-active-seqs"],
+              "policy": flags["--scheduling-policy"],
               "watermark": flags["--watermark"]}
     for key, text in claims.items():
         if text is not None:  # kvplan claims a value: vLLM's must be it

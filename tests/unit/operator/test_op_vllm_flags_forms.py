@@ -67,6 +67,6 @@ def test_knobs_in_any_spelling_are_replaced_in_place(case_id: str, bindir: Path,
     for flag in KNOB_WANT:
         assert _occurrences(runs[0], flag) == max(1, _occurrences(before[0], flag)), (flag, runs[0])
     ns = vllm_like(runs[0])
-    assert (ns.tensor_parallel_size, ns.pipeline_parallel_size, ns.max_num_seqs, ns.scheduling_policy,
-            ns.watermark) == (4, 2, 48, "priority", 0.05), runs[0]
+    assert (ns.tensor_parallel_size, ns.pipeline_parallel_size, ns.max_num_seqs, ns.max_num_active_seqs,
+            ns.scheduling_policy, ns.watermark) == (4, 2, 48, 24, "priority", 0.05), runs[0]
     assert write_flags({**container(case), "command": command, "args": args}, KNOB_WANT) == (command, args)

@@ -58,6 +58,8 @@ CASES: dict[str, AsyncCase] = {
     "dbo-pp": AsyncCase(["--enable-dbo"], 2, False),
     "dbo-no-pp": AsyncCase(["--enable-dbo"], 1, True),
     "dbo-off-pp": AsyncCase(["--enable-dbo", "--no-enable-dbo"], 2, True),
+    "dbo-disabled-pp": AsyncCase(["--enable-dbo", "--disable-dbo"], 2, True),
+    "dbo-disabled-then-enabled-pp": AsyncCase(["--disable-dbo", "--enable_dbo"], 2, False),
     # kvplan cannot tell these from the pod: no answer, so no class is guessed
     "custom-executor": AsyncCase(["--distributed-executor-backend", "my.pkg.Executor"], 1, None, judge=False),
     "speculative-config": AsyncCase(["--speculative-config", '{"method": "ngram"}'], 1, None, judge=False),

@@ -32,14 +32,16 @@ from .vllm_argv import scan, value_of
 from .vllm_view import view
 
 ASYNC_ON, ASYNC_OFF = "--async-scheduling", "--no-async-scheduling"
-DBO_ON, DBO_OFF = "--enable-dbo", "--no-enable-dbo"
+#: ``--enable-dbo`` is an ``EnableDisableAction`` (``vllm/utils/argparse_utils.py``): ``--disable-dbo`` and
+#: ``--no-enable-dbo`` both turn it off.
+DBO_ON, DBO_OFF, DBO_DISABLE = "--enable-dbo", "--no-enable-dbo", "--disable-dbo"
 EXECUTOR = "--distributed-executor-backend"
 RUNNER = "--runner"
 SPECULATIVE = "--speculative-config"
 WATERMARK_CONFIG = "--watermark-config"
 ATTENTION_CONFIG = "--attention-config"
 #: The flags this rule reads; ``-sc`` and ``-ac`` are vLLM 0.33's short names of the two configs.
-READS = (ASYNC_ON, ASYNC_OFF, DBO_ON, DBO_OFF, EXECUTOR, RUNNER, SPECULATIVE, WATERMARK_CONFIG, ATTENTION_CONFIG)
+READS = (ASYNC_ON, ASYNC_OFF, DBO_ON, DBO_OFF, DBO_DISABLE, EXECUTOR, RUNNER, SPECULATIVE, WATERMARK_CONFIG, ATTENTION_CONFIG)
 SHORT_CONFIGS = {"-sc": SPECULATIVE, "-ac": ATTENTION_CONFIG}
 #: The env var that forces a model runner (``vllm/envs.py``).
 V2_ENV = "VLLM_USE_V2_MODEL_RUNNER"
@@ -146,7 +148,7 @@ def async_facts(container: Mapping[str, Any], pp: int) -> AsyncFacts | None:
     found, _ = scan(v.argv, READS)
     last = {f: occ[-1] for f, occ in found.items() if occ}
     switch = max((last[f] for f in (ASYNC_ON, ASYNC_OFF) if f in last), key=lambda o: o.index, default=None)
-    dbo = max((last[f] for f in (DBO_ON, DBO_OFF) if f in last), key=lambda o: o.index, default=None)
+    dbo = max((last[f] for f in (DBO_ON, DBO_OFF, DBO_DISABLE) if f in last), key=lambda o: o.index, default=None)
     executor = None
     if EXECUTOR in last:
         executor = value_of(v.argv, last[EXECUTOR]) or "?"

@@ -148,3 +148,49 @@ def test_refused_spellings_are_ones_vllm_reads_as_the_flag_or_rejects(verdicts: 
             assert 3 in (answer["tp"], answer["pp"]), (key, answer)
     # vLLM does accept abbreviations: refusing them is needed, not cosmetic
     assert any(k.startswith("abbrev/") and "error" not in a for k, a in answers.items()), answers
+
+
+_OPTION_STRINGS = """
+import json, sys
+from vllm.engine.arg_utils import EngineArgs
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+wanted = set(json.loads(sys.argv[1]))
+out = {}
+for action in parser._actions:
+    longs = [s for s in action.option_strings if s.startswith("--")]
+    for s in longs:
+        if s in wanted:
+            out[s] = sorted(action.option_strings)
+print(json.dumps(out))
+"""
+
+
+def test_every_short_alias_vllm_declares_for_the_flags_kvplan_reads_is_known(vllm_python: Path) -> None:
+    """vLLM 0.33's own parser lists the option strings of each flag kvplan reads or writes: every short alias
+    (``-tp``) is one kvplan's reader maps to that flag, and every long spelling is the flag itself or its negation."""
+    from kvplan_operator.targets.vllm_async import READS, SHORT_CONFIGS
+    from kvplan_operator.targets.vllm_flags import FLAGS
+
+    wanted = sorted(set(FLAGS) | set(READS))
+    proc = subprocess.run([str(vllm_python), "-c", _OPTION_STRINGS, json.dumps(wanted)], capture_output=True,
+                          text=True, timeout=600, check=False, cwd="/", env=vllm_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    options: dict[str, list[str]] = json.loads(proc.stdout.strip().splitlines()[-1])
+    known = {**SHORT, **SHORT_CONFIGS}
+    assert set(options) >= set(FLAGS), sorted(set(FLAGS) - set(options))  # vLLM has every flag kvplan writes
+    for flag, strings in options.items():
+        shorts = {s for s in strings if not s.startswith("--")}
+        assert {known.get(s) for s in shorts} <= {flag}, (flag, strings)
+        assert {s for s in shorts} == {s for s, f in known.items() if f == flag}, (flag, strings)
+        for s in strings:
+            if s.startswith("--"):
+                inverse = {"--enable-": "--disable-", "--disable-": "--enable-"}
+                flips = {new + flag.removeprefix(old) for old, new in inverse.items() if flag.startswith(old)}
+                assert s in {flag, "--no-" + flag[2:], *flips} or flag == "--no-" + s[2:], (flag, strings)
+    # the switches kvplan reads in every spelling vLLM accepts (EnableDisableAction: --disable-x is --no-enable-x)
+    for flag, strings in options.items():
+        for s in strings:
+            if s.startswith("--") and s != flag:
+                assert s in READS or s.removeprefix("--no-") in (f.removeprefix("--") for f in READS) \
+                    or flag in FLAGS, (flag, s)

@@ -405,7 +405,8 @@ def knob_condition(dec: KnobDecision, *, reserve_failed: Mapping[str, str] | Non
                    pending: Mapping[str, Sequence[str]] | None = None, pending_note: str = "",
                    ) -> tuple[bool, str, str]:
     """(status, reason, message) of the EngineKnobs condition: a rule failure first (knobs, then reservations),
-    then a group of unknown vLLM version (its version-gated knobs withheld), then refused knobs, then held ones, then rules left pending by the work budget (``pending``: rule -> groups);
+    then a group of unknown vLLM version (its version-gated knobs withheld), then refused knobs, then held ones,
+    then rules left pending by the work budget (``pending``: rule -> groups);
     else every knob in force."""
     from .. import conditions as C
 

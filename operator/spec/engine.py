@@ -21,8 +21,9 @@ class Engine(SpecModel):
 
     vllm_version: str | None = Field(None, pattern=VLLM_VERSION, max_length=64,
                                      description="vLLM version of the group's image; gates --watermark (>= 0.33) and "
-                                     "the plugin (0.33.x). None: the Deployment's label kvplan.io/vllm-version, else the "
-                                     "official image's tag, else unknown (no version-gated knob is written).")
+                                     "the plugin (0.33.x). None: the Deployment's label kvplan.io/vllm-version, "
+                                     "else the official image's tag, else unknown (no version-gated knob is "
+                                     "written).")
     knobs: Literal["Auto", "Formula"] = Field("Auto", description="Auto: --max-num-seqs, --watermark and "
                                               "--scheduling-policy from kvcore's knob rule; Formula: only "
                                               "--max-num-seqs from the capacity formula, riding along with rollouts "

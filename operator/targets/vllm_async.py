@@ -5,9 +5,11 @@ The rule is vLLM 0.33's own, read in ``vllm/config/vllm.py``, ``VllmConfig.__pos
 
 - ``--async-scheduling`` given: async (vLLM raises on an incompatibility rather than turning it off);
   ``--no-async-scheduling``: sync (the last of the two wins, as in argparse);
-- unset: sync for a pooling runner (``model_config.runner_type == "pooling"``), for an executor whose
-  ``supports_async_scheduling()`` is False, and when the *V1* model runner is used with pipeline parallelism (or a
-  speculative method it cannot run asynchronously); async otherwise. Every built-in executor supports it
+- unset: sync for a pooling runner (``model_config.runner_type == "pooling"``: ``--runner pooling``, or ``--convert``
+  other than ``auto``/``none`` under ``--runner auto``, ``vllm/config/model.py`` ``_get_runner_type``; with both
+  ``auto`` the architecture decides, and kvplan, which cannot see the model, takes it to generate), for an
+  executor whose ``supports_async_scheduling()`` is False, and when the *V1* model runner is used with pipeline
+  parallelism (or a speculative method it cannot run asynchronously); async otherwise. Every built-in executor supports it
   (``vllm/v1/executor/``: ``MultiprocExecutor`` and ``UniProcExecutor`` return True, ``ExecutorWithExternalLauncher``
   inherits it, and ``ray`` maps to ``RayExecutorV2``, a ``MultiprocExecutor``);
 - the model runner (``use_v2_model_runner``): V2 when ``--watermark-config`` or a HiSparse attention config is given;
@@ -37,11 +39,13 @@ ASYNC_ON, ASYNC_OFF = "--async-scheduling", "--no-async-scheduling"
 DBO_ON, DBO_OFF, DBO_DISABLE = "--enable-dbo", "--no-enable-dbo", "--disable-dbo"
 EXECUTOR = "--distributed-executor-backend"
 RUNNER = "--runner"
+CONVERT = "--convert"
 SPECULATIVE = "--speculative-config"
 WATERMARK_CONFIG = "--watermark-config"
 ATTENTION_CONFIG = "--attention-config"
 #: The flags this rule reads; ``-sc`` and ``-ac`` are vLLM 0.33's short names of the two configs.
-READS = (ASYNC_ON, ASYNC_OFF, DBO_ON, DBO_OFF, DBO_DISABLE, EXECUTOR, RUNNER, SPECULATIVE, WATERMARK_CONFIG, ATTENTION_CONFIG)
+READS = (ASYNC_ON, ASYNC_OFF, DBO_ON, DBO_OFF, DBO_DISABLE, EXECUTOR, RUNNER, CONVERT, SPECULATIVE, WATERMARK_CONFIG,
+         ATTENTION_CONFIG)
 SHORT_CONFIGS = {"-sc": SPECULATIVE, "-ac": ATTENTION_CONFIG}
 #: The env var that forces a model runner (``vllm/envs.py``).
 V2_ENV = "VLLM_USE_V2_MODEL_RUNNER"
@@ -59,6 +63,7 @@ class AsyncFacts:
     explicit: bool | None = None
     executor: str | None = None
     runner: str | None = None
+    convert: str | None = None
     speculative: bool = False
     dbo: bool = False
     forces_v2: bool = False
@@ -99,6 +104,10 @@ def decide_async(f: AsyncFacts) -> AsyncChoice:
         return AsyncChoice(f.explicit, ASYNC_ON if f.explicit else ASYNC_OFF)
     if f.runner == "pooling":
         return AsyncChoice(False, "a pooling runner (--runner pooling)")
+    if f.runner in (None, "auto") and f.convert not in (None, "auto", "none"):
+        return AsyncChoice(False, f"a pooling runner (--convert {f.convert} with --runner auto)")
+    if f.executor == "?":
+        return AsyncChoice(None, "the executor backend is known only at run time")
     if f.executor is not None and f.executor not in BUILTIN_EXECUTORS:
         return AsyncChoice(None, f"executor {f.executor!r} is not built in; whether it supports async scheduling "
                                  "is unknown")
@@ -153,9 +162,10 @@ def async_facts(container: Mapping[str, Any], pp: int) -> AsyncFacts | None:
     if EXECUTOR in last:
         executor = value_of(v.argv, last[EXECUTOR]) or "?"
     runner = value_of(v.argv, last[RUNNER]) if RUNNER in last else None
+    convert = value_of(v.argv, last[CONVERT]) if CONVERT in last else None
     configs = _configs(v.argv) | set(last)
     hisparse = ATTENTION_CONFIG in configs and any("hisparse" in (w or "").lower() for w in v.argv)
     return AsyncFacts(pp=pp, explicit=None if switch is None else switch.flag == ASYNC_ON, executor=executor,
-                      runner=runner, speculative=SPECULATIVE in configs,
+                      runner=runner, convert=convert, speculative=SPECULATIVE in configs,
                       dbo=dbo is not None and dbo.flag == DBO_ON,
                       forces_v2=WATERMARK_CONFIG in last or hisparse, v2_env=_env_value(container, V2_ENV))

@@ -153,7 +153,8 @@ def desired_state(run: RunContext, obs: Observation, dec: Decided) -> Desired:
             gt[g.name] = GroupTarget(t.name, t.tp, t.pp, t.replicas, s.max_num_seqs)
         k = dec.knobs.groups.get(g.name)
         if k is not None and g.engine.knobs == "Auto":
-            gt[g.name] = replace(gt[g.name], max_num_seqs=k.target.max_num_seqs, watermark=k.target.watermark,
+            gt[g.name] = replace(gt[g.name], max_num_seqs=k.target.max_num_seqs,
+                                 max_num_active_seqs=k.target.max_num_active_seqs, watermark=k.target.watermark,
                                  scheduling_policy=k.target.scheduling_policy)
         if k is not None:
             gt[g.name] = replace(gt[g.name], scheduler_cls=k.target.scheduler_cls)

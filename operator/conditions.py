@@ -75,6 +75,10 @@ OWNED_BY_OTHER = "OwnedByOther"
 #: The vLLM container's command/args cannot express the planned flags (e.g. a shell script that takes
 #: ``--tensor-parallel-size`` from a variable, or no ``vllm serve`` to attach a flag to); nothing applied.
 UNSUPPORTED_CONTAINER_LAYOUT = "UnsupportedContainerLayout"
+#: The vLLM container's argv has ``--config FILE`` (any spelling): vLLM reads more flags from a YAML file inside the
+#: image that kvplan cannot see, so any flag kvplan wrote might be overridden; the Deployment is not touched
+#: (nothing applied); the message names the Deployment and the word.
+UNREADABLE_ENGINE_CONFIG = "UnreadableEngineConfig"
 #: A router target is unusable: an InferencePool that is missing or does not select its group's pods, or a router
 #: ConfigMap key that is not a valid ConfigMap key; nothing applied.
 ROUTER_TARGET_INVALID = "RouterTargetInvalid"
@@ -121,7 +125,8 @@ INTERNAL_ERROR = "InternalError"
 REASONS: tuple[str, ...] = (
     RECONCILED, PLAN_SUCCEEDED, APPLY_SUCCEEDED, DRY_RUN, HEALTHY, INVALID_SPEC, LAYOUT_EXCEEDS_NODE,
     PROMETHEUS_UNAVAILABLE, TOO_FEW_SAMPLES, DEPLOYMENT_MISSING, CONTAINER_NOT_FOUND, INFEASIBLE, PLANNER_ERROR,
-    APPLY_FAILED, PENDING, READ_FAILED, OWNED_BY_OTHER, UNSUPPORTED_CONTAINER_LAYOUT, ROUTER_TARGET_INVALID,
+    APPLY_FAILED, PENDING, READ_FAILED, OWNED_BY_OTHER, UNSUPPORTED_CONTAINER_LAYOUT, UNREADABLE_ENGINE_CONFIG,
+    ROUTER_TARGET_INVALID,
     PROMETHEUS_URL_REFUSED, PROMETHEUS_REJECTED, PROMETHEUS_QUERY_ERROR, PROMETHEUS_BAD_RESPONSE, INVALID_HISTOGRAM,
     NO_RATE_DATA, INVALID_RATE, AUTH_SECRET_MISSING, STATUS_WRITE_FAILED, INTERNAL_ERROR, APPLYING,
     PROMETHEUS_AUTH_REFUSED, PROMETHEUS_TLS_ERROR, METRIC_ABSENT, TOO_MANY_SERIES, STALE_SAMPLES,
@@ -166,8 +171,12 @@ RESERVE_RULE_FAILED = "ReserveRuleFailed"
 #: The re-plan cycle's work budget for the engine-model rules (``KVPLAN_RULE_WORK``) was spent before every group
 #: had an answer: the groups named keep their knobs and reservation file until a later cycle.
 RULES_PENDING = "RulesPending"
+#: A group's vLLM version is unknown (no ``engine.vllmVersion``, no label ``kvplan.io/vllm-version``, not an official
+#: ``vllm/vllm-openai:vX.Y.Z`` image): no version-gated knob (``--watermark``, the plugin) is written for it; the
+#: message names the group and how to state the version. The rest of the plan applies.
+ENGINE_VERSION_UNKNOWN = "EngineVersionUnknown"
 REASONS = REASONS + (KNOBS_IN_FORCE, KNOB_UNSUPPORTED, KNOBS_HELD, KNOB_RULE_FAILED, RESERVE_RULE_FAILED,
-                     RULES_PENDING)
+                     RULES_PENDING, ENGINE_VERSION_UNKNOWN)
 
 #: Longest message kept, characters. Long enough for a handful of field errors, short enough for `kubectl get -o wide`.
 MAX_MESSAGE = 1024

@@ -40,6 +40,8 @@ class GroupTarget:
     pp: int
     replicas: int
     max_num_seqs: int | None = None
+    #: ``--max-num-active-seqs`` (the knob rule's admission cap where vLLM has it; ``--max-num-seqs`` then untouched).
+    max_num_active_seqs: int | None = None
     #: ``--watermark`` (fraction of KV blocks kept free at admission; vLLM >= 0.33).
     watermark: float | None = None
     #: ``--scheduling-policy`` (``fcfs`` or ``priority``).
@@ -92,6 +94,8 @@ def plan_id(groups: Mapping[str, GroupTarget], classes: Mapping[str, ClassTarget
 def _knobs(g: GroupTarget) -> list[Any]:
     """The engine knobs' part of a group's plan id (empty when none is set, so ids of kvplan 0.1 plans are kept)."""
     knobs = [g.watermark, g.scheduling_policy, g.scheduler_cls]
+    if g.max_num_active_seqs is not None:  # appended only when set, so earlier plan ids are kept
+        knobs.append(g.max_num_active_seqs)
     return [] if all(k is None for k in knobs) else knobs
 
 

@@ -115,6 +115,7 @@ def plan_body(plan: Plan, *, targets: Mapping[str, GroupTarget], autoscalers: Ma
             "utilisation": _num(g.utilisation, 4), "waitingSeconds": _num(g.waiting_seconds, 6),
             "arrivalRate": _num(g.arrival_rate, 4),
             "maxNumSeqs": t.max_num_seqs if t else None,
+            "maxNumActiveSeqs": t.max_num_active_seqs if t else None,
             "replicasManagedBy": autoscalers.get(g.name) or "kvplan",
             "capacity": capacity_body((capacity or {}).get(g.name)),
         }

@@ -40,7 +40,8 @@ from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
 from .legacy_reserve import legacy_env
 from .workload import served_by_deployment
 from .plugin_mount import is_plugin_scheduler, mount_conflict, plugin_drift, plugin_patch
-from .vllm_flags import (POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG, SEQS_FLAG, TP_FLAG, WATERMARK_FLAG, Unexpressible,
+from .vllm_flags import (ACTIVE_SEQS_FLAG, POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG, SEQS_FLAG, TP_FLAG, WATERMARK_FLAG,
+                         UnreadableConfig, Unexpressible,
                          literal, read_flags, remove_flags, running, write_flags)
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -162,7 +163,8 @@ def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, targe
 def knob_values(flags: Mapping[str, str | None], target: GroupTarget) -> dict[str, str | None]:
     """The engine knobs to write: each planned value the container does not run already (None: left alone)."""
     out: dict[str, str | None] = {}
-    for flag, value in ((SEQS_FLAG, target.max_num_seqs), (WATERMARK_FLAG, target.watermark),
+    for flag, value in ((SEQS_FLAG, target.max_num_seqs), (ACTIVE_SEQS_FLAG, target.max_num_active_seqs),
+                        (WATERMARK_FLAG, target.watermark),
                         (POLICY_FLAG, target.scheduling_policy), (SCHEDULER_FLAG, target.scheduler_cls)):
         text = None if value is None else f"{value:g}" if isinstance(value, float) else str(value)
         out[flag] = None if text is None or running(flags, flag) == text else text
@@ -265,6 +267,9 @@ class DeploymentTarget:
                     body, group=g, target=target, owner=inp.run.owner,
                     generation=inp.run.generation, state_configmap=inp.run.state_configmap,
                     manage_replicas=inp.desired.manage_replicas.get(g.name, True), stale_env=stale)
+            except UnreadableConfig as exc:
+                refusals.setdefault(C.UNREADABLE_ENGINE_CONFIG, []).append(f"Deployment {g.deployment}: {exc}")
+                continue
             except Unexpressible as exc:
                 refusals.setdefault(C.UNSUPPORTED_CONTAINER_LAYOUT, []).append(f"Deployment {g.deployment}: {exc}")
                 continue
@@ -276,7 +281,8 @@ class DeploymentTarget:
                 moves = flags_layout(body, g.container) != target.layout
                 writes.append(Write(Stage.LAYOUT, self.name, "Deployment", g.deployment, "patch", patch,
                                     tuple(drift), relayout=adopted and moves))
-        for reason in (C.OWNED_BY_OTHER, C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND, C.UNSUPPORTED_CONTAINER_LAYOUT):
+        for reason in (C.OWNED_BY_OTHER, C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND, C.UNREADABLE_ENGINE_CONFIG,
+                       C.UNSUPPORTED_CONTAINER_LAYOUT):
             if reason in refusals:
                 others = [m for r, ms in refusals.items() if r != reason for m in ms]
                 raise TargetRefused(reason, "; ".join(refusals[reason] + others))

@@ -76,6 +76,15 @@ def reads_as(word: str, flags: Sequence[str]) -> tuple[str | None, str]:
     return None, ""
 
 
+def is_config(word: str) -> bool:
+    """Whether vLLM reads ``word`` as ``--config`` (``--config``, ``--config=f``, underscores, a prefix of it)."""
+    name = word.split("=", 1)[0]
+    if not name.startswith("--"):
+        return False
+    norm = _norm(name)
+    return norm == CONFIG or (len(norm) > 3 and CONFIG.startswith(norm))
+
+
 def scan(argv: Sequence[str | None], flags: Sequence[str]) -> tuple[dict[str, list[Occurrence]], list[str]]:
     """Every occurrence of each of ``flags`` in ``argv`` (values; None: a word known only at run time), in order,
     and the doubts found (see the module docstring)."""

@@ -242,7 +242,7 @@ def dep(name: str, args: list[str] | None = None) -> dict:
     """A serving Deployment with one vLLM container (flags in args)."""
     return {"metadata": {"name": name, "annotations": {}},
             "spec": {"replicas": 1, "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [
-                {"name": "vllm", "image": "vllm",
+                {"name": "vllm", "image": "vllm/vllm-openai:v0.33.0",
                  "args": args if args is not None else ["--model", "m", "--tensor-parallel-size", "1", "--port", "8000"],
                  "env": [{"name": "HF_HOME", "value": "/c"}]}]}}}}
 

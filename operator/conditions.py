@@ -67,6 +67,11 @@ READ_FAILED = "ReadFailed"
 #: A target Deployment (or the router ConfigMap / HTTPRoute) carries another KVPlan's ``kvplan.io/owner`` and that
 #: KVPlan exists; nothing applied.
 OWNED_BY_OTHER = "OwnedByOther"
+#: A target Deployment has a controller ownerReference (``controller: true``) to an object kvplan has no target for
+#: (KServe's LLMInferenceService, production-stack's VLLMRuntime, any other operator): that controller restores its
+#: pod template, so a write would only start an endless rollout. The message names the owner (kind/name and
+#: apiVersion) and the Deployment's field managers; nothing applied, the last good plan stays in force.
+OWNED_BY_CONTROLLER = "OwnedByController"
 #: The vLLM container's command/args cannot express the planned flags (e.g. a shell script that takes
 #: ``--tensor-parallel-size`` from a variable, or no ``vllm serve`` to attach a flag to); nothing applied.
 UNSUPPORTED_CONTAINER_LAYOUT = "UnsupportedContainerLayout"
@@ -120,6 +125,7 @@ REASONS: tuple[str, ...] = (
     PROMETHEUS_URL_REFUSED, PROMETHEUS_REJECTED, PROMETHEUS_QUERY_ERROR, PROMETHEUS_BAD_RESPONSE, INVALID_HISTOGRAM,
     NO_RATE_DATA, INVALID_RATE, AUTH_SECRET_MISSING, STATUS_WRITE_FAILED, INTERNAL_ERROR, APPLYING,
     PROMETHEUS_AUTH_REFUSED, PROMETHEUS_TLS_ERROR, METRIC_ABSENT, TOO_MANY_SERIES, STALE_SAMPLES,
+    OWNED_BY_CONTROLLER,
 )
 #: Failures of observation: the operator keeps serving the last good plan (Degraded=True; Ready stays True when a
 #: plan was applied before) and retries with backoff.
@@ -160,6 +166,17 @@ RESERVE_RULE_FAILED = "ReserveRuleFailed"
 #: The re-plan cycle's work budget for the engine-model rules (``KVPLAN_RULE_WORK``) was spent before every group
 #: had an answer: the groups named keep their knobs and reservation file until a later cycle.
 RULES_PENDING = "RulesPending"
+# --- Who owns a group's replicas (``status.plan.groups.<g>.replicasReason``; not condition reasons) ----------------
+#: kvplan writes ``spec.replicas``.
+REPLICAS_BY_KVPLAN = "ManagedByKVPlan"
+#: An HPA (autoscaling/v2), a KEDA ScaledObject or an AIBrix PodAutoscaler targets the Deployment.
+REPLICAS_BY_AUTOSCALER = "OwnedByAutoscaler"
+#: A field manager listed in ``spec.groups[].replicaOwner.fieldManagers`` last wrote ``spec.replicas``.
+REPLICAS_BY_FIELD_MANAGER = "OwnedByFieldManager"
+#: ``spec.groups[].replicaOwner.policy: External``: someone kvplan cannot see scales the Deployment.
+REPLICAS_EXTERNAL = "External"
+REPLICA_REASONS = (REPLICAS_BY_KVPLAN, REPLICAS_BY_AUTOSCALER, REPLICAS_BY_FIELD_MANAGER, REPLICAS_EXTERNAL)
+
 REASONS = REASONS + (KNOBS_IN_FORCE, KNOB_UNSUPPORTED, KNOBS_HELD, KNOB_RULE_FAILED, RESERVE_RULE_FAILED,
                      RULES_PENDING)
 

@@ -269,11 +269,15 @@ class Kube:
             if ref.kind == "Deployment":
                 out[ref.name] = f"HorizontalPodAutoscaler/{hpa.metadata.name if hpa.metadata else '?'}"
         for group, version, plural, kind in SCALERS:
-            listed: Any = self._call(f"list {kind}s", lambda g=group, v=version, p=plural: (
-                self.custom.list_namespaced_custom_object(g, v, namespace, p, _request_timeout=self.timeout_s)),
-                missing_ok=True)
+            listed: Any = self._call(f"list {kind}s", self._lister(group, version, namespace, plural),
+                                     missing_ok=True)
             out.update(scale_targets(kind, listed))
         return out
+
+    def _lister(self, group: str, version: str, namespace: str, plural: str) -> Callable[[], Any]:
+        """The list call of one custom resource in ``namespace``."""
+        return lambda: self.custom.list_namespaced_custom_object(group, version, namespace, plural,
+                                                                 _request_timeout=self.timeout_s)
 
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._raw(f"get ConfigMap/{name}", lambda: self.core.read_namespaced_config_map(

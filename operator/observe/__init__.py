@@ -66,8 +66,9 @@ class GroupState:
     replica_reason: str = C.REPLICAS_BY_KVPLAN
     #: the Helm release that renders the Deployment (``helm upgrade`` restores the chart's fields), if any.
     helm_release: str | None = None
-    #: vLLM engines per pod (data parallelism, :func:`kvplan_operator.targets.deployment.read_dp_local`).
-    dp_local: int = 1
+    #: vLLM engines per pod (data parallelism, :func:`kvplan_operator.targets.deployment.read_dp_local`); None:
+    #: known only at run time (the Deployment target refuses to write it).
+    dp_local: int | None = 1
 
 
 @dataclass(frozen=True)

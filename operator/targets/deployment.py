@@ -44,10 +44,13 @@ from ..spec import Group, KVPlanSpec, RequestClass
 from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
 from .plugin_mount import is_plugin_scheduler, mount_conflict, plugin_drift, plugin_patch
 from .workload_owner import controller_ref, owner_target, refusal
-from .vllm_flags import (POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG, SEQS_FLAG, TP_FLAG, WATERMARK_FLAG, Unexpressible,
+from .vllm_argv import scan
+from .vllm_view import view
+from .vllm_flags import (DP_FLAG, DP_LOCAL_FLAG, DP_RANK_FLAG, POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG, SEQS_FLAG, TP_FLAG, WATERMARK_FLAG, Unexpressible,
                          dp_local, literal, read_flags, remove_flags, running, write_flags)
 
 GPU_RESOURCE = "nvidia.com/gpu"
+DP_FLAGS = (DP_FLAG, DP_LOCAL_FLAG, DP_RANK_FLAG)
 
 
 def gpu_resource(group: Group) -> str:
@@ -89,10 +92,15 @@ def read_layout(body: Mapping[str, Any] | None, container: str | None
 
 def read_dp_local(body: Mapping[str, Any] | None, container: str | None) -> int | None:
     """vLLM engines per pod of a Deployment (data parallelism, :func:`.vllm_flags.dp_local`): 1 when it is missing
-    or passes no data-parallel flag; None when its flags set it to a value known only at run time."""
-    if body is None:
+    or its vLLM argv has no data-parallel flag (as TP and PP read 1 when absent); None when a data-parallel flag is
+    there and its value, or a later word, is known only at run time."""
+    c = find_container(body, container) if body is not None else None
+    if c is None:
         return 1
-    return dp_local(read_flags(find_container(body, container) or {}))
+    n = dp_local(read_flags(c))
+    if n is None and not any(scan(view(c).argv, DP_FLAGS)[0].values()):
+        return 1
+    return n
 
 
 def flags_layout(body: Mapping[str, Any] | None, container: str | None) -> tuple[int, int] | None:

@@ -115,8 +115,9 @@ def helm_release(body: Mapping[str, Any] | None) -> str | None:
     """``<namespace>/<release>`` (or ``<release>``) of the Helm release that renders the object, or None. A release
     annotation names it; the ``managed-by: Helm`` label alone reads as ``"?"``."""
     meta = _meta(body)
-    ann = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
-    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+    raw_ann, raw_labels = meta.get("annotations"), meta.get("labels")
+    ann: Mapping[str, Any] = raw_ann if isinstance(raw_ann, Mapping) else {}
+    labels: Mapping[str, Any] = raw_labels if isinstance(raw_labels, Mapping) else {}
     release = ann.get(HELM_RELEASE)
     if isinstance(release, str) and release:
         ns = ann.get(HELM_NAMESPACE)

@@ -1,10 +1,12 @@
 """Who else manages a serving Deployment, the pure parts: the controller ownerReference (a KVPlan's is not a
 foreign controller), the owner-kind registry, field managers and who last wrote ``spec.replicas``, the Helm release;
 the custom scalers' lists (KEDA ScaledObject, AIBrix PodAutoscaler) and the order in which a group's replica owner
-is found; and data parallelism: engines per pod from vLLM's flags, pods from the plan's engines."""
+is found, and the spec's ``replicaOwner`` refused with its field path; and data parallelism: engines per pod from
+vLLM's flags, pods from the plan's engines."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -13,10 +15,11 @@ from kvplan_operator import conditions as C
 from kvplan_operator.decide.pods import pods, pods_note
 from kvplan_operator.kube import FIELD_MANAGER, scale_targets
 from kvplan_operator.observe.replica_owner import replica_owner
-from kvplan_operator.spec import Group
+from kvplan_operator.spec import Group, InvalidSpec, parse_spec
 from kvplan_operator.targets.deployment import read_dp_local
 from kvplan_operator.targets.workload_owner import (ControllerRef, controller_ref, field_managers, helm_release,
                                                     owner_target, refusal, replicas_writers)
+from op_targets_world import SPEC  # type: ignore[import-not-found]
 
 KSERVE = {"apiVersion": "serving.kserve.io/v1alpha1", "kind": "LLMInferenceService", "name": "chat", "uid": "u",
           "controller": True}
@@ -196,3 +199,19 @@ def test_pods_note_only_when_the_engines_differ() -> None:
     assert pods_note("a", 4, 2, 2) is None and pods_note("a", 4, 1, 4) is None
     note = pods_note("a", 3, 2, 2)
     assert note is not None and "3 engine(s) planned" in note and "run 4" in note
+
+
+@pytest.mark.parametrize(("replica_owner", "path"), [
+    pytest.param({"policy": "Sometimes"}, "spec.groups[0].replicaOwner.policy", id="unknown-policy"),
+    pytest.param({"fieldManagers": [""]}, "spec.groups[0].replicaOwner.fieldManagers[0]", id="empty-manager"),
+    pytest.param({"fieldManagers": ["x" * 129]}, "spec.groups[0].replicaOwner.fieldManagers[0]", id="long-manager"),
+    pytest.param({"fieldManagers": [f"m{i}" for i in range(17)]}, "spec.groups[0].replicaOwner.fieldManagers",
+                 id="too-many-managers"),
+    pytest.param({"owner": "me"}, "spec.groups[0].replicaOwner.owner", id="unknown-field"),
+])
+def test_bad_replica_owner_names_the_field(replica_owner: dict[str, Any], path: str) -> None:
+    spec = copy.deepcopy(SPEC)
+    spec["groups"][0]["replicaOwner"] = replica_owner
+    with pytest.raises(InvalidSpec) as info:
+        parse_spec(spec)
+    assert path in [p for p, _ in info.value.errors], info.value.errors

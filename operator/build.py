@@ -45,6 +45,7 @@ from .spec import KVPlanSpec, RequestClass, history_key
 from .targets import BuildInput, Target, TargetRefused, all_targets
 from .targets.deployment import find_container, flags_layout
 from .targets.ownership import own_conflict
+from .targets.workload_owner import controller_ref
 from .targets.vllm_flags import PP_FLAG, TP_FLAG, read_flags
 from .decide.translate import capacity_overrides, horizon_ratio, radius_policy
 
@@ -245,6 +246,10 @@ def notes_for(obs: Observation, dec: Decided, desired: Desired) -> list[str]:
         s, t = obs.groups[g.name], desired.groups[g.name]
         if s.autoscaler:
             notes.append(f"group {g.name}: replicas left to {s.autoscaler} (planned {t.replicas})")
+        ref = controller_ref(s.body)
+        if ref is not None and spec.mode == "DryRun":  # Apply refuses it (OwnedByController); DryRun only tells
+            notes.append(f"group {g.name}: Deployment {g.deployment} is controlled by {ref.describe()}; in mode Apply "
+                         "kvplan would refuse to write it (OwnedByController)")
         if s.helm_release:
             notes.append(f"group {g.name}: Deployment {g.deployment} is rendered by Helm release {s.helm_release}; "
                          "a helm upgrade restores the chart's values of the fields kvplan writes (docs/upgrade.md, "

@@ -1,6 +1,6 @@
 """Owners other than kvplan, through one whole reconcile at the level of the operator's Kubernetes wrapper: a
 Deployment another controller owns refuses the whole plan (``OwnedByController``, the owner named, nothing written
-but status) and the next reconcile after the owner lets go applies it; replicas owned by a scaler kvplan finds
+but status) and the next reconcile after the owner lets go applies it, while DryRun says so in a note; replicas owned by a scaler kvplan finds
 (AIBrix PodAutoscaler), by a field manager the spec names or by an external party are not written while the rest of
 the plan is, and status says who and why; a Helm release is named in status and notes; a data-parallel pod
 requests its engines' GPUs and the Deployment counts pods; an unknown data-parallel size or a pod larger than a
@@ -124,3 +124,12 @@ def test_data_parallel_pods_kvplan_cannot_count_are_refused(kube: FakeKube, args
     out = reconcile(kvplan(spec, kube), deps(kube))
     assert out.reason == reason and needle in out.message, out
     assert kube.writes == ["status"] and kube.deployments == before
+
+
+def test_dry_run_tells_of_a_controller_owned_deployment(kube: FakeKube) -> None:
+    kube.deployments["vllm-small"]["metadata"]["ownerReferences"] = [OWNER]
+    before = copy.deepcopy(kube.deployments)
+    out = reconcile(kvplan({**copy.deepcopy(SPEC), "mode": "DryRun"}, kube), deps(kube))
+    assert out.ok and kube.deployments == before
+    assert any("controlled by LLMInferenceService/chat" in n and C.OWNED_BY_CONTROLLER in n
+               for n in kube.status["plan"]["notes"])

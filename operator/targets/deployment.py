@@ -291,11 +291,14 @@ class DeploymentTarget:
                     f"Deployment {g.deployment}: its data-parallel size is known only at run time, so kvplan cannot "
                     "count the pod's GPUs (set --data-parallel-size-local literally)")
                 continue
-            if target.gpus_per_replica > g.node_pool.gpus_per_node:
+            room = min(g.node_pool.gpus_per_node, g.node_pool.gpu_count)
+            if target.gpus_per_replica > room:
+                where = (f"one node of the pool ({g.node_pool.gpus_per_node} GPUs)" if room == g.node_pool.gpus_per_node
+                         else f"the group's gpuCount {g.node_pool.gpu_count}")
                 refusals.setdefault(C.LAYOUT_EXCEEDS_NODE, []).append(
                     f"Deployment {g.deployment}: {target.dp_local} data-parallel engines x tp={target.tp} x "
-                    f"pp={target.pp} = {target.gpus_per_replica} GPUs per pod exceeds one node of the pool "
-                    f"({g.node_pool.gpus_per_node} GPUs); list only layouts that fit in spec.groups[].layouts")
+                    f"pp={target.pp} = {target.gpus_per_replica} GPUs per pod exceeds {where}; list only layouts "
+                    "that fit in spec.groups[].layouts")
                 continue
             clash = mount_conflict(body, container) if target.scheduler_cls is not None else None
             if clash:

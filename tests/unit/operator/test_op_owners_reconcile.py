@@ -107,20 +107,23 @@ def test_data_parallel_pods_request_their_engines_gpus(kube: FakeKube) -> None:
         "nvidia.com/gpu"] == str(big["tp"] * big["pp"])
 
 
-@pytest.mark.parametrize(("args", "layouts", "reason", "needle"), [
-    pytest.param(["sh", "-c", "vllm serve m --data-parallel-size-local $DP"], None, C.UNSUPPORTED_CONTAINER_LAYOUT,
+@pytest.mark.parametrize(("args", "layouts", "gpu_count", "reason", "needle"), [
+    pytest.param(["sh", "-c", "vllm serve m --data-parallel-size-local $DP"], None, 8, C.UNSUPPORTED_CONTAINER_LAYOUT,
                  "data-parallel size is known only at run time", id="runtime-dp"),
-    pytest.param(["--model", "m", "--data-parallel-size-local", "8"], [{"tp": 2}], C.LAYOUT_EXCEEDS_NODE,
+    pytest.param(["--model", "m", "--data-parallel-size-local", "8"], [{"tp": 2}], 16, C.LAYOUT_EXCEEDS_NODE,
                  "16 GPUs per pod exceeds one node", id="pod-larger-than-a-node"),
+    pytest.param(["--model", "m", "--data-parallel-size-local", "4"], [{"tp": 2}], 6, C.LAYOUT_EXCEEDS_NODE,
+                 "8 GPUs per pod exceeds the group's gpuCount 6", id="pod-larger-than-the-pool"),
 ])
 def test_data_parallel_pods_kvplan_cannot_count_are_refused(kube: FakeKube, args: list[str],
-                                                            layouts: list[Any] | None, reason: str,
+                                                            layouts: list[Any] | None, gpu_count: int, reason: str,
                                                             needle: str) -> None:
     kube.deployments["vllm-small"] = dep("vllm-small", [] if args[0] == "sh" else args)
     if args[0] == "sh":
         container(kube.deployments["vllm-small"])["command"] = args
     before = copy.deepcopy(kube.deployments)
-    spec = spec_with(layouts=layouts) if layouts else copy.deepcopy(SPEC)
+    spec = spec_with(**({"layouts": layouts} if layouts else {}))
+    spec["groups"][1]["nodePool"]["gpuCount"] = gpu_count
     out = reconcile(kvplan(spec, kube), deps(kube))
     assert out.reason == reason and needle in out.message, out
     assert kube.writes == ["status"] and kube.deployments == before

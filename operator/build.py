@@ -20,8 +20,8 @@ writes for it.
   instead of adding one, so every write of a re-layout lies inside the hour it is counted in (issue 26).
 
 ``DryRun`` builds the desired state (status reports it) but no writes. A target that cannot express the desired
-state (missing Deployment, another KVPlan's Deployment, one another controller owns, a shell string it cannot edit, an InferencePool that is
-not the group's) stops the phase with that target's reason; nothing is applied.
+state (missing Deployment, another KVPlan's Deployment, one another controller owns, a shell string it cannot edit,
+an InferencePool that is not the group's) stops the phase with that target's reason; nothing is applied.
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ DRY_RUN = "DryRun"
 HEALTHY = "Healthy"
 #: The spec passed the schema but not the operator's checks (message has every field path).
 INVALID_SPEC = "InvalidSpec"
-#: A listed layout needs more GPUs than one node of the pool has (multi-node serving is out of scope).
+#: A listed layout needs more GPUs than one node of the pool has (multi-node serving is out of scope), or a
+#: data-parallel pod (``--data-parallel-size-local`` engines x TP x PP) more than a node or the group's gpuCount.
 LAYOUT_EXCEEDS_NODE = "LayoutExceedsNode"
 #: Prometheus could not be queried; the last good plan is kept.
 PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"

@@ -11,7 +11,8 @@ Owned fields (everything else the user set is kept; listed in the annotation ``k
   removes them;
 - container ``resources.limits/requests["nvidia.com/gpu"]`` = DP_local x TP x PP (``--data-parallel-size-local``
   engines per pod, llm-d's layout; 1 without data parallelism; a value known only at run time is refused,
-  ``UnsupportedContainerLayout``, and so is a pod larger than one node of the pool, ``LayoutExceedsNode``);
+  ``UnsupportedContainerLayout``, and so is a pod larger than one node of the pool or than the group's ``gpuCount``,
+  ``LayoutExceedsNode``);
 - container env ``KVPLAN_RESERVE_<CLASS>`` read from the KVPlan's state ConfigMap (``configMapKeyRef``), so a
   reservation change never rolls pods; env of classes no longer in the spec is deleted;
 - pod ``nodeSelector`` (merged) and ``tolerations`` (the user's kept, the pool's added);
@@ -46,8 +47,9 @@ from .plugin_mount import is_plugin_scheduler, mount_conflict, plugin_drift, plu
 from .workload_owner import controller_ref, owner_target, refusal
 from .vllm_argv import scan
 from .vllm_view import view
-from .vllm_flags import (DP_FLAG, DP_LOCAL_FLAG, DP_RANK_FLAG, POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG, SEQS_FLAG, TP_FLAG, WATERMARK_FLAG, Unexpressible,
-                         dp_local, literal, read_flags, remove_flags, running, write_flags)
+from .vllm_flags import (DP_FLAG, DP_LOCAL_FLAG, DP_RANK_FLAG, POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG, SEQS_FLAG,
+                         TP_FLAG, WATERMARK_FLAG, Unexpressible, dp_local, literal, read_flags, remove_flags, running,
+                         write_flags)
 
 GPU_RESOURCE = "nvidia.com/gpu"
 DP_FLAGS = (DP_FLAG, DP_LOCAL_FLAG, DP_RANK_FLAG)

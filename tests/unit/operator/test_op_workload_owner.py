@@ -1,6 +1,7 @@
 """Who else manages a serving Deployment, the pure parts: the controller ownerReference (a KVPlan's is not a
 foreign controller), the owner-kind registry, field managers and who last wrote ``spec.replicas``, the Helm release;
-the custom scalers' lists (KEDA ScaledObject, AIBrix PodAutoscaler) and the order in which a group's replica owner
+the custom scalers' lists (KEDA ScaledObject, AIBrix PodAutoscaler; the wrapper's lists over a stub client: a 404 is
+"not installed", a 403 or 500 an error naming the call) and the order in which a group's replica owner
 is found, and the spec's ``replicaOwner`` refused with its field path; and data parallelism: engines per pod from
 vLLM's flags, pods from the plan's engines."""
 
@@ -215,3 +216,61 @@ def test_bad_replica_owner_names_the_field(replica_owner: dict[str, Any], path: 
     with pytest.raises(InvalidSpec) as info:
         parse_spec(spec)
     assert path in [p for p, _ in info.value.errors], info.value.errors
+
+
+class _ApiError(Exception):
+    """What the kubernetes client raises for an HTTP error (``status``, ``body``)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status, self.body = status, None
+
+
+class _Lists:
+    """The two client APIs ``Kube.autoscaled_deployments`` calls: HPAs, and custom objects per plural (a dict, or
+    an HTTP status to fail with)."""
+
+    def __init__(self, hpas: list[tuple[str, str, str]], custom: dict[str, dict[str, Any] | int]) -> None:
+        self.hpas, self.custom = hpas, custom
+        self.asked: list[str] = []
+
+    def list_namespaced_horizontal_pod_autoscaler(self, namespace: str, **_: Any) -> Any:
+        from types import SimpleNamespace as NS
+
+        return NS(items=[NS(metadata=NS(name=name), spec=NS(scale_target_ref=NS(kind=kind, name=target)))
+                         for name, kind, target in self.hpas])
+
+    def list_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str,
+                                      **_: Any) -> dict[str, Any]:
+        self.asked.append(f"{group}/{version}/{plural}")
+        answer = self.custom[plural]
+        if isinstance(answer, int):
+            raise _ApiError(answer)
+        return answer
+
+
+def kube_over(lists: _Lists) -> Any:
+    from kvplan_operator.kube import Kube
+
+    kube = Kube.__new__(Kube)  # no client: only the two list APIs are used
+    kube.autoscaling, kube.custom, kube.timeout_s = lists, lists, 1.0
+    return kube
+
+
+def test_autoscaled_deployments_lists_hpas_scaledobjects_and_podautoscalers() -> None:
+    lists = _Lists([("hpa-a", "Deployment", "vllm-a"), ("hpa-sts", "StatefulSet", "x")], {
+        "scaledobjects": 404, "podautoscalers": {"items": [scaler("kpa-b", {"kind": "Deployment", "name": "vllm-b"})]}})
+    assert kube_over(lists).autoscaled_deployments("ns") == {"vllm-a": "HorizontalPodAutoscaler/hpa-a",
+                                                             "vllm-b": "PodAutoscaler/kpa-b"}
+    assert lists.asked == ["keda.sh/v1alpha1/scaledobjects", "autoscaling.aibrix.ai/v1alpha1/podautoscalers"]
+
+
+@pytest.mark.parametrize(("status", "kind"), [pytest.param(403, "Forbidden", id="403"),
+                                              pytest.param(500, "InternalError", id="500")])
+def test_a_scaler_list_failing_otherwise_than_404_is_an_error(status: int, kind: str) -> None:
+    from kvplan_operator.kube import KubeError
+
+    lists = _Lists([], {"scaledobjects": {"items": []}, "podautoscalers": status})
+    with pytest.raises(KubeError) as info:
+        kube_over(lists).autoscaled_deployments("ns")
+    assert (info.value.call, info.value.kind, info.value.status) == ("list PodAutoscalers", kind, status)

@@ -32,6 +32,10 @@ LLMISVC_CRD = "config/crd/full/llmisvc/serving.kserve.io_llminferenceservices.ya
 #: LeaderWorkerSet: leaderworkerset.x-k8s.io/v1 (Apache-2.0).
 LWS = ("sigs.k8s.io/lws", "v0.8.0")
 LWS_CRD = "config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+#: KEDA: the ScaledObject CRD, keda.sh/v1alpha1 (Apache-2.0); v2.21.0 is the newest version the module proxy
+#: serves here. (AIBrix's PodAutoscaler CRD is not available: the proxy answers 403 for github.com/vllm-project/aibrix.)
+KEDA = ("github.com/kedacore/keda/v2", "v2.21.0")
+SCALEDOBJECT_CRD = "config/crd/bases/keda.sh_scaledobjects.yaml"
 
 
 def module_files(module: str, version: str, files: list[str], progress: Progress = print) -> Path:
@@ -80,3 +84,6 @@ def workload_crds(progress: Progress = print) -> dict[str, Path]:
     ks = module_files(*KSERVE, [LLMISVC_CRD], progress)
     lws = module_files(*LWS, [LWS_CRD], progress)
     return {"llminferenceservices": ks / LLMISVC_CRD, "leaderworkersets": lws / LWS_CRD}
+def keda_crd(progress: Progress = print) -> Path:
+    """KEDA's upstream ScaledObject CRD file."""
+    return module_files(*KEDA, [SCALEDOBJECT_CRD], progress) / SCALEDOBJECT_CRD

@@ -39,7 +39,8 @@ DRY_RUN = "DryRun"
 HEALTHY = "Healthy"
 #: The spec passed the schema but not the operator's checks (message has every field path).
 INVALID_SPEC = "InvalidSpec"
-#: A listed layout needs more GPUs than one node of the pool has (multi-node serving is out of scope).
+#: A listed layout needs more GPUs than one node of the pool has (multi-node serving is out of scope), or a
+#: data-parallel pod (``--data-parallel-size-local`` engines x TP x PP) more than a node or the group's gpuCount.
 LAYOUT_EXCEEDS_NODE = "LayoutExceedsNode"
 #: Prometheus could not be queried; the last good plan is kept.
 PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
@@ -72,6 +73,11 @@ READ_FAILED = "ReadFailed"
 #: A target Deployment (or the router ConfigMap / HTTPRoute) carries another KVPlan's ``kvplan.io/owner`` and that
 #: KVPlan exists; nothing applied.
 OWNED_BY_OTHER = "OwnedByOther"
+#: A target Deployment has a controller ownerReference (``controller: true``) to an object kvplan has no target for
+#: (KServe's LLMInferenceService, production-stack's VLLMRuntime, any other operator): that controller restores its
+#: pod template, so a write would only start an endless rollout. The message names the owner (kind/name and
+#: apiVersion) and the Deployment's field managers; nothing applied, the last good plan stays in force.
+OWNED_BY_CONTROLLER = "OwnedByController"
 #: The vLLM container's command/args cannot express the planned flags (e.g. a shell script that takes
 #: ``--tensor-parallel-size`` from a variable, or no ``vllm serve`` to attach a flag to); nothing applied.
 UNSUPPORTED_CONTAINER_LAYOUT = "UnsupportedContainerLayout"
@@ -130,7 +136,7 @@ REASONS: tuple[str, ...] = (
     PROMETHEUS_URL_REFUSED, PROMETHEUS_REJECTED, PROMETHEUS_QUERY_ERROR, PROMETHEUS_BAD_RESPONSE, INVALID_HISTOGRAM,
     NO_RATE_DATA, INVALID_RATE, AUTH_SECRET_MISSING, STATUS_WRITE_FAILED, INTERNAL_ERROR, APPLYING,
     PROMETHEUS_AUTH_REFUSED, PROMETHEUS_TLS_ERROR, METRIC_ABSENT, TOO_MANY_SERIES, STALE_SAMPLES,
-    WORKLOAD_MISSING, UNSUPPORTED_WORKLOAD_FIELD,
+    WORKLOAD_MISSING, UNSUPPORTED_WORKLOAD_FIELD, OWNED_BY_CONTROLLER,
 )
 #: Failures of observation: the operator keeps serving the last good plan (Degraded=True; Ready stays True when a
 #: plan was applied before) and retries with backoff.
@@ -175,6 +181,17 @@ RULES_PENDING = "RulesPending"
 #: ``vllm/vllm-openai:vX.Y.Z`` image): no version-gated knob (``--watermark``, the plugin) is written for it; the
 #: message names the group and how to state the version. The rest of the plan applies.
 ENGINE_VERSION_UNKNOWN = "EngineVersionUnknown"
+# --- Who owns a group's replicas (``status.plan.groups.<g>.replicasReason``; not condition reasons) ----------------
+#: kvplan writes ``spec.replicas``.
+REPLICAS_BY_KVPLAN = "ManagedByKVPlan"
+#: An HPA (autoscaling/v2), a KEDA ScaledObject or an AIBrix PodAutoscaler targets the Deployment.
+REPLICAS_BY_AUTOSCALER = "OwnedByAutoscaler"
+#: A field manager listed in ``spec.groups[].replicaOwner.fieldManagers`` last wrote ``spec.replicas``.
+REPLICAS_BY_FIELD_MANAGER = "OwnedByFieldManager"
+#: ``spec.groups[].replicaOwner.policy: External``: someone kvplan cannot see scales the Deployment.
+REPLICAS_EXTERNAL = "External"
+REPLICA_REASONS = (REPLICAS_BY_KVPLAN, REPLICAS_BY_AUTOSCALER, REPLICAS_BY_FIELD_MANAGER, REPLICAS_EXTERNAL)
+
 REASONS = REASONS + (KNOBS_IN_FORCE, KNOB_UNSUPPORTED, KNOBS_HELD, KNOB_RULE_FAILED, RESERVE_RULE_FAILED,
                      RULES_PENDING, ENGINE_VERSION_UNKNOWN)
 

@@ -48,10 +48,13 @@ class GroupTarget:
     scheduling_policy: str | None = None
     #: ``--scheduler-cls`` of kvplan's plugin; None: the plugin is off (kvplan removes what it added, if anything).
     scheduler_cls: str | None = None
+    #: vLLM engines per pod (``--data-parallel-size-local``; 1 without data parallelism). ``replicas`` counts pods.
+    dp_local: int = 1
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.tp * self.pp
+        """GPUs one pod requests: local data parallelism x TP x PP."""
+        return self.dp_local * self.tp * self.pp
 
     @property
     def layout(self) -> tuple[int, int]:

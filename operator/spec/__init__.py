@@ -19,6 +19,7 @@ from kvcore import HistorySource as SourceName
 from .base import CONFIGMAP_KEY, DNS_SUBDOMAIN, HEADER_NAME, HEADER_VALUE, SpecModel, parse_duration
 from .engine import Engine, Plugin, class_rule_errors
 from .prometheus import Prometheus, prometheus_errors
+from .replicas import ReplicaOwner
 
 #: Default node selector per GPU type: the catalogue's node label (NVIDIA GPU feature discovery's
 #: ``nvidia.com/gpu.product``, AMD's node labeller's ``amd.com/gpu.product-name``), kvcore.profiles.gpus.
@@ -106,6 +107,7 @@ class Group(SpecModel):
     layouts: tuple[Layout, ...] = Field(_DEFAULT_LAYOUTS, min_length=1)
     engine: Engine = Engine()
     plugin: Plugin = Plugin()
+    replica_owner: ReplicaOwner = ReplicaOwner()
 
     @property
     def service_name(self) -> str:

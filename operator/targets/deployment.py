@@ -9,7 +9,10 @@ Owned fields (everything else the user set is kept; listed in the annotation ``k
   what the container runs already, vLLM's default when the flag is absent, is not written), and with the plugin
   the volume, mount and env of the group's own reservation file (:mod:`.plugin_mount`); turning the plugin off
   removes them;
-- container ``resources.limits/requests["nvidia.com/gpu"]`` = TP x PP;
+- container ``resources.limits/requests["nvidia.com/gpu"]`` = DP_local x TP x PP (``--data-parallel-size-local``
+  engines per pod, llm-d's layout; 1 without data parallelism; a value known only at run time is refused,
+  ``UnsupportedContainerLayout``, and so is a pod larger than one node of the pool or than the group's ``gpuCount``,
+  ``LayoutExceedsNode``);
 - the env ``KVPLAN_RESERVE_<CLASS>`` that earlier releases set (read by nothing) is deleted (:mod:`.legacy_reserve`);
 - pod ``nodeSelector`` (merged) and ``tolerations`` (the user's kept, the pool's added);
 - ``spec.replicas`` unless an HPA or KEDA ScaledObject targets the Deployment;
@@ -19,7 +22,10 @@ Owned fields (everything else the user set is kept; listed in the annotation ``k
   found) changed with every reservation, so at 256 classes x 64 groups nearly every re-plan patched all 64
   Deployments for a value no pod reads.
 
-A Deployment whose ``kvplan.io/owner`` names another KVPlan that still exists is refused (``OwnedByOther``). A
+A Deployment whose ``kvplan.io/owner`` names another KVPlan that still exists is refused (``OwnedByOther``); one
+that another controller owns (a controller ownerReference: KServe, production-stack's VLLMRuntime, any operator) is
+refused (``OwnedByController``, naming the owner), unless :data:`.workload_owner.OWNER_TARGETS` has a target for
+the owner's kind among the targets that ran (then that target acts on the owner and this one leaves the group). A
 group served by a KServe LLMInferenceService or a LeaderWorkerSet (:mod:`.workload`) is left to their targets.
 """
 
@@ -40,11 +46,15 @@ from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
 from .legacy_reserve import legacy_env
 from .workload import served_by_deployment
 from .plugin_mount import is_plugin_scheduler, mount_conflict, plugin_drift, plugin_patch
-from .vllm_flags import (ACTIVE_SEQS_FLAG, POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG, SEQS_FLAG, TP_FLAG, WATERMARK_FLAG,
-                         UnreadableConfig, Unexpressible,
-                         literal, read_flags, remove_flags, running, write_flags)
+from .workload_owner import controller_ref, owner_target, refusal
+from .vllm_argv import scan
+from .vllm_view import view
+from .vllm_flags import (ACTIVE_SEQS_FLAG, DP_FLAG, DP_LOCAL_FLAG, DP_RANK_FLAG, POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG,
+                         SEQS_FLAG, TP_FLAG, WATERMARK_FLAG, UnreadableConfig, Unexpressible, dp_local, literal,
+                         read_flags, remove_flags, running, write_flags)
 
 GPU_RESOURCE = "nvidia.com/gpu"
+DP_FLAGS = (DP_FLAG, DP_LOCAL_FLAG, DP_RANK_FLAG)
 
 
 def gpu_resource(group: Group) -> str:
@@ -82,6 +92,19 @@ def read_layout(body: Mapping[str, Any] | None, container: str | None
         except (KeyError, ValueError):
             pass
     return (_int(flags[TP_FLAG]) or 1, _int(flags[PP_FLAG]) or 1), False, seqs
+
+
+def read_dp_local(body: Mapping[str, Any] | None, container: str | None) -> int | None:
+    """vLLM engines per pod of a Deployment (data parallelism, :func:`.vllm_flags.dp_local`): 1 when it is missing
+    or its vLLM argv has no data-parallel flag (as TP and PP read 1 when absent); None when a data-parallel flag is
+    there and its value, or a later word, is known only at run time."""
+    c = find_container(body, container) if body is not None else None
+    if c is None:
+        return 1
+    n = dp_local(read_flags(c))
+    if n is None and not any(scan(view(c).argv, DP_FLAGS)[0].values()):
+        return 1
+    return n
 
 
 def flags_layout(body: Mapping[str, Any] | None, container: str | None) -> tuple[int, int] | None:
@@ -250,6 +273,11 @@ class DeploymentTarget:
             if conflict:
                 refusals.setdefault(C.OWNED_BY_OTHER, []).append(conflict)
                 continue
+            ref = controller_ref(body)
+            if ref is not None:
+                if owner_target(ref, frozenset(inp.observed)) is None:
+                    refusals.setdefault(C.OWNED_BY_CONTROLLER, []).append(refusal(g.deployment, ref, body))
+                continue
             container = find_container(body, g.container)
             if container is None:
                 refusals.setdefault(C.CONTAINER_NOT_FOUND, []).append(
@@ -257,6 +285,21 @@ class DeploymentTarget:
                 continue
             stale = legacy_env(container)
             target = inp.desired.groups[g.name]
+            dp = read_dp_local(body, g.container)
+            if dp is None:
+                refusals.setdefault(C.UNSUPPORTED_CONTAINER_LAYOUT, []).append(
+                    f"Deployment {g.deployment}: its data-parallel size is known only at run time, so kvplan cannot "
+                    "count the pod's GPUs (set --data-parallel-size-local literally)")
+                continue
+            room = min(g.node_pool.gpus_per_node, g.node_pool.gpu_count)
+            if target.gpus_per_replica > room:
+                where = (f"one node of the pool ({g.node_pool.gpus_per_node} GPUs)" if room == g.node_pool.gpus_per_node
+                         else f"the group's gpuCount {g.node_pool.gpu_count}")
+                refusals.setdefault(C.LAYOUT_EXCEEDS_NODE, []).append(
+                    f"Deployment {g.deployment}: {target.dp_local} data-parallel engines x tp={target.tp} x "
+                    f"pp={target.pp} = {target.gpus_per_replica} GPUs per pod exceeds {where}; list only layouts "
+                    "that fit in spec.groups[].layouts")
+                continue
             clash = mount_conflict(body, container) if target.scheduler_cls is not None else None
             if clash:
                 refusals.setdefault(C.UNSUPPORTED_CONTAINER_LAYOUT, []).append(
@@ -281,8 +324,8 @@ class DeploymentTarget:
                 moves = flags_layout(body, g.container) != target.layout
                 writes.append(Write(Stage.LAYOUT, self.name, "Deployment", g.deployment, "patch", patch,
                                     tuple(drift), relayout=adopted and moves))
-        for reason in (C.OWNED_BY_OTHER, C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND, C.UNREADABLE_ENGINE_CONFIG,
-                       C.UNSUPPORTED_CONTAINER_LAYOUT):
+        for reason in (C.OWNED_BY_OTHER, C.OWNED_BY_CONTROLLER, C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND,
+                       C.UNREADABLE_ENGINE_CONFIG, C.UNSUPPORTED_CONTAINER_LAYOUT, C.LAYOUT_EXCEEDS_NODE):
             if reason in refusals:
                 others = [m for r, ms in refusals.items() if r != reason for m in ms]
                 raise TargetRefused(reason, "; ".join(refusals[reason] + others))

@@ -46,7 +46,13 @@ POLICY_FLAG = "--scheduling-policy"
 SCHEDULER_FLAG = "--scheduler-cls"
 #: Read only: kvplan never writes it.
 EXECUTOR_FLAG = "--distributed-executor-backend"
-FLAGS = (TP_FLAG, PP_FLAG, SEQS_FLAG, ACTIVE_SEQS_FLAG, WATERMARK_FLAG, POLICY_FLAG, SCHEDULER_FLAG, EXECUTOR_FLAG)
+#: Read only: data parallelism. A pod runs ``--data-parallel-size-local`` engines of TP x PP GPUs each (absent:
+#: ``--data-parallel-size``, or 1 with ``--data-parallel-rank``, vLLM's external load balancing; ``dp_local``).
+DP_FLAG = "--data-parallel-size"
+DP_LOCAL_FLAG = "--data-parallel-size-local"
+DP_RANK_FLAG = "--data-parallel-rank"
+FLAGS = (TP_FLAG, PP_FLAG, SEQS_FLAG, ACTIVE_SEQS_FLAG, WATERMARK_FLAG, POLICY_FLAG, SCHEDULER_FLAG, EXECUTOR_FLAG,
+         DP_FLAG, DP_LOCAL_FLAG, DP_RANK_FLAG)
 #: What vLLM 0.33 runs when a knob's flag is absent: the A100 defaults (``EngineArgs.get_batch_defaults``: 256
 #: sequences below 70 GiB or on an A100; H100/H200 get 1024), no watermark, first come first served.
 VLLM_DEFAULTS = {SEQS_FLAG: "256", WATERMARK_FLAG: "0", POLICY_FLAG: "fcfs"}
@@ -84,6 +90,22 @@ def running(flags: Mapping[str, str | None], flag: str) -> str | None:
         return f"{float(text):g}" if flag == WATERMARK_FLAG else text
     except ValueError:
         return text
+
+
+def dp_local(flags: Mapping[str, str | None]) -> int | None:
+    """vLLM engines one pod runs (data parallelism on one node, vLLM 0.33's ``EngineArgs``), from
+    :func:`read_flags`'s ``flags``: ``--data-parallel-size-local``, else 1 with ``--data-parallel-rank`` (external
+    load balancing), else ``--data-parallel-size``, else 1. None when a value that decides it is not a positive
+    literal integer (``$DP``)."""
+    for flag in (DP_LOCAL_FLAG, DP_RANK_FLAG, DP_FLAG):
+        raw = flags.get(flag)
+        if raw is None:
+            continue
+        text = literal(raw)
+        if flag == DP_RANK_FLAG:
+            return 1 if text is not None and text.isdigit() else None
+        return int(text) if text is not None and text.isdigit() and int(text) > 0 else None
+    return 1
 
 
 def read_flag(args: Sequence[str], flag: str) -> str | None:

@@ -254,4 +254,5 @@ def test_hpa_keeps_replicas(crd, kube_api, kube, namespace, prometheus, traces_d
     body = fetch(kube, namespace)
     assert kube.get_deployment(namespace, "vllm-a")["spec"]["replicas"] == 1
     assert body["status"]["plan"]["groups"]["pool-a"]["replicasManagedBy"] == "HorizontalPodAutoscaler/vllm-a"
+    assert body["status"]["plan"]["groups"]["pool-a"]["replicasReason"] == C.REPLICAS_BY_AUTOSCALER
     assert any("replicas left to HorizontalPodAutoscaler/vllm-a" in n for n in body["status"]["plan"]["notes"])

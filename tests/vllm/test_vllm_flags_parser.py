@@ -13,6 +13,7 @@ abbreviations, ``# comments``, ``echo vllm serve``, ``"$@"``, ``python -m vllm.e
   ``-tp``/``-pp=3``/``--pipeline_parallel_size``, a later duplicate in another spelling) written with the knobs
   too: vLLM must run kvplan's ``--max-num-seqs``, ``--scheduling-policy`` and ``--watermark``, and kvplan's reading
   of the original must be vLLM's;
+- the data-parallel flags kvplan reads (they decide how many GPUs a pod needs) are read as vLLM's parser reads them;
 - every refusal the rules make on vLLM's behalf is checked to be one vLLM would make a difference on: an
   abbreviation kvplan refuses is one vLLM 0.33 accepts as that flag or rejects, never one it reads as another.
 """
@@ -28,13 +29,23 @@ import pytest
 
 from kvplan_dev.vllm_overlay import vllm_env
 from kvplan_operator.targets.vllm_argv import SHORT
-from kvplan_operator.targets.vllm_flags import Unexpressible, read_flags, write_flags
+from kvplan_operator.targets.vllm_flags import (DP_FLAG, DP_LOCAL_FLAG, DP_RANK_FLAG, Unexpressible, read_flags,
+                                                write_flags)
 from vllm_flag_cases import (API, CASES, KNOB_CASES, KNOB_WANT, WANT, container, stubs,  # type: ignore[import-not-found]
                              vllm_invocations)
 
 pytestmark = pytest.mark.vllm
 
 JUDGE = Path(__file__).with_name("vllm_argv_judge.py")
+#: Data-parallel argvs (every spelling kvplan reads, short names beside other ``-dp*`` options, the last one winning).
+DP_CASES = {
+    "long": ["--data-parallel-size", "4", "--data-parallel-size-local", "2"],
+    "short": ["-dp", "8", "-dpl", "4", "-dpp", "13345", "-dpa", "10.0.0.1"],
+    "underscore-equals": ["--data_parallel_size=2", "--data-parallel-size-local=2"],
+    "last-wins": ["-dpl", "1", "--data-parallel-size-local", "2", "-dp", "2"],
+    "rank": ["-dp", "4", "-dpn", "1"],
+    "size-only": ["--data-parallel-size", "2"],
+}
 
 
 def prog_of(case_command: list[str], script_or_argv: str) -> str:
@@ -81,6 +92,8 @@ def verdicts(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
         for word in (short, short + "=3", short[:2]):
             jobs.append({"id": f"short/{word}", "prog": "serve", "argv": ["m", word, "3"] if "=" not in word
                          else ["m", word]})
+    for case_id, argv in DP_CASES.items():  # the data-parallel flags kvplan only reads
+        jobs.append({"id": f"dp/{case_id}", "prog": "serve", "argv": ["m", *argv]})
     src, out = tmp / "in.json", tmp / "out.json"
     src.write_text(json.dumps(jobs), encoding="utf-8")
     proc = subprocess.run([str(vllm_python), str(JUDGE), str(src), str(out)], capture_output=True, text=True,
@@ -106,8 +119,9 @@ def test_vllm_runs_the_knobs_kvplan_wrote_in_any_spelling(case_id: str, verdicts
     """``--max_num_seqs``, ``--flag=value`` and the ``-tp``/``-pp`` aliases, rewritten in place: vLLM 0.33's parser
     runs kvplan's values, and kvplan's reading of the original equals vLLM's."""
     answers = verdicts["vllm"]
-    assert answers[f"{case_id}/after/0"] == {"tp": 4, "pp": 2, "seqs": 48, "active": 24, "policy": "priority",
-                                             "watermark": 0.05}
+    after = answers[f"{case_id}/after/0"]
+    assert {k: after.get(k) for k in ("tp", "pp", "seqs", "active", "policy", "watermark")} == {
+        "tp": 4, "pp": 2, "seqs": 48, "active": 24, "policy": "priority", "watermark": 0.05}
     before = answers[f"{case_id}/before/0"]
     assert "error" not in before, before
     flags = read_flags(container(KNOB_CASES[case_id]))
@@ -133,6 +147,17 @@ def test_kvplan_reads_what_vllm_reads(case_id: str, verdicts: dict[str, Any]) ->
         text = flags[flag] or "1"
         if text.isdigit():  # kvplan claims a value (else it says it is known only at run time: no claim)
             assert int(text) == runs[0][key], (flag, flags, runs[0])
+
+
+@pytest.mark.parametrize("case_id", list(DP_CASES))
+def test_kvplan_reads_the_data_parallel_flags_as_vllm_does(case_id: str, verdicts: dict[str, Any]) -> None:
+    """kvplan's reading of the data-parallel flags (which decide a pod's GPUs) is vLLM's parser's."""
+    answer = verdicts["vllm"][f"dp/{case_id}"]
+    assert "error" not in answer, answer
+    flags = read_flags({"name": "vllm", "args": ["m", *DP_CASES[case_id]]})
+    for key, flag, default in (("dp", DP_FLAG, 1), ("dpl", DP_LOCAL_FLAG, None), ("dpn", DP_RANK_FLAG, None)):
+        text = flags[flag]  # absent: vLLM's default, which kvplan's count assumes too
+        assert (int(text) if text is not None else default) == answer[key], (flag, flags, answer)
 
 
 def test_refused_spellings_are_ones_vllm_reads_as_the_flag_or_rejects(verdicts: dict[str, Any]) -> None:

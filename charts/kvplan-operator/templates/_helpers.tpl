@@ -77,14 +77,18 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
-# Autoscalers are only listed: a Deployment targeted by an HPA or a KEDA ScaledObject keeps its replicas.
-# The ScaledObject rule is needed even without KEDA: authorisation comes before the apiserver's 404, and the
-# operator treats 404 as "KEDA not installed" but 403 as an error.
+# Autoscalers are only listed: a Deployment targeted by an HPA, a KEDA ScaledObject or an AIBrix PodAutoscaler
+# keeps its replicas. The ScaledObject and PodAutoscaler rules are needed even without KEDA or AIBrix:
+# authorisation comes before the apiserver's 404, and the operator treats 404 as "not installed" but 403 as an
+# error.
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
   verbs: ["get", "list"]
 - apiGroups: ["keda.sh"]
   resources: ["scaledobjects"]
+  verbs: ["get", "list"]
+- apiGroups: ["autoscaling.aibrix.ai"]
+  resources: ["podautoscalers"]
   verbs: ["get", "list"]
 {{- if .Values.httpRoute.enabled }}
 # Gateway API HTTPRoutes named in spec.router: read by name, backendRef weights patched.

@@ -80,7 +80,7 @@ def capacity_view(spec: KVPlanSpec, engines: Mapping[str, EngineCapacity] | None
         elif layout is None:
             why = "the Deployment's layout is unknown; using the profile"
         elif unsettled.get(g.name):
-            why = f"the Deployment's layout is not known to be running: {unsettled[g.name]}; using the profile"
+            why = f"layout not known to run ({unsettled[g.name]}): using the profile"
         elif prof is None:
             why = f"no feasible profile for tp={layout[0]} pp={layout[1]} to scale; using the profile"
         if why:

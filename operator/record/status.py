@@ -9,8 +9,9 @@ like the plan):
   method's certified bound), ``decision`` (disruption policy), ``groups.<g>`` {tp, pp, replicas, gpusPerReplica,
   kvCapacityTokens, throughputTokensPerSecond, utilisation, waitingSeconds, arrivalRate, maxNumSeqs,
   replicasManagedBy, replicasReason (``ManagedByKVPlan``, ``OwnedByAutoscaler``, ``OwnedByFieldManager``,
-  ``External``), helmRelease (the Helm release rendering the Deployment, or null), enginesPerPod and gpusPerPod
-  (data parallelism: the Deployment's replicas count pods of enginesPerPod engines), podReplicas, capacity {source (engine | profile), tp, pp (the running layout), engineKvCapacityTokens,
+  ``External``), podReplicas (the Deployment's replicas), helmRelease (the Helm release rendering the Deployment;
+  absent when none), enginesPerPod and gpusPerPod (only with data parallelism: the Deployment's replicas count pods
+  of enginesPerPod engines), maxNumActiveSeqs (only when written), capacity {source (engine | profile), tp, pp (the running layout), engineKvCapacityTokens,
   profileKvCapacityTokens, scale, engines, kvCacheUsage, preemptionsPerSecond, note}}, ``classCounts`` {total,
   admitted, refused}, ``notes`` (the first :data:`STATUS_NOTES`), ``detail`` {configMaps, format, bytes, digest}:
   where the rest is (:mod:`kvplan_operator.targets.plandetail`: per class reservation, radius, routing, prefix fractions,
@@ -61,10 +62,12 @@ def _num(x: float, digits: int = 6) -> float | str | None:
 def workload_body(*, replica_reason: str, helm: str | None, target: GroupTarget | None) -> dict[str, Any]:
     """A group's Deployment as kvplan sees it: why its replicas are (not) kvplan's, its Helm release, and its pods
     (engines and GPUs per pod, and how many pods the plan's engines make)."""
-    return {"replicasReason": replica_reason, "helmRelease": helm,
-            "enginesPerPod": target.dp_local if target else None,
-            "gpusPerPod": target.gpus_per_replica if target else None,
-            "podReplicas": target.replicas if target else None}
+    body: dict[str, Any] = {"replicasReason": replica_reason, "podReplicas": target.replicas if target else None}
+    if helm is not None:  # absent, not null: at 64 groups every key costs status bytes
+        body["helmRelease"] = helm
+    if target is not None and target.dp_local > 1:
+        body |= {"enginesPerPod": target.dp_local, "gpusPerPod": target.gpus_per_replica}
+    return body
 
 
 def capacity_body(cap: GroupCapacity | None) -> dict[str, Any] | None:
@@ -126,11 +129,12 @@ def plan_body(plan: Plan, *, targets: Mapping[str, GroupTarget], autoscalers: Ma
             "utilisation": _num(g.utilisation, 4), "waitingSeconds": _num(g.waiting_seconds, 6),
             "arrivalRate": _num(g.arrival_rate, 4),
             "maxNumSeqs": t.max_num_seqs if t else None,
-            "maxNumActiveSeqs": t.max_num_active_seqs if t else None,
             "replicasManagedBy": autoscalers.get(g.name) or "kvplan",
             "capacity": capacity_body((capacity or {}).get(g.name)),
             **dict((workloads or {}).get(g.name) or {}),
         }
+        if t is not None and t.max_num_active_seqs is not None:
+            groups[g.name]["maxNumActiveSeqs"] = t.max_num_active_seqs
     admitted = sum(1 for c in plan.classes if c.admitted)
     shown = list(notes[:STATUS_NOTES])
     if len(notes) > STATUS_NOTES:

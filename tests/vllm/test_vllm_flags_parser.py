@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from kvplan_dev.vllm_overlay import vllm_env
-from kvplan_operator.targets.vllm_argv import SHORT
+from kvplan_operator.targets.vllm_argv import READ_SHORT, SHORT
 from kvplan_operator.targets.vllm_flags import (DP_FLAG, DP_LOCAL_FLAG, DP_RANK_FLAG, Unexpressible, read_flags,
                                                 write_flags)
 from vllm_flag_cases import (API, CASES, KNOB_CASES, KNOB_WANT, WANT, container, stubs,  # type: ignore[import-not-found]
@@ -202,7 +202,7 @@ def test_every_short_alias_vllm_declares_for_the_flags_kvplan_reads_is_known(vll
                           text=True, timeout=600, check=False, cwd="/", env=vllm_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     options: dict[str, list[str]] = json.loads(proc.stdout.strip().splitlines()[-1])
-    known = {**SHORT, **SHORT_CONFIGS}
+    known = {**SHORT, **READ_SHORT, **SHORT_CONFIGS}
     assert set(options) >= set(FLAGS), sorted(set(FLAGS) - set(options))  # vLLM has every flag kvplan writes
     for flag, strings in options.items():
         shorts = {s for s in strings if not s.startswith("--")}

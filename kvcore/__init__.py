@@ -49,6 +49,12 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "FRONTIER_WATERMARKS": ("kvcore.evaluate.engine", "FRONTIER_WATERMARKS"),
     "measure_row": ("kvcore.evaluate.engine", "measure_row"),
     "run_variant": ("kvcore.evaluate.engine", "run_variant"),
+    "evaluate_slo_capacity": ("kvcore.evaluate.slo_capacity", "evaluate_slo_capacity"),
+    "saturation_rps": ("kvcore.evaluate.saturation", "saturation_rps"),
+    "SloEvaluation": ("kvcore.evaluate.slo_capacity", "SloEvaluation"),
+    "SloRow": ("kvcore.evaluate.slo_capacity", "SloRow"),
+    "SLO_METHODS": ("kvcore.evaluate.slo_methods", "SLO_METHODS"),
+    "find_slo_rate": ("kvcore.evaluate.slo_search", "find_slo_rate"),
     "request_cost": ("kvcore.evaluate.harness", "request_cost"),
     "binned_history": ("kvcore.evaluate.observe", "binned_history"),
     "Scenario": ("kvcore.evaluate.oracle", "Scenario"),
@@ -163,8 +169,8 @@ __all__ = [
     "class_histories", "class_rho", "ClassHistory", "ClassPlan", "ClassSpec", "cost_ratio", "CostSpec",
     "DEFAULT_METHODS", "DEFAULT_MODEL", "DEFAULT_RADIUS", "DEFAULT_RHOS", "DEFAULT_SHIFTS", "drift_radius",
     "engine_rho", "EngineConfig", "EngineEvaluation", "EngineFleet", "EngineRow", "EngineSetup", "ENVOY_TOKEN_TYPE",
-    "ENVOY_TOKEN_USAGE", "episodes_for", "evaluate_engine", "Evaluation", "exact_bounds", "exposed_side",
-    "FileProblem", "FLEET_BYTES_PER_SAMPLE", "FRONTIER_WATERMARKS", "gate", "generate_fleet", "generate_instance",
+    "ENVOY_TOKEN_USAGE", "episodes_for", "evaluate_engine", "evaluate_slo_capacity", "Evaluation", "exact_bounds", "exposed_side",
+    "FileProblem", "find_slo_rate", "FLEET_BYTES_PER_SAMPLE", "FRONTIER_WATERMARKS", "gate", "generate_fleet", "generate_instance",
     "get_policy", "gm_markdown", "GPU_CATALOGUE", "GpuType", "GroupEngine", "GroupPlan", "GroupReplays",
     "GroupSpec", "History", "HistorySource", "input_error", "InputError", "Instance", "Jobs", "KnobClass",
     "knobs_for_plan", "kvplan_buckets", "KVPLAN_CLASS_LABEL", "KVPLAN_OUTPUT_TOKENS", "Layout", "LAYOUTS",
@@ -174,9 +180,9 @@ __all__ = [
     "read_regular_file", "register_policy", "render_reservations", "ReplaySet", "ReplayStore", "request_cost",
     "resample_trace", "ReservationResult", "Reservations", "ReservationsError", "reserve", "ReserveChoice",
     "reserves_for_plan", "resolve_lmax", "resolve_profile", "roofline", "run_evaluation", "run_fast",
-    "run_reference", "run_variant", "Samples", "Scenario", "series", "Shape", "shift_blind_bound",
+    "run_reference", "run_variant", "Samples", "saturation_rps", "Scenario", "series", "Shape", "shift_blind_bound",
     "ShiftBlindBound", "Side", "SimGroup", "SimPolicy", "simulate_engine", "SKEW_FRACTION", "SKEW_REQUESTS",
-    "SloSpec", "solve_dro_exact", "solve_dro_lp", "solve_exact", "split_episodes", "StepTiming", "Trace",
+    "SLO_METHODS", "SloEvaluation", "SloRow", "SloSpec", "solve_dro_exact", "solve_dro_lp", "solve_exact", "split_episodes", "StepTiming", "Trace",
     "vllm_buckets", "VLLM_CACHE_CONFIG_INFO", "VLLM_GENERATION_TOKENS", "VLLM_GENERATION_TOKENS_ESCAPED",
     "VLLM_KV_CACHE_USAGE", "VLLM_PREEMPTIONS", "wasserstein1_side", "WATERMARK_MIN_VERSION", "with_horizon",
     "Workload",
@@ -211,6 +217,12 @@ if TYPE_CHECKING:
     from kvcore.evaluate.engine import FRONTIER_WATERMARKS as FRONTIER_WATERMARKS
     from kvcore.evaluate.engine import measure_row as measure_row
     from kvcore.evaluate.engine import run_variant as run_variant
+    from kvcore.evaluate.slo_capacity import evaluate_slo_capacity as evaluate_slo_capacity
+    from kvcore.evaluate.saturation import saturation_rps as saturation_rps
+    from kvcore.evaluate.slo_capacity import SloEvaluation as SloEvaluation
+    from kvcore.evaluate.slo_capacity import SloRow as SloRow
+    from kvcore.evaluate.slo_methods import SLO_METHODS as SLO_METHODS
+    from kvcore.evaluate.slo_search import find_slo_rate as find_slo_rate
     from kvcore.evaluate.harness import request_cost as request_cost
     from kvcore.evaluate.observe import binned_history as binned_history
     from kvcore.evaluate.oracle import Scenario as Scenario

@@ -11,14 +11,13 @@ reading).
 timestamps gets Poisson arrivals from ``seed`` at the rate (:func:`kvcore.evaluate.engine.replay_workload`: one
 stream of unit gaps scaled by 1/rate, so every rate sees the same sequence, only faster or slower).
 
-**Search** (:mod:`kvcore.evaluate.slo_search`): bracket from half the measured saturation rate, then bisect to 1%;
+**Search** (:mod:`kvcore.evaluate.slo_search`): bracket from half the saturation rate, then bisect to 1%;
 every replay is seeded, so the answer is deterministic. It assumes attainment does not rise with the rate and never
 reports a rate it did not measure to meet the share.
 
-**Load** here is the rate over the saturation rate measured in the engine model, prefill included
-(:func:`saturation_rps`): every replayed request arriving at once on vLLM's defaults, requests finished per second
-while the queue is full. A finite replay can meet a 90% share above it (the queue has not grown long enough yet),
-so load can exceed 1 at the lower share.
+**Load** is the rate over the saturation rate measured in the engine model, prefill included
+(:mod:`kvcore.evaluate.saturation`, the evaluation's one definition: ``setup.capacity_rps``). A finite replay can
+meet a 90% share above it (the queue has not grown long enough yet), so load can exceed 1 at the lower share.
 
 **Rows** per (method, share): ``slo_rate_rps``, ``ratio_vs_default`` (over vllm-default's at the same share), and at
 that rate preemptions, recomputed tokens, stalled share, P99 of the longest token gap, TTFT P99, P99 of the
@@ -39,8 +38,9 @@ from kvcore.evaluate.engine import EngineFleet, EngineSetup
 from kvcore.evaluate.slo_methods import SLO_METHODS, MethodRun, MethodRunner
 from kvcore.evaluate.slo_search import AttainmentCurve, SloRate, find_slo_rate
 from kvcore.history.traces import Trace
-from kvcore.sim import SimGroup, SimPolicy, Workload
-from kvcore.sim.engine import EngineConfig, EngineOutcomes, simulate_engine
+from kvcore.evaluate.saturation import saturation_rps
+from kvcore.sim import SimGroup, Workload
+from kvcore.sim.engine import EngineOutcomes
 from kvcore.sim.engine.config import NS_PER_S
 
 
@@ -81,29 +81,11 @@ class SloEvaluation(BaseModel):
     requests: int
     gpus: int
     arrivals: str = Field(description="How the replay's arrivals are scaled to a rate.")
-    saturation_rps: float = Field(description="Requests/s vLLM's defaults finish with every request queued at once.")
+    saturation_rps: float = Field(description="Requests/s vLLM's defaults finish on the replay with a queue that never "
+                                  "empties: load 1 (kvcore.evaluate.saturation).")
     ttft_slo_s: float
     tpot_slo_s: float
     rows: list[SloRow]
-
-
-def saturation_rps(group: SimGroup, workload: Workload, *, engine: EngineConfig | None = None, seed: int = 0) -> float:
-    """Requests/s ``group`` finishes when every request of ``workload`` arrives at once (prefill included): the
-    saturation rate measured in the engine model, the denominator of load. Measured between the 10th and the 90th
-    percentile of finish times, so neither the first admissions nor the drain of the last long requests (a queue
-    that is no longer saturated) count."""
-    now = Workload.from_arrays(np.zeros(workload.output_tokens.size), workload.class_index, workload.input_tokens,
-                               workload.output_tokens, n_classes=workload.n_classes)
-    policy = SimPolicy.from_arrays([0.0] * workload.n_classes, np.ones((workload.n_classes, 1)), cp=1.0, cw=1.0)
-    res = simulate_engine(now, [group], policy, rng=np.random.default_rng(seed), engine=engine, keep_requests=True)
-    assert res.outcomes is not None
-    done = np.sort(res.outcomes.finish_ns[res.outcomes.finish_ns >= 0])
-    if done.size == 0:
-        raise InputError("trace", "no request of the replay fits one replica's KV memory: nothing can be served")
-    a, b = int(0.1 * done.size), int(0.9 * done.size) - 1
-    if b <= a or done[b] <= done[a]:
-        return float(done.size) / (float(done[-1]) / NS_PER_S)
-    return float(b - a) / (float(done[b] - done[a]) / NS_PER_S)
 
 
 def check_targets(group: SimGroup, inputs: np.ndarray, *, ttft_slo_s: float, tpot_slo_s: float) -> None:
@@ -180,8 +162,7 @@ def evaluate_slo_capacity(trace: Trace, *, fleet: EngineFleet | None = None, sha
     check_targets(setup.group, setup.inp[setup.half:], ttft_slo_s=fleet.ttft_slo_s, tpot_slo_s=fleet.tpot_slo_s)
     name = trace.source or "trace"
     gpus = fleet.replicas * fleet.tp * fleet.pp
-    replay = setup.workload(1.0, seed)
-    saturation = saturation_rps(setup.group, replay, seed=seed)
+    saturation = setup.capacity_rps
     runner = MethodRunner(setup, rho=rho, seed=seed)
     ordered = ["vllm-default", *[m for m in methods if m != "vllm-default"]]
     default_rate: dict[float, float | None] = {}

@@ -15,7 +15,7 @@ from kvcore.cli import main
 from kvcore.errors import InputError
 from kvcore.evaluate import slo_methods
 from kvcore.evaluate.engine import EngineFleet, EngineSetup
-from kvcore.evaluate.slo_capacity import MIN_REQUESTS, evaluate_slo_capacity, saturation_rps
+from kvcore.evaluate.slo_capacity import MIN_REQUESTS, evaluate_slo_capacity
 from kvcore.evaluate.slo_methods import SLO_METHODS, MethodRunner
 from kvcore.evaluate.slo_search import AttainmentCurve, find_slo_rate
 from kvcore.history.traces import Trace, load_trace
@@ -40,7 +40,7 @@ def _csv(tmp_path: Path, traces_dir: Path, name: str, rows: int) -> Path:
 def test_search_on_the_engine_agrees_with_a_scan(traces_dir: Path) -> None:
     setup = EngineSetup(_head(traces_dir, "burstgpt_first7d_gpt4_conv.csv", 300), EngineFleet(replicas=1), 100)
     runner = MethodRunner(setup, rho=10.0, seed=0)
-    start = 0.5 * saturation_rps(setup.group, setup.workload(1.0, 0))
+    start = 0.5 * setup.capacity_rps
     curve = AttainmentCurve(lambda r: runner.run("vllm-default", r).attainment)
     found = find_slo_rate(curve, share=0.9, start_rps=start)
     assert found.rate_rps is not None and found.fail_rps is not None
@@ -60,7 +60,7 @@ def test_clairvoyant_never_preempts_and_ties_where_memory_is_free(traces_dir: Pa
     setup = EngineSetup(_head(traces_dir, "burstgpt_first7d_gpt4_conv.csv", 400), EngineFleet(replicas=1,
                         kv_capacity_tokens=15_000), 200)
     runner = MethodRunner(setup, rho=10.0, seed=3)
-    sat = saturation_rps(setup.group, setup.workload(1.0, 3))
+    sat = setup.capacity_rps
     heavy = {m: runner.run(m, sat) for m in ("vllm-default", "kvplan-plugin+knobs", "clairvoyant")}
     assert heavy["vllm-default"].result.preemptions > 0  # memory binds: the comparison is not vacuous
     assert heavy["clairvoyant"].result.preemptions == 0 and heavy["clairvoyant"].result.recomputed_tokens == 0

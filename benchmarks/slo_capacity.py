@@ -1,0 +1,93 @@
+"""SLO capacity on the vendored traces: each method's highest arrival rate with 99% (and 90%) of requests within
+TTFT <= 2 s and mean TPOT <= 0.1 s, through the vLLM engine model (``kvcore evaluate --engine vllm --slo-capacity``).
+
+Each trace is cut to its first ``--requests`` requests (default 2,000: the first half is the rules' history, the
+second half is replayed, so one bisection step is one replay of 1,000 requests; the whole trace would take hours
+on a 2-core machine with vllm-tuned's 24-setting grid at every rate). Fleet: ``kvcore.evaluate.engine.EngineFleet``'s
+defaults (2 replicas of 70B TP4 on A100-80GB, 8 GPUs) with ``--kv-tokens`` KV tokens per replica (default 100,000,
+the evaluation's; a smaller figure makes memory bind at the SLO rate). Prints a Markdown table (or ``--json``) and
+the wall time.
+
+    python benchmarks/slo_capacity.py [--traces-dir DIR] [--requests 2000] [--kv-tokens 100000] [--only NAME ...]
+                                      [--replay-requests 500] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kvcore import EngineFleet, SloEvaluation, Trace, evaluate_slo_capacity, load_trace
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def head(trace: Trace, n: int) -> Trace:
+    """The first ``n`` requests of ``trace``."""
+    arrival = None if trace.arrival_s is None else trace.arrival_s[:n]
+    return Trace(arrival, trace.input_tokens[:n], trace.output_tokens[:n], source=trace.source)
+
+
+def _f(v: float | int | None, digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return f"{v:.{digits}g}"
+
+
+def markdown(evs: list[SloEvaluation]) -> str:
+    lines = ["| trace | method | share | SLO rate (req/s) | ratio vs default | load | preemptions | recomputed | "
+             "stalled | TTFT P99 (s) | TPOT P99 (s) | knobs / reason |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for ev in evs:
+        for r in ev.rows:
+            lines.append(f"| {ev.trace} | {r.method} | {r.share:g} | {_f(r.slo_rate_rps)} | "
+                         f"{_f(r.ratio_vs_default)} | {_f(r.load, 2)} | {_f(r.preemptions)} | "
+                         f"{_f(r.recomputed_tokens)} | {_f(r.stalled_frac, 2)} | {_f(r.ttft_p99_s)} | "
+                         f"{_f(r.tpot_p99_s)} | {r.reason or r.knobs} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--traces-dir", type=Path, default=REPO / "kvcore" / "data" / "traces")
+    p.add_argument("--requests", type=int, default=2000)
+    p.add_argument("--kv-tokens", type=int, default=100_000)
+    p.add_argument("--replay-requests", type=int, default=500)
+    p.add_argument("--only", nargs="*", default=None, help="trace file names (default: every *.csv)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    files = sorted(args.traces_dir.glob("*.csv"))
+    if args.only:
+        files = [f for f in files if f.name in set(args.only)]
+    fleet = EngineFleet(kv_capacity_tokens=args.kv_tokens)
+    start = time.monotonic()
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    evs = []
+    for f in files:
+        t0 = time.monotonic()
+        evs.append(evaluate_slo_capacity(head(load_trace(f), args.requests), fleet=fleet,
+                                         replay_requests=args.replay_requests))
+        print(f"{f.name}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
+    wall = time.monotonic() - start
+    if args.json:
+        print(json.dumps({"started": stamp, "wall_s": wall, "machine": platform.machine(),
+                          "evaluations": [e.model_dump() for e in evs]}))
+        return 0
+    print(markdown(evs))
+    print()
+    for ev in evs:
+        print(f"- {ev.trace}: {ev.requests} replayed, {ev.arrivals}; saturation {ev.saturation_rps:.3g} req/s")
+    print(f"\n{len(evs)} traces, first {args.requests} requests each, {args.kv_tokens:,} KV tokens per replica: "
+          f"{wall:.0f} s on {platform.machine()}, Python {platform.python_version()}, started {stamp}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

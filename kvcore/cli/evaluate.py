@@ -50,7 +50,8 @@ from kvcore.evaluate.report import write_report
 from kvcore.planner.slo import RHO_MAX
 from kvcore.history.traces import load_trace
 
-#: Largest --load (a fraction of the profile's capacity): past a few times capacity every queue only grows.
+#: Largest --load (a fraction of the saturation rate measured in the engine model): past a few times it every queue
+#: only grows.
 MAX_LOAD = 10.0
 
 
@@ -99,7 +100,8 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--engine", choices=("reservation", "vllm"), default="reservation",
                    help="reservation (default): the reservation-policy evaluation; vllm: stock vLLM vs kvplan's knobs "
                    "vs kvplan's plugin through the vLLM engine model")
-    p.add_argument("--load", default="0.7,0.9", help="--engine vllm: loads, fractions of the profile's capacity")
+    p.add_argument("--load", default="0.7,0.9", help="--engine vllm: loads, fractions of the saturation "
+                   "rate measured in the engine model (kvcore.evaluate.saturation)")
     p.add_argument("--frontier", action="store_true",
                    help="--engine vllm: also sweep rho (plugin), watermark x max_num_seqs (stock vLLM) "
                    "and per-class reservation x max_num_seqs (the plugin's gate)")

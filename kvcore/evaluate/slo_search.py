@@ -21,9 +21,9 @@ of lattice steps that first makes a factor of 2), so the bisection ends exactly 
 
 The answer is ``lo``: a rate measured to meet the share, with a measured failing rate one lattice step (``rel_tol``)
 above it, and the checked rates below it meeting the share. Where attainment is not monotone, a higher rate may
-also meet the share; the search never reports a rate it did not measure. Everything is iteration-limited and deterministic
-given a deterministic ``attainment`` (the caller seeds its replays); measurements are memoised, so searches for
-several shares on one curve share them (:class:`AttainmentCurve`).
+also meet the share; the search never reports a rate it did not measure. Everything is iteration-limited and
+deterministic given a deterministic ``attainment`` (the caller seeds its replays); measurements are memoised, so
+searches for several shares on one curve share them (:class:`AttainmentCurve`).
 """
 
 from __future__ import annotations

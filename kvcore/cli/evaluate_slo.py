@@ -35,6 +35,10 @@ def run_slo_capacity(args: argparse.Namespace) -> int:
     from kvcore.evaluate.slo_capacity import evaluate_slo_capacity
     from kvcore.evaluate.slo_methods import SLO_METHODS
 
+    for flag, given in (("--frontier", args.frontier), ("--out", args.out is not None),
+                        ("--simulate", args.simulate), ("--observe", args.observe != "raw")):
+        if given:
+            raise InputError(flag, "does not apply with --slo-capacity")
     ttft = _seconds(args.ttft_slo, "--ttft-slo")
     tpot = _seconds(args.tpot_slo, "--tpot-slo")
     share = float(args.slo_share)

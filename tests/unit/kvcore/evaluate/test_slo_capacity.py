@@ -98,7 +98,8 @@ def test_table(tmp_path: Path, traces_dir: Path, capsys: pytest.CaptureFixture[s
     (["--ttft-slo", "-1"], "--ttft-slo"),
     (["--slo-share", "1.5"], "--slo-share"),
     (["--slo-methods", "nope"], "--method"),
-], ids=["ttft-below-prefill", "tpot-below-decode-step", "ttft-negative", "share", "method"])
+    (["--frontier"], "--frontier: does not apply with --slo-capacity"),
+], ids=["ttft-below-prefill", "tpot-below-decode-step", "ttft-negative", "share", "method", "frontier"])
 def test_bad_targets_exit_2(tmp_path: Path, traces_dir: Path, capsys: pytest.CaptureFixture[str], flags: list[str],
                             needle: str) -> None:
     trace = _csv(tmp_path, traces_dir, "burstgpt_first7d_gpt4_conv.csv", 240)

@@ -38,7 +38,6 @@ from kvcore.evaluate.engine import EngineFleet, EngineSetup
 from kvcore.evaluate.slo_methods import SLO_METHODS, MethodRun, MethodRunner
 from kvcore.evaluate.slo_search import AttainmentCurve, SloRate, find_slo_rate
 from kvcore.history.traces import Trace
-from kvcore.evaluate.saturation import saturation_rps
 from kvcore.sim import SimGroup, Workload
 from kvcore.sim.engine import EngineOutcomes
 from kvcore.sim.engine.config import NS_PER_S

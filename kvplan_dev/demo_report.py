@@ -124,6 +124,13 @@ def text_diff(before: str | None, after: str | None, name: str) -> list[str]:
                                      fromfile=f"{name} (before)", tofile=f"{name} (after)", lineterm="", n=3))
 
 
+def _running_cap(group: dict[str, Any]) -> str:
+    """The running-request cap kvplan writes for a group: ``--max-num-active-seqs`` (marked ``active``) where set,
+    else ``--max-num-seqs``."""
+    active = group.get("maxNumActiveSeqs")
+    return f"{active} active" if active is not None else str(group.get("maxNumSeqs"))
+
+
 def plan_lines(body: Mapping[str, Any]) -> list[str]:
     """The plan as a table: ``body["status"]["plan"]`` per group, and per class from its ``classes``, which the
     caller fills from the plan's detail ConfigMaps (status has only counts)."""
@@ -135,11 +142,11 @@ def plan_lines(body: Mapping[str, Any]) -> list[str]:
     if objective:
         lines.append("objective (cost units/s): " + ", ".join(f"{k}={v}" for k, v in objective.items()))
     lines.append(f"  {'group':<12} {'TP':>3} {'PP':>3} {'replicas':>8} {'GPU/rep':>7} {'KV tokens/rep':>13} "
-                 f"{'util':>6} {'max-num-seqs':>12}  replicas by; KV capacity source")
+                 f"{'util':>6} {'running cap':>12}  replicas by; KV capacity source")
     for name, g in (plan.get("groups") or {}).items():
         lines.append(f"  {name:<12} {g.get('tp')!s:>3} {g.get('pp')!s:>3} {g.get('replicas')!s:>8} "
                      f"{g.get('gpusPerReplica')!s:>7} {g.get('kvCapacityTokens')!s:>13} {g.get('utilisation')!s:>6} "
-                     f"{g.get('maxNumSeqs')!s:>12}  {g.get('replicasManagedBy')}; {capacity_text(g.get('capacity'))}")
+                     f"{_running_cap(g)!s:>12}  {g.get('replicasManagedBy')}; {capacity_text(g.get('capacity'))}")
     lines.append(f"  {'class':<11} {'reserve':>7} {'eps':>8} {'admitted':>8} {'samples':>8} {'rate/s':>8} "
                  f"{'source':<8} routing / radius rule")
     for name, c in (plan.get("classes") or {}).items():

@@ -25,6 +25,17 @@ HTTPROUTE_CRD = "config/crd/standard/gateway.networking.k8s.io_httproutes.yaml"
 #: version the module proxy serves here.
 INFERENCE_EXTENSION = ("sigs.k8s.io/gateway-api-inference-extension", "v1.6.0")
 INFERENCEPOOL_CRD = "config/crd/bases/inference.networking.k8s.io_inferencepools.yaml"
+#: KServe: LLMInferenceService, serving.kserve.io/v1alpha2 storage with v1alpha1 served (Apache-2.0). v0.17.0 is the
+#: newest version the module proxy serves here (v0.16.1 and v0.18.0 are not).
+KSERVE = ("github.com/kserve/kserve", "v0.17.0")
+LLMISVC_CRD = "config/crd/full/llmisvc/serving.kserve.io_llminferenceservices.yaml"
+#: LeaderWorkerSet: leaderworkerset.x-k8s.io/v1 (Apache-2.0).
+LWS = ("sigs.k8s.io/lws", "v0.8.0")
+LWS_CRD = "config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+#: KEDA: the ScaledObject CRD, keda.sh/v1alpha1 (Apache-2.0); v2.21.0 is the newest version the module proxy
+#: serves here. (AIBrix's PodAutoscaler CRD is not available: the proxy answers 403 for github.com/vllm-project/aibrix.)
+KEDA = ("github.com/kedacore/keda/v2", "v2.21.0")
+SCALEDOBJECT_CRD = "config/crd/bases/keda.sh_scaledobjects.yaml"
 
 
 def module_files(module: str, version: str, files: list[str], progress: Progress = print) -> Path:
@@ -66,3 +77,13 @@ def upstream_crds(progress: Progress = print) -> dict[str, Path]:
     gw = module_files(*GATEWAY_API, [HTTPROUTE_CRD], progress)
     ie = module_files(*INFERENCE_EXTENSION, [INFERENCEPOOL_CRD], progress)
     return {"httproutes": gw / HTTPROUTE_CRD, "inferencepools": ie / INFERENCEPOOL_CRD}
+
+
+def workload_crds(progress: Progress = print) -> dict[str, Path]:
+    """The upstream LLMInferenceService (KServe) and LeaderWorkerSet CRD files."""
+    ks = module_files(*KSERVE, [LLMISVC_CRD], progress)
+    lws = module_files(*LWS, [LWS_CRD], progress)
+    return {"llminferenceservices": ks / LLMISVC_CRD, "leaderworkersets": lws / LWS_CRD}
+def keda_crd(progress: Progress = print) -> Path:
+    """KEDA's upstream ScaledObject CRD file."""
+    return module_files(*KEDA, [SCALEDOBJECT_CRD], progress) / SCALEDOBJECT_CRD

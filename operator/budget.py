@@ -1,7 +1,7 @@
 """Memory of one reconcile, by construction (issue 26, item 4): three reconciles at the caps at once must fit the
 chart's 1 GiB memory limit beside the operator itself (about 110-160 MiB).
 
-- the Prometheus answer: read streaming into compact series, at most :data:`kvplan_operator.prom_stream.
+- the Prometheus answer: read streaming into compact series, at most :data:`kvplan_operator.prom.stream.
   RETAINED_BUDGET` kept, and freed once regrouped (:mod:`kvplan_operator.observe.history`);
 - the histories: binned one class at a time, at most :data:`MAX_HISTORY_SAMPLES` samples (16 bytes each);
 - the plan: kvcore's planner refuses, before any work, a size whose estimated memory passes

@@ -20,8 +20,8 @@ writes for it.
   instead of adding one, so every write of a re-layout lies inside the hour it is counted in (issue 26).
 
 ``DryRun`` builds the desired state (status reports it) but no writes. A target that cannot express the desired
-state (missing Deployment, another KVPlan's Deployment, a shell string it cannot edit, an InferencePool that is
-not the group's) stops the phase with that target's reason; nothing is applied.
+state (missing Deployment, another KVPlan's Deployment, one another controller owns, a shell string it cannot edit,
+an InferencePool that is not the group's) stops the phase with that target's reason; nothing is applied.
 """
 
 from __future__ import annotations
@@ -39,16 +39,19 @@ from .decide import Decided
 from .desired import ClassTarget, Desired, GroupTarget, LayoutChange, Write, layouts_key, plan_id
 from .observe import Observation
 from .decide.policy import target_layouts
+from .decide.pods import pods, pods_note
 from .run import Failure, RunContext
 from .spec import KVPlanSpec, RequestClass, history_key
 from .targets import BuildInput, Target, TargetRefused, all_targets
 from .targets.deployment import find_container, flags_layout
 from .targets.ownership import own_conflict
+from .targets.workload_owner import controller_ref
 from .targets.vllm_flags import PP_FLAG, TP_FLAG, read_flags
 from .decide.translate import capacity_overrides, horizon_ratio, radius_policy
 
 #: Refusals a later reconcile may see resolved on its own (the object appears, the other KVPlan goes away).
-TEMPORARY = (C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND, C.OWNED_BY_OTHER, C.ROUTER_TARGET_INVALID)
+TEMPORARY = (C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND, C.OWNED_BY_OTHER, C.OWNED_BY_CONTROLLER,
+             C.ROUTER_TARGET_INVALID, C.WORKLOAD_MISSING)
 
 
 @dataclass(frozen=True)
@@ -152,10 +155,15 @@ def desired_state(run: RunContext, obs: Observation, dec: Decided) -> Desired:
             gt[g.name] = GroupTarget(t.name, t.tp, t.pp, t.replicas, s.max_num_seqs)
         k = dec.knobs.groups.get(g.name)
         if k is not None and g.engine.knobs == "Auto":
-            gt[g.name] = replace(gt[g.name], max_num_seqs=k.target.max_num_seqs, watermark=k.target.watermark,
+            gt[g.name] = replace(gt[g.name], max_num_seqs=k.target.max_num_seqs,
+                                 max_num_active_seqs=k.target.max_num_active_seqs, watermark=k.target.watermark,
                                  scheduling_policy=k.target.scheduling_policy)
         if k is not None:
             gt[g.name] = replace(gt[g.name], scheduler_cls=k.target.scheduler_cls)
+        dp = obs.groups[g.name].dp_local or 1
+        if dp > 1:  # the plan counts engines; a pod runs dp of them (decide/pods.py)
+            t = gt[g.name]
+            gt[g.name] = replace(t, dp_local=dp, replicas=pods(t.replicas, dp, t.tp * t.pp, g.node_pool.gpu_count))
     draining = frozenset(
         g.name for g in spec.groups if obs.groups[g.name].body is not None and (
             obs.groups[g.name].layout != gt[g.name].layout
@@ -234,10 +242,22 @@ def notes_for(obs: Observation, dec: Decided, desired: Desired) -> list[str]:
         note = radius_policy(c.robustness or spec.robustness, horizon=horizon_ratio(spec)).note
         if note:
             notes.append(f"class {c.name}: {note}")
+    engines = {gp.name: gp.replicas for gp in dec.plan.groups}
     for g in spec.groups:
-        if obs.groups[g.name].autoscaler:
-            notes.append(f"group {g.name}: replicas left to {obs.groups[g.name].autoscaler} "
-                         f"(planned {desired.groups[g.name].replicas})")
+        s, t = obs.groups[g.name], desired.groups[g.name]
+        if s.autoscaler:
+            notes.append(f"group {g.name}: replicas left to {s.autoscaler} (planned {t.replicas})")
+        ref = controller_ref(s.body)
+        if ref is not None and spec.mode == "DryRun":  # Apply refuses it (OwnedByController); DryRun only tells
+            notes.append(f"group {g.name}: Deployment {g.deployment} is controlled by {ref.describe()}; in mode Apply "
+                         "kvplan would refuse to write it (OwnedByController)")
+        if s.helm_release:
+            notes.append(f"group {g.name}: Deployment {g.deployment} is rendered by Helm release {s.helm_release}; "
+                         "a helm upgrade restores the chart's values of the fields kvplan writes (docs/upgrade.md, "
+                         "\"Helm and GitOps\")")
+        note = pods_note(g.name, engines.get(g.name, 0), t.dp_local, t.replicas) if t.replicas else None
+        if note:
+            notes.append(note)
     notes += source_notes(obs)
     return notes
 

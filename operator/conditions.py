@@ -39,7 +39,8 @@ DRY_RUN = "DryRun"
 HEALTHY = "Healthy"
 #: The spec passed the schema but not the operator's checks (message has every field path).
 INVALID_SPEC = "InvalidSpec"
-#: A listed layout needs more GPUs than one node of the pool has (multi-node serving is out of scope).
+#: A listed layout needs more GPUs than one node of the pool has (multi-node serving is out of scope), or a
+#: data-parallel pod (``--data-parallel-size-local`` engines x TP x PP) more than a node or the group's gpuCount.
 LAYOUT_EXCEEDS_NODE = "LayoutExceedsNode"
 #: Prometheus could not be queried; the last good plan is kept.
 PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
@@ -49,6 +50,11 @@ TOO_FEW_SAMPLES = "TooFewSamples"
 DEPLOYMENT_MISSING = "DeploymentMissing"
 #: The Deployment has no container with the configured name (or several and none named).
 CONTAINER_NOT_FOUND = "ContainerNotFound"
+#: The workload a group names (``workloadRef``, or its Deployment's controller) does not exist; nothing is applied.
+WORKLOAD_MISSING = "WorkloadMissing"
+#: The group's workload has a field set that kvplan's plan cannot be expressed with (the message names the field,
+#: e.g. an LLMInferenceService's ``spec.worker``); nothing is applied.
+UNSUPPORTED_WORKLOAD_FIELD = "UnsupportedWorkloadField"
 #: The planner found no feasible plan; status says why, nothing applied.
 INFEASIBLE = "Infeasible"
 #: The planner failed (error status); nothing applied.
@@ -67,9 +73,18 @@ READ_FAILED = "ReadFailed"
 #: A target Deployment (or the router ConfigMap / HTTPRoute) carries another KVPlan's ``kvplan.io/owner`` and that
 #: KVPlan exists; nothing applied.
 OWNED_BY_OTHER = "OwnedByOther"
+#: A target Deployment has a controller ownerReference (``controller: true``) to an object kvplan has no target for
+#: (KServe's LLMInferenceService, production-stack's VLLMRuntime, any other operator): that controller restores its
+#: pod template, so a write would only start an endless rollout. The message names the owner (kind/name and
+#: apiVersion) and the Deployment's field managers; nothing applied, the last good plan stays in force.
+OWNED_BY_CONTROLLER = "OwnedByController"
 #: The vLLM container's command/args cannot express the planned flags (e.g. a shell script that takes
 #: ``--tensor-parallel-size`` from a variable, or no ``vllm serve`` to attach a flag to); nothing applied.
 UNSUPPORTED_CONTAINER_LAYOUT = "UnsupportedContainerLayout"
+#: The vLLM container's argv has ``--config FILE`` (any spelling): vLLM reads more flags from a YAML file inside the
+#: image that kvplan cannot see, so any flag kvplan wrote might be overridden; the Deployment is not touched
+#: (nothing applied); the message names the Deployment and the word.
+UNREADABLE_ENGINE_CONFIG = "UnreadableEngineConfig"
 #: A router target is unusable: an InferencePool that is missing or does not select its group's pods, or a router
 #: ConfigMap key that is not a valid ConfigMap key; nothing applied.
 ROUTER_TARGET_INVALID = "RouterTargetInvalid"
@@ -116,10 +131,12 @@ INTERNAL_ERROR = "InternalError"
 REASONS: tuple[str, ...] = (
     RECONCILED, PLAN_SUCCEEDED, APPLY_SUCCEEDED, DRY_RUN, HEALTHY, INVALID_SPEC, LAYOUT_EXCEEDS_NODE,
     PROMETHEUS_UNAVAILABLE, TOO_FEW_SAMPLES, DEPLOYMENT_MISSING, CONTAINER_NOT_FOUND, INFEASIBLE, PLANNER_ERROR,
-    APPLY_FAILED, PENDING, READ_FAILED, OWNED_BY_OTHER, UNSUPPORTED_CONTAINER_LAYOUT, ROUTER_TARGET_INVALID,
+    APPLY_FAILED, PENDING, READ_FAILED, OWNED_BY_OTHER, UNSUPPORTED_CONTAINER_LAYOUT, UNREADABLE_ENGINE_CONFIG,
+    ROUTER_TARGET_INVALID,
     PROMETHEUS_URL_REFUSED, PROMETHEUS_REJECTED, PROMETHEUS_QUERY_ERROR, PROMETHEUS_BAD_RESPONSE, INVALID_HISTOGRAM,
     NO_RATE_DATA, INVALID_RATE, AUTH_SECRET_MISSING, STATUS_WRITE_FAILED, INTERNAL_ERROR, APPLYING,
     PROMETHEUS_AUTH_REFUSED, PROMETHEUS_TLS_ERROR, METRIC_ABSENT, TOO_MANY_SERIES, STALE_SAMPLES,
+    WORKLOAD_MISSING, UNSUPPORTED_WORKLOAD_FIELD, OWNED_BY_CONTROLLER,
 )
 #: Failures of observation: the operator keeps serving the last good plan (Degraded=True; Ready stays True when a
 #: plan was applied before) and retries with backoff.
@@ -160,8 +177,23 @@ RESERVE_RULE_FAILED = "ReserveRuleFailed"
 #: The re-plan cycle's work budget for the engine-model rules (``KVPLAN_RULE_WORK``) was spent before every group
 #: had an answer: the groups named keep their knobs and reservation file until a later cycle.
 RULES_PENDING = "RulesPending"
+#: A group's vLLM version is unknown (no ``engine.vllmVersion``, no label ``kvplan.io/vllm-version``, not an official
+#: ``vllm/vllm-openai:vX.Y.Z`` image): no version-gated knob (``--watermark``, the plugin) is written for it; the
+#: message names the group and how to state the version. The rest of the plan applies.
+ENGINE_VERSION_UNKNOWN = "EngineVersionUnknown"
+# --- Who owns a group's replicas (``status.plan.groups.<g>.replicasReason``; not condition reasons) ----------------
+#: kvplan writes ``spec.replicas``.
+REPLICAS_BY_KVPLAN = "ManagedByKVPlan"
+#: An HPA (autoscaling/v2), a KEDA ScaledObject or an AIBrix PodAutoscaler targets the Deployment.
+REPLICAS_BY_AUTOSCALER = "OwnedByAutoscaler"
+#: A field manager listed in ``spec.groups[].replicaOwner.fieldManagers`` last wrote ``spec.replicas``.
+REPLICAS_BY_FIELD_MANAGER = "OwnedByFieldManager"
+#: ``spec.groups[].replicaOwner.policy: External``: someone kvplan cannot see scales the Deployment.
+REPLICAS_EXTERNAL = "External"
+REPLICA_REASONS = (REPLICAS_BY_KVPLAN, REPLICAS_BY_AUTOSCALER, REPLICAS_BY_FIELD_MANAGER, REPLICAS_EXTERNAL)
+
 REASONS = REASONS + (KNOBS_IN_FORCE, KNOB_UNSUPPORTED, KNOBS_HELD, KNOB_RULE_FAILED, RESERVE_RULE_FAILED,
-                     RULES_PENDING)
+                     RULES_PENDING, ENGINE_VERSION_UNKNOWN)
 
 #: Longest message kept, characters. Long enough for a handful of field errors, short enough for `kubectl get -o wide`.
 MAX_MESSAGE = 1024

@@ -9,7 +9,7 @@ headers, body), and the caller then reports why (:attr:`RequestGuard.fired`):
 - ``cycle``: the reconcile's cycle deadline (``--cycle-deadline``) came first;
 - ``stopping``: the operator is shutting down (:func:`stop_all`, from kopf's cleanup on SIGTERM).
 
-The socket is registered by the connection that creates it (:mod:`kvplan_operator.prom_transport`) with the guard
+The socket is registered by the connection that creates it (:mod:`kvplan_operator.prom.transport`) with the guard
 active on that thread. Name resolution happens before a socket exists and is bounded by the resolver's own limits
 (``resolv.conf``), not by the guard.
 """

@@ -40,16 +40,21 @@ class GroupTarget:
     pp: int
     replicas: int
     max_num_seqs: int | None = None
+    #: ``--max-num-active-seqs`` (the knob rule's admission cap where vLLM has it; ``--max-num-seqs`` then untouched).
+    max_num_active_seqs: int | None = None
     #: ``--watermark`` (fraction of KV blocks kept free at admission; vLLM >= 0.33).
     watermark: float | None = None
     #: ``--scheduling-policy`` (``fcfs`` or ``priority``).
     scheduling_policy: str | None = None
     #: ``--scheduler-cls`` of kvplan's plugin; None: the plugin is off (kvplan removes what it added, if anything).
     scheduler_cls: str | None = None
+    #: vLLM engines per pod (``--data-parallel-size-local``; 1 without data parallelism). ``replicas`` counts pods.
+    dp_local: int = 1
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.tp * self.pp
+        """GPUs one pod requests: local data parallelism x TP x PP."""
+        return self.dp_local * self.tp * self.pp
 
     @property
     def layout(self) -> tuple[int, int]:
@@ -92,6 +97,8 @@ def plan_id(groups: Mapping[str, GroupTarget], classes: Mapping[str, ClassTarget
 def _knobs(g: GroupTarget) -> list[Any]:
     """The engine knobs' part of a group's plan id (empty when none is set, so ids of kvplan 0.1 plans are kept)."""
     knobs = [g.watermark, g.scheduling_policy, g.scheduler_cls]
+    if g.max_num_active_seqs is not None:  # appended only when set, so earlier plan ids are kept
+        knobs.append(g.max_num_active_seqs)
     return [] if all(k is None for k in knobs) else knobs
 
 

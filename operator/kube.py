@@ -65,6 +65,14 @@ def split_removals(patch: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
 GROUP, VERSION, PLURAL = "kvplan.io", "v1beta1", "kvplans"
 GATEWAY = ("gateway.networking.k8s.io", "v1", "httproutes")
 INFERENCE = ("inference.networking.k8s.io", "v1", "inferencepools")
+#: KServe's LLMInferenceService, its storage version in KServe v0.17.
+LLMISVC = ("serving.kserve.io", "v1alpha2", "llminferenceservices")
+LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
+#: Custom scalers that own a Deployment's replicas through ``spec.scaleTargetRef`` (group, version, plural, kind):
+#: KEDA's ScaledObject and AIBrix's PodAutoscaler (KPA/APA, which scales without an HPA). Either may not be
+#: installed (a 404 on the list: none).
+SCALERS = (("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject"),
+           ("autoscaling.aibrix.ai", "v1alpha1", "podautoscalers", "PodAutoscaler"))
 #: Client-side timeout of one API call, seconds. 15 s: far above a healthy apiserver's latency, short enough that a
 #: wedged one costs a reconcile seconds, not the kopf handler's whole budget.
 REQUEST_TIMEOUT_S = 15.0
@@ -110,6 +118,10 @@ class KubeApi(Protocol):
 
     def get_inferencepool(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
+    def get_llminferenceservice(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def get_leaderworkerset(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None: ...
 
     # --- writes (apply, record) --------------------------------------------------------------------------------
@@ -121,12 +133,34 @@ class KubeApi(Protocol):
 
     def patch_httproute(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
 
+    def patch_llminferenceservice(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
+
+    def patch_leaderworkerset(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
+
     def patch_kvplan_status(self, namespace: str, name: str, status_patch: Mapping[str, Any]) -> None: ...
 
     def post_event(self, body: Mapping[str, Any], *, type_: str, reason: str, message: str) -> None: ...
 
 
 T = TypeVar("T")
+
+
+def scale_targets(kind: str, listed: Mapping[str, Any] | None) -> dict[str, str]:
+    """A custom scaler list (``{"items": [...]}``; None: its API is not installed) -> Deployment name ->
+    ``<kind>/<scaler name>``, for each item whose ``spec.scaleTargetRef`` names a Deployment (no kind: KEDA's
+    default, a Deployment)."""
+    out: dict[str, str] = {}
+    for item in (listed or {}).get("items") or []:
+        spec = item.get("spec") if isinstance(item, Mapping) else None
+        ref = spec.get("scaleTargetRef") if isinstance(spec, Mapping) else None
+        if not isinstance(ref, Mapping) or ref.get("kind", "Deployment") != "Deployment" or not ref.get("name"):
+            continue
+        api = str(ref.get("apiVersion") or "apps/v1")
+        if api.partition("/")[0] != "apps":
+            continue
+        name = (item.get("metadata") or {}).get("name") or "?"
+        out[str(ref["name"])] = f"{kind}/{name}"
+    return out
 
 
 def _status_detail(body: Any) -> tuple[str | None, str]:
@@ -235,7 +269,9 @@ class Kube:
             name, namespace, _request_timeout=self.timeout_s, _preload_content=False), missing_ok=True)
 
     def autoscaled_deployments(self, namespace: str) -> dict[str, str]:
-        """Deployment name -> ``HorizontalPodAutoscaler/<name>`` or ``ScaledObject/<name>`` targeting it."""
+        """Deployment name -> ``HorizontalPodAutoscaler/<name>``, ``ScaledObject/<name>`` or
+        ``PodAutoscaler/<name>`` targeting it (:data:`SCALERS`; a scaler's API that is not installed, a 404 on its
+        list, has none)."""
         out: dict[str, str] = {}
         hpas: Any = self._call("list HorizontalPodAutoscalers", lambda: self.autoscaling
                                .list_namespaced_horizontal_pod_autoscaler(namespace, _request_timeout=self.timeout_s))
@@ -243,13 +279,16 @@ class Kube:
             ref = hpa.spec.scale_target_ref
             if ref.kind == "Deployment":
                 out[ref.name] = f"HorizontalPodAutoscaler/{hpa.metadata.name if hpa.metadata else '?'}"
-        scaled: Any = self._call("list ScaledObjects", lambda: self.custom.list_namespaced_custom_object(
-            "keda.sh", "v1alpha1", namespace, "scaledobjects", _request_timeout=self.timeout_s), missing_ok=True)
-        for so in (scaled or {}).get("items", []):  # None: KEDA not installed
-            ref = so.get("spec", {}).get("scaleTargetRef", {})
-            if ref.get("kind", "Deployment") == "Deployment" and ref.get("name"):
-                out[ref["name"]] = f"ScaledObject/{so['metadata']['name']}"
+        for group, version, plural, kind in SCALERS:
+            listed: Any = self._call(f"list {kind}s", self._lister(group, version, namespace, plural),
+                                     missing_ok=True)
+            out.update(scale_targets(kind, listed))
         return out
+
+    def _lister(self, group: str, version: str, namespace: str, plural: str) -> Callable[[], Any]:
+        """The list call of one custom resource in ``namespace``."""
+        return lambda: self.custom.list_namespaced_custom_object(group, version, namespace, plural,
+                                                                 _request_timeout=self.timeout_s)
 
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._raw(f"get ConfigMap/{name}", lambda: self.core.read_namespaced_config_map(
@@ -261,12 +300,18 @@ class Kube:
     def get_inferencepool(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._custom_get(INFERENCE, namespace, name, "InferencePool")
 
+    def get_llminferenceservice(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._custom_get(LLMISVC, namespace, name, "LLMInferenceService")
+
+    def get_leaderworkerset(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._custom_get(LWS, namespace, name, "LeaderWorkerSet")
+
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
         secret: Any = self._call(f"get Secret/{name}", lambda: self.core.read_namespaced_secret(
             name, namespace, _request_timeout=self.timeout_s), missing_ok=True)
         raw = (secret.data or {}).get(key) if secret is not None else None
         # Undecodable bytes stay as lone surrogates, for the credential's check to refuse naming the key
-        # (kvplan_operator.prom_credentials), instead of a UnicodeDecodeError escaping as InternalError.
+        # (kvplan_operator.prom.credentials), instead of a UnicodeDecodeError escaping as InternalError.
         return base64.b64decode(raw).decode("utf-8", "surrogateescape") if raw else None
 
     # --- writes ----------------------------------------------------------------------------------------------------
@@ -309,6 +354,20 @@ class Kube:
                                                        field_manager=FIELD_MANAGER, _request_timeout=self.timeout_s,
                                                        _preload_content=False, **kw)),
             "application/merge-patch+json")
+
+    def patch_llminferenceservice(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        self._remove_then_apply("LLMInferenceService", f"{LLMISVC[0]}/{LLMISVC[1]}", namespace, name, patch,
+                                lambda body, **kw: self.custom.patch_namespaced_custom_object(
+                                    *LLMISVC[:2], namespace, LLMISVC[2], name, body, field_manager=FIELD_MANAGER,
+                                    _request_timeout=self.timeout_s, _preload_content=False, **kw),
+                                "application/merge-patch+json")
+
+    def patch_leaderworkerset(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        self._remove_then_apply("LeaderWorkerSet", f"{LWS[0]}/{LWS[1]}", namespace, name, patch,
+                                lambda body, **kw: self.custom.patch_namespaced_custom_object(
+                                    *LWS[:2], namespace, LWS[2], name, body, field_manager=FIELD_MANAGER,
+                                    _request_timeout=self.timeout_s, _preload_content=False, **kw),
+                                "application/merge-patch+json")
 
     def patch_kvplan_status(self, namespace: str, name: str, status_patch: Mapping[str, Any]) -> None:
         self._call(f"patch KVPlan/{name}/status", lambda: self.custom.patch_namespaced_custom_object_status(

@@ -121,6 +121,22 @@ CASES: dict[str, FormCase] = {
 
 WANT = {"--tensor-parallel-size": "4", "--pipeline-parallel-size": "2"}
 
+#: Forms of the engine knobs kvplan writes (``--max-num-seqs``, ``--scheduling-policy``, ``--watermark``) beside the
+#: parallel sizes' aliases: underscores, ``=``, a later duplicate in another spelling. Each is written with
+#: :data:`KNOB_WANT`; every occurrence vLLM reads is set in place (none added beside it), and vLLM must run it.
+KNOB_CASES: dict[str, FormCase] = {
+    "knob-underscores": argv([], ["m", "--max_num_seqs", "256", "--scheduling_policy", "fcfs", "--watermark", "0"]),
+    "knob-equals": argv([], ["m", "--max-num-seqs=256", "--scheduling-policy=fcfs", "--watermark=0.01"]),
+    "knob-underscore-equals": argv([], ["m", "--max_num_seqs=128", "-tp", "2", "--scheduling_policy=fcfs"]),
+    "knob-later-duplicate-other-spelling": argv([], ["m", "--max-num-seqs", "64", "--max_num_seqs=32", "-pp", "3"]),
+    "knob-absent-with-aliases": argv([], ["m", "-tp=2", "--pipeline_parallel_size", "3"]),
+    "knob-all-aliases-at-once": argv([], ["m", "-tp", "2", "-pp=3", "--max_num_seqs", "16", "--watermark=0.2"]),
+    "knob-sh-underscores": sh("exec vllm serve m --max_num_seqs 256 --scheduling_policy=fcfs -tp 2"),
+    "knob-active-underscores": argv([], ["m", "--max_num_active_seqs=8", "--max-num-seqs", "64"]),
+}
+KNOB_WANT = {**WANT, "--max-num-seqs": "48", "--max-num-active-seqs": "24", "--scheduling-policy": "priority",
+             "--watermark": "0.05"}
+
 _STUB = """#!{python}
 import json, os, sys
 with open(os.environ["KVPLAN_ARGV_LOG"], "a", encoding="utf-8") as f:
@@ -183,8 +199,11 @@ def vllm_like(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     p.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
     p.add_argument("--tensorizer-config")  # makes --tensor ambiguous, as in vLLM
-    for name in ("--model", "--host", "--port", "--max-num-seqs", "--config-format"):
+    for name in ("--model", "--host", "--port", "--config-format", "--scheduling-policy"):
         p.add_argument(name)
+    p.add_argument("--max-num-seqs", type=int)
+    p.add_argument("--max-num-active-seqs", type=int)
+    p.add_argument("--watermark", type=float)
     p.add_argument("--enable-prefix-caching", action="store_true")
     norm = ["--" + a[2:].split("=", 1)[0].replace("_", "-") + ("=" + a.split("=", 1)[1] if "=" in a else "")
             if a.startswith("--") else a for a in argv]

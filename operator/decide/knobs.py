@@ -3,17 +3,22 @@ pods. docs/operator.md, "Engine knobs".
 
 Per group (``spec.groups[].engine``, ``spec.groups[].plugin``):
 
-- ``knobs: Auto`` (default): ``--max-num-seqs``, ``--watermark`` and ``--scheduling-policy`` from kvcore's knob
+- ``knobs: Auto`` (default): the running-request cap (``--max-num-active-seqs`` where vLLM has it, leaving
+  ``--max-num-seqs`` and so the compile hash and CUDA graphs alone: :func:`admission_knob`; else ``--max-num-seqs``),
+  ``--watermark`` and ``--scheduling-policy`` from kvcore's knob
   rule (:func:`kvcore.rules.knobs.knobs_for_plan`: the recent history replayed through the vLLM engine model), given the
   knobs the engines run now so that a re-plan on fresh data keeps them while they are inside the rule's knee (and
   reusing its answer while the group's situation holds; run within the cycle's work budget by
   :mod:`.engine_rules`, a group it leaves pending keeps the knobs it runs). The watermark exists from vLLM 0.33
-  on: for an older vLLM (:func:`engine_version`: ``engine.vllmVersion``, else an official image's tag, else 0.33.0)
-  the rule is run without it and the group's knob is refused (``KnobUnsupported``). ``knobs: Formula``: kvplan
+  on: for an older vLLM (:func:`engine_version`: ``engine.vllmVersion``, else the Deployment's label
+  ``kvplan.io/vllm-version``, else an official image's tag) the rule is run without it and the group's knob is
+  refused (``KnobUnsupported``); for a version none of these tells, no version-gated knob is written at all
+  (neither the watermark nor the plugin; ``EngineVersionUnknown``). ``knobs: Formula``: kvplan
   0.1's ``--max-num-seqs`` formula only (build.py), nothing else;
-- ``plugin.enabled``: ``--scheduler-cls`` of kvplan's reservation gate, the async variant unless vLLM's async
-  scheduling is off for this container (:func:`scheduler_class`); only for vLLM 0.33.x (the plugin's pin), and
-  never over a container's own ``--scheduler-cls``.
+- ``plugin.enabled``: ``--scheduler-cls`` of kvplan's reservation gate, the variant matching vLLM's own
+  async-scheduling decision for this container and planned layout (:func:`scheduler_class`,
+  :mod:`kvplan_operator.targets.vllm_async`; refused when that cannot be told); only for vLLM 0.33.x (the plugin's
+  pin), and never over a container's own ``--scheduler-cls``.
 
 **Budget.** Any flag change rolls the Deployment. A group whose knobs differ from what its engines run restarts,
 which counts exactly like a re-layout (:mod:`kvplan_operator.decide.policy`): free when this apply re-lays out anyway (one
@@ -35,21 +40,23 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvcore import Instance
+from kvcore import GPU_CATALOGUE, Instance
 from kvcore import WATERMARK_MIN_VERSION as WATERMARK_VERSION  # --watermark exists from vLLM 0.33 on
 
 from .policy import resumes
 from ..spec import Group, KVPlanSpec
-from ..spec.engine import DEFAULT_VLLM_VERSION, parse_version
+from ..spec.engine import VLLM_VERSION, parse_version
 from ..targets.deployment import find_container
 from ..targets.plugin_mount import ASYNC_SCHEDULER, SYNC_SCHEDULER, is_plugin_scheduler, present
-from ..targets.vllm_flags import (EXECUTOR_FLAG, POLICY_FLAG, SCHEDULER_FLAG, SEQS_FLAG, WATERMARK_FLAG, has_switch,
-                                 literal, read_flags, running)
+from ..targets.vllm_async import async_facts, decide_async
+from ..targets.vllm_flags import (ACTIVE_SEQS_FLAG, POLICY_FLAG, SCHEDULER_FLAG, SEQS_FLAG, WATERMARK_FLAG, literal,
+                                  read_flags, running)
 
+#: ``--max-num-active-seqs`` is in vLLM 0.33 (``vllm/config/scheduler.py``, ``SchedulerConfig.max_num_active_seqs``);
+#: kvplan knows no earlier version to have it, so the knob rule's admission cap goes there only from 0.33 on.
+ACTIVE_SEQS_VERSION = (0, 33, 0)
 #: vLLM versions kvplan's plugin supports (``kvplan[vllm]`` pins ``vllm>=0.33,<0.34``).
 PLUGIN_VERSIONS = ((0, 33, 0), (0, 34, 0))
-#: Executor backends that schedule asynchronously in vLLM 0.33 (``supports_async_scheduling``).
-ASYNC_EXECUTORS = frozenset({"mp", "uni", "external_launcher"})
 
 
 @dataclass(frozen=True)
@@ -57,13 +64,27 @@ class Knobs:
     """A group's engine knobs; None: not set by kvplan (left as the container has it)."""
 
     max_num_seqs: int | None = None
+    #: ``--max-num-active-seqs``: the admission cap without resizing the model runner (vLLM >= 0.33).
+    max_num_active_seqs: int | None = None
     watermark: float | None = None
     scheduling_policy: str | None = None
     #: kvplan's scheduler class (the plugin on), else None (the plugin off).
     scheduler_cls: str | None = None
 
+    def admission(self) -> int | None:
+        """The running-request cap vLLM applies: ``--max-num-active-seqs`` if set, else ``--max-num-seqs``."""
+        return self.max_num_active_seqs if self.max_num_active_seqs is not None else self.max_num_seqs
+
+    def budget_key(self) -> str:
+        """The knobs as the disruption budget's record names them: admission cap, watermark, policy, class (the
+        format of earlier operators, so an attempt they recorded is still recognised)."""
+        f = self.flags()
+        seqs = None if self.admission() is None else str(self.admission())
+        return "/".join(str(v) for v in (seqs, f[WATERMARK_FLAG], f[POLICY_FLAG], f[SCHEDULER_FLAG]))
+
     def flags(self) -> dict[str, str | None]:
         return {SEQS_FLAG: None if self.max_num_seqs is None else str(self.max_num_seqs),
+                ACTIVE_SEQS_FLAG: None if self.max_num_active_seqs is None else str(self.max_num_active_seqs),
                 WATERMARK_FLAG: None if self.watermark is None else f"{self.watermark:g}",
                 POLICY_FLAG: self.scheduling_policy, SCHEDULER_FLAG: self.scheduler_cls}
 
@@ -96,6 +117,8 @@ class GroupKnobs:
     failed: str | None = None
     #: the knob rule did not run for this group this cycle (work budget): it keeps the knobs it runs.
     pending: bool = False
+    #: a version-gated knob was withheld because the group's vLLM version is unknown.
+    version_unknown: bool = False
 
 
 @dataclass(frozen=True)
@@ -129,10 +152,12 @@ def running_knobs(body: Mapping[str, Any] | None, container: str | None) -> Knob
             return None
 
     seqs = number(SEQS_FLAG)
+    active = number(ACTIVE_SEQS_FLAG)
     sched = literal(flags[SCHEDULER_FLAG] or "")
     mounted = body is not None and all(present(body, c).values())
     policy = running(flags, POLICY_FLAG)
-    return Knobs(max_num_seqs=int(seqs) if seqs is not None else None, watermark=number(WATERMARK_FLAG),
+    return Knobs(max_num_seqs=int(seqs) if seqs is not None else None,
+                 max_num_active_seqs=int(active) if active is not None else None, watermark=number(WATERMARK_FLAG),
                  scheduling_policy=policy if policy in ("fcfs", "priority") else None,
                  scheduler_cls=sched if is_plugin_scheduler(sched) and mounted else None)
 
@@ -140,55 +165,91 @@ def running_knobs(body: Mapping[str, Any] | None, container: str | None) -> Knob
 def differs(target: Knobs, now: Knobs) -> bool:
     """Whether writing ``target`` changes the flags ``now`` describes (a None target knob changes nothing)."""
     return any(t is not None and t != n for t, n in ((target.max_num_seqs, now.max_num_seqs),
+                                                    (target.max_num_active_seqs, now.max_num_active_seqs),
                                                     (target.watermark, now.watermark),
                                                     (target.scheduling_policy, now.scheduling_policy))) \
         or target.scheduler_cls != now.scheduler_cls
 
 
-def scheduler_class(group: Group, body: Mapping[str, Any] | None, pp: int) -> str:
-    """The plugin's class for the group: ``plugin.scheduler`` when Async/Sync, else what vLLM 0.33 will run: async
-    unless the container says ``--no-async-scheduling``, runs an executor without async support (ray), or the
-    layout uses pipeline parallelism (vLLM's V1 model runner turns async off then)."""
+def scheduler_class(group: Group, body: Mapping[str, Any] | None, pp: int) -> tuple[str | None, str]:
+    """The plugin's class for the group and why: ``plugin.scheduler`` when Async/Sync, else the variant matching
+    what vLLM 0.33 will run for the container at pipeline-parallel size ``pp``
+    (:func:`kvplan_operator.targets.vllm_async.decide_async`); None when that cannot be told."""
     if group.plugin.scheduler != "Auto":
-        return ASYNC_SCHEDULER if group.plugin.scheduler == "Async" else SYNC_SCHEDULER
-    c = find_container(body or {}, group.container) or {}
-    if has_switch(c, "--async-scheduling"):
-        return ASYNC_SCHEDULER
-    executor = literal(read_flags(c)[EXECUTOR_FLAG] or "") or "mp"
-    if has_switch(c, "--no-async-scheduling") or executor not in ASYNC_EXECUTORS or pp > 1:
-        return SYNC_SCHEDULER
-    return ASYNC_SCHEDULER
+        return (ASYNC_SCHEDULER if group.plugin.scheduler == "Async" else SYNC_SCHEDULER), \
+            f"plugin.scheduler {group.plugin.scheduler}"
+    facts = async_facts(find_container(body or {}, group.container) or {}, pp)
+    if facts is None:
+        return None, "the container's vLLM argv cannot be told"
+    choice = decide_async(facts)
+    if choice.on is None:
+        return None, choice.reason
+    return (ASYNC_SCHEDULER if choice.on else SYNC_SCHEDULER), choice.reason
 
 
 #: An official vLLM image and its version tag: ``[registry/]vllm/vllm-openai:v0.33.0`` (also ``vllm-openai-cpu``,
 #: ``...-rocm``); any other image's tag says nothing about vLLM's version.
 _OFFICIAL = re.compile(r"^(?:.*/)?vllm-openai(?:-[a-z0-9]+)?:v?([0-9]+\.[0-9]+(?:\.[0-9]+)*)(?:@.*)?$")
+#: The label a user puts on the Deployment (or its pod template) to state the image's vLLM version.
+VERSION_LABEL = "kvplan.io/vllm-version"
+#: The version kvcore's knob rule is asked about for an engine whose version is unknown: below every gate, so the
+#: rule uses no version-gated knob (``--watermark``).
+UNKNOWN_RULE_VERSION = "0.0.0"
 
 
 @dataclass(frozen=True)
 class EngineVersion:
-    """A group's vLLM version and where it came from: ``spec`` (``engine.vllmVersion``), ``image`` (the official
-    image's tag) or ``default`` (:data:`~kvplan_operator.spec.engine.DEFAULT_VLLM_VERSION`)."""
+    """A group's vLLM version and where it came from: ``spec`` (``engine.vllmVersion``), ``label``
+    (:data:`VERSION_LABEL`), ``image`` (the official image's tag) or ``unknown`` (``version`` None: no
+    version-gated knob is written; ``problem`` says why it is unknown)."""
 
-    version: tuple[int, int, int]
+    version: tuple[int, int, int] | None
     text: str
     source: str
+    problem: str = ""
 
     def describe(self) -> str:
-        return {"spec": f"engine.vllmVersion {self.text}", "image": f"vLLM {self.text} (the image's tag)",
-                "default": f"vLLM {self.text} (assumed: no engine.vllmVersion, no official image tag)"}[self.source]
+        return {"spec": f"engine.vllmVersion {self.text}", "label": f"vLLM {self.text} (label {VERSION_LABEL})",
+                "image": f"vLLM {self.text} (the image's tag)",
+                "unknown": f"an unknown vLLM version ({self.problem})"}[self.source]
+
+    def at_least(self, floor: tuple[int, int, int]) -> bool:
+        """Whether the version is known and at least ``floor`` (an unknown version passes no gate)."""
+        return self.version is not None and self.version >= floor
+
+    def within(self, bounds: tuple[tuple[int, int, int], tuple[int, int, int]]) -> bool:
+        """Whether the version is known and in ``[bounds[0], bounds[1])``."""
+        return self.version is not None and bounds[0] <= self.version < bounds[1]
+
+    def rule_text(self) -> str:
+        """The version kvcore's rules are asked about (:data:`UNKNOWN_RULE_VERSION` when unknown)."""
+        return UNKNOWN_RULE_VERSION if self.version is None else ".".join(str(p) for p in self.version)
+
+
+def _label(body: Mapping[str, Any]) -> str | None:
+    for meta in (body.get("metadata"), ((body.get("spec") or {}).get("template") or {}).get("metadata")):
+        value = ((meta or {}).get("labels") or {}).get(VERSION_LABEL)
+        if value is not None:
+            return str(value)
+    return None
 
 
 def engine_version(g: Group, body: Mapping[str, Any] | None) -> EngineVersion:
-    """``engine.vllmVersion``, else the tag of an official ``vllm/vllm-openai`` image of the group's container,
-    else :data:`~kvplan_operator.spec.engine.DEFAULT_VLLM_VERSION`."""
+    """``engine.vllmVersion``, else the Deployment's :data:`VERSION_LABEL` (its own labels, then its pod
+    template's), else the tag of an official ``vllm/vllm-openai`` image of the group's container, else unknown."""
     if g.engine.vllm_version is not None:
         return EngineVersion(parse_version(g.engine.vllm_version), g.engine.vllm_version, "spec")
+    label = _label(body or {})
+    if label is not None:
+        if re.fullmatch(VLLM_VERSION, label):
+            return EngineVersion(parse_version(label), label, "label")
+        return EngineVersion(None, "", "unknown", f"label {VERSION_LABEL}={label!r} is not a version like 0.33.0")
     image = str((find_container(body or {}, g.container) or {}).get("image") or "")
     m = _OFFICIAL.match(image)
     if m:
         return EngineVersion(parse_version(m.group(1)), m.group(1), "image")
-    return EngineVersion(parse_version(DEFAULT_VLLM_VERSION), DEFAULT_VLLM_VERSION, "default")
+    return EngineVersion(None, "", "unknown", f"image {image or '(none)'!r} is not an official vllm/vllm-openai:vX.Y.Z "
+                         f"tag; state it with engine.vllmVersion or the label {VERSION_LABEL}")
 
 
 def class_priorities(instance: Instance) -> dict[str, int]:
@@ -198,23 +259,61 @@ def class_priorities(instance: Instance) -> dict[str, int]:
     return {instance.classes[i].name: rank + 1 for rank, i in enumerate(order)}
 
 
+def runner_capacity(g: Group, body: Mapping[str, Any] | None) -> int | None:
+    """The ``--max-num-seqs`` the group's engines run (the model runner's request slots): the container's literal
+    value, else vLLM 0.33's per-GPU default (``EngineArgs.get_batch_defaults``, kvcore's GPU catalogue); None when
+    it is known only at run time or the GPU is not in the catalogue."""
+    raw = read_flags(find_container(body or {}, g.container) or {})[SEQS_FLAG]
+    if raw is None:
+        gpu = GPU_CATALOGUE.get(g.node_pool.gpu_type)
+        return int(gpu.vllm_max_num_seqs) if gpu else None
+    text = literal(raw)
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def admission_knob(g: Group, body: Mapping[str, Any] | None, cap: int, ver: EngineVersion
+                   ) -> tuple[int | None, int | None]:
+    """(``--max-num-seqs``, ``--max-num-active-seqs``) carrying the knob rule's running-request cap ``cap``.
+
+    Where vLLM has ``--max-num-active-seqs`` (:data:`ACTIVE_SEQS_VERSION`) and the runner's capacity is known, the
+    cap goes there and ``--max-num-seqs`` is left as it runs: it is part of the compile hash and sizes the CUDA
+    graphs, so changing it re-compiles and re-captures (docs/operator.md, "Engine knobs"). vLLM refuses an active
+    cap above ``--max-num-seqs`` (``SchedulerConfig`` validation), and never runs more than that anyway, so the
+    cap is written as ``min(cap, capacity)`` (not at all when that is the capacity and no active cap is set).
+    Otherwise (an older or unknown version, a capacity known only at run
+    time) ``--max-num-seqs`` carries it, as before."""
+    capacity = runner_capacity(g, body)
+    if ver.at_least(ACTIVE_SEQS_VERSION) and capacity is not None:
+        given = read_flags(find_container(body or {}, g.container) or {})[ACTIVE_SEQS_FLAG] is not None
+        if cap >= capacity and not given:
+            return None, None  # vLLM admits up to --max-num-seqs already: nothing to write
+        return None, min(cap, capacity)
+    return cap, None
+
+
 def _planned(g: Group, choice: Any, body: Mapping[str, Any] | None, pp: int, ver: EngineVersion
              ) -> tuple[Knobs, list[str]]:
-    v = ver.version
     notes: list[str] = []
     knobs = Knobs()
+    watermark_ok = ver.at_least(WATERMARK_VERSION)
     if g.engine.knobs == "Auto":
-        if v < WATERMARK_VERSION:
+        if ver.version is None:
+            notes.append(f"group {g.name}: --watermark not written: {ver.describe()}")
+        elif not watermark_ok:
             notes.append(f"group {g.name}: --watermark not written: {ver.describe()} has no --watermark "
                          f"(needs >= 0.33)")
         if choice is not None:
-            knobs = Knobs(max_num_seqs=int(choice.max_num_seqs),
-                          watermark=None if choice.watermark is None or v < WATERMARK_VERSION
+            seqs, active = admission_knob(g, body, int(choice.max_num_seqs), ver)
+            knobs = Knobs(max_num_seqs=seqs, max_num_active_seqs=active,
+                          watermark=None if choice.watermark is None or not watermark_ok
                           else float(choice.watermark), scheduling_policy=str(choice.scheduling_policy))
     if g.plugin.enabled:
-        cls = scheduler_class(g, body, pp)
+        cls, why = scheduler_class(g, body, pp)
         own = literal(read_flags(find_container(body or {}, g.container) or {})[SCHEDULER_FLAG] or "")
-        if not PLUGIN_VERSIONS[0] <= v < PLUGIN_VERSIONS[1]:
+        if cls is None:
+            notes.append(f"group {g.name}: kvplan's plugin not added: whether vLLM schedules asynchronously cannot "
+                         f"be told ({why}); set plugin.scheduler to Async or Sync")
+        elif not ver.within(PLUGIN_VERSIONS):
             notes.append(f"group {g.name}: --scheduler-cls {cls} (kvplan's plugin) not added: the plugin needs vLLM "
                          f"0.33.x, the group has {ver.describe()}")
         elif own and not is_plugin_scheduler(own):
@@ -255,7 +354,7 @@ def decide_knobs(spec: KVPlanSpec, instance: Instance, choices: Mapping[str, Any
                                                   versions[g.name])
     moving = sorted(g.name for g in spec.groups if g.name in adopted and g.name not in relaid
                     and bodies.get(g.name) is not None and differs(planned[g.name], now[g.name]))
-    key = "knobs:" + ",".join(f"{n}={'/'.join(str(v) for v in planned[n].flags().values())}" for n in moving)
+    key = "knobs:" + ",".join(f"{n}={planned[n].budget_key()}" for n in moving)
     record: str | None = None
     resumed = False
     held: set[str] = set()
@@ -285,7 +384,8 @@ def decide_knobs(spec: KVPlanSpec, instance: Instance, choices: Mapping[str, Any
             held=_held(planned[n], now[n]) if n in held else (), unsupported=tuple(notes[n]),
             rule=str(choice.reason) if choice is not None and n not in failed
             else (f"pending: {pending_note}" if n in pending else None), failed=failed.get(n),
-            pending=n in pending)
+            pending=n in pending,
+            version_unknown=versions[n].version is None and (g.engine.knobs == "Auto" or g.plugin.enabled))
     policy = any(k.target.scheduling_policy == "priority" for k in groups.values())
     return KnobDecision(groups, class_priorities(instance) if policy else {}, record, budget, resumed)
 
@@ -294,7 +394,8 @@ def engine_status(k: GroupKnobs) -> dict[str, Any]:
     """``status.plan.groups.<g>.engine``: the knobs this apply leaves in force, the plan's where they differ
     (``held``: knob, planned, current), refusals, and the knob rule's reason."""
     t = k.target
-    return {"vllmVersion": k.version, "vllmVersionFrom": k.version_from, "knobs": k.mode, "maxNumSeqs": t.max_num_seqs, "watermark": t.watermark,
+    return {"vllmVersion": k.version or None, "vllmVersionFrom": k.version_from, "knobs": k.mode,
+            "maxNumSeqs": t.max_num_seqs, "maxNumActiveSeqs": t.max_num_active_seqs, "watermark": t.watermark,
             "schedulingPolicy": t.scheduling_policy, "schedulerCls": t.scheduler_cls,
             "held": [{"knob": h.knob, "planned": h.planned, "current": h.current} for h in k.held],
             "unsupported": list(k.unsupported), "rule": k.failed or k.rule}
@@ -304,7 +405,8 @@ def knob_condition(dec: KnobDecision, *, reserve_failed: Mapping[str, str] | Non
                    pending: Mapping[str, Sequence[str]] | None = None, pending_note: str = "",
                    ) -> tuple[bool, str, str]:
     """(status, reason, message) of the EngineKnobs condition: a rule failure first (knobs, then reservations),
-    then refused knobs, then held ones, then rules left pending by the work budget (``pending``: rule -> groups);
+    then a group of unknown vLLM version (its version-gated knobs withheld), then refused knobs, then held ones,
+    then rules left pending by the work budget (``pending``: rule -> groups);
     else every knob in force."""
     from .. import conditions as C
 
@@ -325,6 +427,8 @@ def knob_condition(dec: KnobDecision, *, reserve_failed: Mapping[str, str] | Non
         return False, C.KNOB_RULE_FAILED, "; ".join(parts)
     if res_failed:
         return False, C.RESERVE_RULE_FAILED, "; ".join(parts)
+    if any(k.version_unknown for k in dec.groups.values()):
+        return False, C.ENGINE_VERSION_UNKNOWN, "; ".join(parts)
     if unsupported:
         return False, C.KNOB_UNSUPPORTED, "; ".join(parts)
     if held:

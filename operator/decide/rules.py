@@ -91,22 +91,18 @@ def situation(run: RuleRun, g: Group, plan: Plan, running: Knobs, version: Engin
     """What a reused answer for group ``g`` depends on (:mod:`.knob_cache`)."""
     gp = next((x for x in plan.groups if x.name == g.name), None)
     return (run.generation, version.version, (gp.tp, gp.pp, gp.replicas) if gp else None,
-            (running.watermark, running.max_num_seqs, running.scheduling_policy))
+            (running.watermark, running.admission(), running.scheduling_policy))
 
 
 def engine_base(running: Knobs, gpu_type: str = "A100-80GB") -> EngineConfig:
     """The engine settings the gate runs on: the group's knobs as its engines run them (vLLM 0.33's per-GPU
     defaults where a flag is absent: ``max_num_seqs`` 1024 on large-memory non-A100 GPUs, kvcore.profiles.gpus)."""
     gpu = GPU_CATALOGUE.get(gpu_type)
-    seqs = running.max_num_seqs or (gpu.vllm_max_num_seqs if gpu else 256)
+    seqs = running.admission() or (gpu.vllm_max_num_seqs if gpu else 256)
     batched = gpu.vllm_max_num_batched_tokens if gpu else 2048
     return EngineConfig(max_num_seqs=seqs, max_num_batched_tokens=max(batched, seqs),
                         watermark=running.watermark or 0.0,
                         policy="priority" if running.scheduling_policy == "priority" else "fcfs")
-
-
-def _version_text(v: tuple[int, int, int]) -> str:
-    return ".".join(str(p) for p in v)
 
 
 def wants(spec: KVPlanSpec, versions: Mapping[str, EngineVersion]) -> list[tuple[str, Group]]:
@@ -115,7 +111,7 @@ def wants(spec: KVPlanSpec, versions: Mapping[str, EngineVersion]) -> list[tuple
     for g in spec.groups:
         if g.engine.knobs == "Auto":
             out.append((KNOBS, g))
-        if g.plugin.enabled and PLUGIN_VERSIONS[0] <= versions[g.name].version < PLUGIN_VERSIONS[1]:
+        if g.plugin.enabled and versions[g.name].within(PLUGIN_VERSIONS):
             out.append((RESERVES, g))
     return out
 
@@ -149,10 +145,10 @@ def run_rules(spec: KVPlanSpec, plan: Plan, instance: Instance, run: RuleRun, *,
         now = running[g.name]
         try:
             if rule == KNOBS:
-                current = ({g.name: (now.watermark, now.max_num_seqs, now.scheduling_policy)}
-                           if now.max_num_seqs is not None and now.watermark is not None
+                current = ({g.name: (now.watermark, now.admission(), now.scheduling_policy)}
+                           if now.admission() is not None and now.watermark is not None
                            and now.scheduling_policy is not None else {})
-                answer = dict(run.knobs(sub, instance, engine_version=_version_text(versions[g.name].version),
+                answer = dict(run.knobs(sub, instance, engine_version=versions[g.name].rule_text(),
                                         current=current, store=store))
             else:
                 answer = dict(run.reserves(sub, instance, groups=[g.name], bases={g.name: engine_base(now, g.node_pool.gpu_type)},

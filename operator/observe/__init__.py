@@ -2,7 +2,8 @@
 
 In order: the spec (:func:`kvplan_operator.spec.parse_spec`); where Prometheus may be asked
 (:func:`kvplan_operator.prom.vet_url`: refused, or the addresses the client will connect to); every target's
-objects (state ConfigMap, Deployments, router ConfigMap, HTTPRoute, InferencePools); the HPAs/ScaledObjects;
+objects (state ConfigMap, Deployments, router ConfigMap, HTTPRoute, InferencePools); the autoscalers (HPAs,
+ScaledObjects, PodAutoscalers) and who owns each group's replicas (:mod:`.replica_owner`);
 the KVPlans named as owner by objects this one wants to write; the Prometheus credentials and CA bundle (Secrets, a ConfigMap, an allowed token file); then
 Prometheus: one range query per history source (:mod:`kvplan_operator.observe.sources`) and one instant query for the
 engines' capacity (:mod:`kvplan_operator.observe.sources.capacity`). With every arrival rate from the sources (or given),
@@ -32,15 +33,18 @@ from .history import ClassObservation
 from ..targets.plandetail import Detail, read_detail
 from ..kube import KubeApi, KubeError
 from ..prom import PromConnection, PromError, UrlPolicy, vet_url
-from ..prom_credentials import BadCredential, basic_password, basic_user, bearer_token
+from ..prom.credentials import BadCredential, basic_password, basic_user, bearer_token
 from ..run import Deps, Failure, RunContext
 from .sources import observe_histories
 from .sources.capacity import capacity_query, engine_capacity
 from .sources.observe import window_seconds
 from ..spec import InvalidSpec, KVPlanSpec, parse_spec
 from .capacity import GroupCapacity, capacity_view
+from .workloads import group_body, read_llmisvcs
 from ..targets import Observed, Target, all_targets
-from ..targets.deployment import read_layout
+from ..targets.deployment import read_dp_local, read_layout
+from ..targets.workload_owner import helm_release
+from .replica_owner import replica_owner
 from ..targets.ownership import claimant
 from ..targets.state_configmap import decode_changes
 
@@ -48,7 +52,8 @@ from ..targets.state_configmap import decode_changes
 @dataclass(frozen=True)
 class GroupState:
     """One group's Deployment as observed: its body (None: missing), layout (kvplan's annotation first, else its
-    flags), whether kvplan manages it already (``adopted``), its ``--max-num-seqs``, replicas and autoscaler."""
+    flags), whether kvplan manages it already (``adopted``), its ``--max-num-seqs``, replicas and who owns them
+    (``autoscaler``: None when kvplan does; :mod:`.replica_owner`)."""
 
     body: Mapping[str, Any] | None
     layout: tuple[int, int] | None
@@ -58,6 +63,13 @@ class GroupState:
     autoscaler: str | None
     #: the KVPlan generation kvplan last wrote to it (``kvplan.io/generation``), if any.
     generation: str | None = None
+    #: why ``autoscaler`` owns the replicas (:data:`kvplan_operator.conditions.REPLICA_REASONS`).
+    replica_reason: str = C.REPLICAS_BY_KVPLAN
+    #: the Helm release that renders the Deployment (``helm upgrade`` restores the chart's fields), if any.
+    helm_release: str | None = None
+    #: vLLM engines per pod (data parallelism, :func:`kvplan_operator.targets.deployment.read_dp_local`); None:
+    #: known only at run time (the Deployment target refuses to write it).
+    dp_local: int | None = 1
 
 
 @dataclass(frozen=True)
@@ -241,7 +253,7 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
                        "request sent", temporary=True, degraded=True)
     targets = all_targets()
     try:
-        objects = _read_objects(run, deps, spec, targets)
+        objects = read_llmisvcs(deps.kube, run.namespace, spec, _read_objects(run, deps, spec, targets))
         scaled = deps.kube.autoscaled_deployments(run.namespace)
         detail = read_detail(deps.kube, run.namespace, run.name)
         owners = _owners(run, deps, objects, detail)
@@ -252,12 +264,14 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
         return Failure("observe", C.READ_FAILED, str(exc), temporary=True, degraded=True)
     groups = {}
     for g in spec.groups:
-        body = objects["deployment"].get(g.deployment)
+        body = group_body(g, objects)
         layout, adopted, seqs = read_layout(body, g.container)
         replicas = (body or {}).get("spec", {}).get("replicas")
         generation = ((body or {}).get("metadata", {}).get("annotations") or {}).get(ANN_GENERATION)
+        owner = replica_owner(g, body, scaled)
         groups[g.name] = GroupState(body, layout, adopted, seqs, replicas if isinstance(replicas, int) else None,
-                                    scaled.get(g.deployment), generation)
+                                    None if owner.kvplan else owner.by, generation, owner.reason,
+                                    helm_release(body), read_dp_local(body, g.container))
     changes, relayout_gen = _budget(run, objects["state-configmap"].get(run.state_configmap))
     t0 = time.perf_counter()
     try:

@@ -43,10 +43,10 @@ from kvcore import class_histories as _binned_histories
 from kvcore import History
 
 from .. import conditions as C
-from ..answer_time import check_instant_time
+from ..prom.answer_time import check_instant_time
 from ..prom import PromError
-from ..response_text import le_label, le_text, result_type_text, series_key_text
-from ..prom_stream import Points
+from ..prom.response_text import le_label, le_text, result_type_text, series_key_text
+from ..prom.stream import Points
 
 #: The label a query adds to tell apart the keys of a source without a class label (stock vLLM, one key per
 #: Deployment or selector): ``label_replace(..., "kvplan_key", "<key>", "", "")``.
@@ -307,7 +307,7 @@ def rate_value(data: Mapping[str, Any], *, what: str = "arrivalRateQuery", at: f
     """An instant query's value, requests/s: a scalar, or the sum of a vector's samples.
 
     An empty vector raises ``NoRateData``; NaN, +-Inf, negative or absurd values raise ``InvalidRate``; with ``at``
-    (the time asked), a sample stamped elsewhere raises ``StaleSamples`` (:mod:`kvplan_operator.answer_time`)."""
+    (the time asked), a sample stamped elsewhere raises ``StaleSamples`` (:mod:`kvplan_operator.prom.answer_time`)."""
     result_type, result = data.get("resultType"), data.get("result")
     if result_type == "scalar" and isinstance(result, Sequence) and len(result) == 2:
         value = _number(result[1], what)

@@ -37,7 +37,8 @@ from ..kube import KubeError
 from ..observe import Observation
 from ..run import OWNED_STATUS, Deps, Failure, RunContext
 from ..targets.plandetail import FORMAT, chunk_name, detail_writes, digest, encode, plan_json, split
-from .status import class_entries, diff_body, diff_full, iso, objective_body, plan_body, status_patch
+from .status import (class_entries, diff_body, diff_full, iso, objective_body, plan_body, status_patch,
+                     workload_body)
 
 
 @dataclass(frozen=True)
@@ -157,8 +158,12 @@ class Recorder:
         if detail_error is not None:
             return Outcome(False, C.STATUS_WRITE_FAILED, f"plan {desired.plan_id} applied; its detail not "
                            f"stored: {detail_error}", self.backoff(), [], False, self.run.elapsed())
+        workloads = {g.name: workload_body(replica_reason=obs.groups[g.name].replica_reason,
+                                           helm=obs.groups[g.name].helm_release, target=desired.groups.get(g.name))
+                     for g in spec.groups}
         self.st["plan"] = plan_body(plan, targets=desired.groups, autoscalers=autos, decision=dec.decision.reason,
-                                    notes=built.notes, capacity=obs.capacity, detail=chunk_name(self.run.name, 0))
+                                    notes=built.notes, capacity=obs.capacity, detail=chunk_name(self.run.name, 0),
+                                    workloads=workloads)
         self.st["plan"]["id"] = desired.plan_id
         self.st["plan"]["detail"] = self.detail_ref
         self.engine(dec)

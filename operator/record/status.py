@@ -8,7 +8,9 @@ like the plan):
 - ``plan``: ``id``, ``status``, ``reason``, ``method``, ``iterations``, ``solveSeconds``, ``lowerBound`` (the fleet
   method's certified bound), ``decision`` (disruption policy), ``groups.<g>`` {tp, pp, replicas, gpusPerReplica,
   kvCapacityTokens, throughputTokensPerSecond, utilisation, waitingSeconds, arrivalRate, maxNumSeqs,
-  replicasManagedBy, capacity {source (engine | profile), tp, pp (the running layout), engineKvCapacityTokens,
+  replicasManagedBy, replicasReason (``ManagedByKVPlan``, ``OwnedByAutoscaler``, ``OwnedByFieldManager``,
+  ``External``), helmRelease (the Helm release rendering the Deployment, or null), enginesPerPod and gpusPerPod
+  (data parallelism: the Deployment's replicas count pods of enginesPerPod engines), podReplicas, capacity {source (engine | profile), tp, pp (the running layout), engineKvCapacityTokens,
   profileKvCapacityTokens, scale, engines, kvCacheUsage, preemptionsPerSecond, note}}, ``classCounts`` {total,
   admitted, refused}, ``notes`` (the first :data:`STATUS_NOTES`), ``detail`` {configMaps, format, bytes, digest}:
   where the rest is (:mod:`kvplan_operator.targets.plandetail`: per class reservation, radius, routing, prefix fractions,
@@ -54,6 +56,15 @@ def _num(x: float, digits: int = 6) -> float | str | None:
     if isinstance(x, float) and math.isinf(x):
         return "inf" if x > 0 else "-inf"
     return round(float(x), digits)
+
+
+def workload_body(*, replica_reason: str, helm: str | None, target: GroupTarget | None) -> dict[str, Any]:
+    """A group's Deployment as kvplan sees it: why its replicas are (not) kvplan's, its Helm release, and its pods
+    (engines and GPUs per pod, and how many pods the plan's engines make)."""
+    return {"replicasReason": replica_reason, "helmRelease": helm,
+            "enginesPerPod": target.dp_local if target else None,
+            "gpusPerPod": target.gpus_per_replica if target else None,
+            "podReplicas": target.replicas if target else None}
 
 
 def capacity_body(cap: GroupCapacity | None) -> dict[str, Any] | None:
@@ -103,7 +114,7 @@ def class_entries(plan: Plan, *, observed: Mapping[str, ClassObservation] | None
 
 def plan_body(plan: Plan, *, targets: Mapping[str, GroupTarget], autoscalers: Mapping[str, str | None],
               decision: str, notes: Sequence[str], capacity: Mapping[str, GroupCapacity] | None = None,
-              detail: str = "") -> dict[str, Any]:
+              detail: str = "", workloads: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The ``status.plan`` subtree: per group in full, per class only counts (the rest is in the detail
     ConfigMaps named by ``detail``)."""
     groups = {}
@@ -115,8 +126,10 @@ def plan_body(plan: Plan, *, targets: Mapping[str, GroupTarget], autoscalers: Ma
             "utilisation": _num(g.utilisation, 4), "waitingSeconds": _num(g.waiting_seconds, 6),
             "arrivalRate": _num(g.arrival_rate, 4),
             "maxNumSeqs": t.max_num_seqs if t else None,
+            "maxNumActiveSeqs": t.max_num_active_seqs if t else None,
             "replicasManagedBy": autoscalers.get(g.name) or "kvplan",
             "capacity": capacity_body((capacity or {}).get(g.name)),
+            **dict((workloads or {}).get(g.name) or {}),
         }
     admitted = sum(1 for c in plan.classes if c.admitted)
     shown = list(notes[:STATUS_NOTES])

@@ -19,6 +19,7 @@ from kvcore import HistorySource as SourceName
 from .base import CONFIGMAP_KEY, DNS_SUBDOMAIN, HEADER_NAME, HEADER_VALUE, SpecModel, parse_duration
 from .engine import Engine, Plugin, class_rule_errors
 from .prometheus import Prometheus, prometheus_errors
+from .replicas import ReplicaOwner
 
 #: Default node selector per GPU type: the catalogue's node label (NVIDIA GPU feature discovery's
 #: ``nvidia.com/gpu.product``, AMD's node labeller's ``amd.com/gpu.product-name``), kvcore.profiles.gpus.
@@ -75,6 +76,17 @@ class Layout(SpecModel):
 
 _DEFAULT_LAYOUTS = (Layout(tp=1), Layout(tp=2), Layout(tp=4), Layout(tp=8))
 
+class WorkloadRef(SpecModel):
+    """The object kvplan plans and patches for a group instead of its Deployment (:mod:`kvplan_operator.targets`)."""
+
+    kind: Literal["LLMInferenceService", "LeaderWorkerSet"] = Field(
+        description="LLMInferenceService (serving.kserve.io): kvplan patches its parallelism, replicas and vLLM args, "
+                    "never the Deployment KServe owns. LeaderWorkerSet (leaderworkerset.x-k8s.io): kvplan writes the "
+                    "layout as pods per group, GPUs per pod and the leader's and workers' vLLM argv, so layouts "
+                    "wider than a node are allowed (whole nodes, TP within one).")
+    name: str = Field(pattern=DNS_SUBDOMAIN, max_length=253)
+
+
 class Group(SpecModel):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
     deployment: str = Field(pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", max_length=253)
@@ -88,10 +100,14 @@ class Group(SpecModel):
     hf_config: dict[str, Any] | None = Field(
         None, alias="modelConfig", description="The model's Hugging Face config.json fields (issue 22): the "
                                                "group's model is planned from its shape instead of the catalogue's.")
+    workload_ref: WorkloadRef | None = Field(
+        None, description="The workload kvplan patches instead of the Deployment; default: the Deployment, or the "
+                          "LLMInferenceService that is its controller (ownerReference).")
     node_pool: NodePool
     layouts: tuple[Layout, ...] = Field(_DEFAULT_LAYOUTS, min_length=1)
     engine: Engine = Engine()
     plugin: Plugin = Plugin()
+    replica_owner: ReplicaOwner = ReplicaOwner()
 
     @property
     def service_name(self) -> str:
@@ -180,11 +196,6 @@ class RequestClass(SpecModel):
                                           "is this class (rules tried from the smallest up).")
     fleet_default: bool = Field(False, description="The class of requests that name none (or an unknown one) and "
                                 "match no prompt-length rule; default: the first class.")
-
-    @property
-    def env_name(self) -> str:
-        """``KVPLAN_RESERVE_<NAME>``: upper case, ``-`` -> ``_``."""
-        return "KVPLAN_RESERVE_" + self.name.upper().replace("-", "_")
 
 
 class FleetCosts(SpecModel):
@@ -410,17 +421,22 @@ def _human(seconds: float) -> str:
 
 
 def layout_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:
-    """Layouts that need more GPUs than one node of the pool has, or than the whole pool."""
+    """Layouts that need more GPUs than one node of the pool has (a LeaderWorkerSet group: that are not whole nodes
+    with TP inside one), or than the whole pool."""
     errs: list[tuple[str, str]] = []
     for i, g in enumerate(spec.groups):
+        multi_node = g.workload_ref is not None and g.workload_ref.kind == "LeaderWorkerSet"
+        per_node = g.node_pool.gpus_per_node
         for j, lay in enumerate(g.layouts):
-            if lay.gpus > g.node_pool.gpus_per_node:
-                errs.append((f"spec.groups[{i}].layouts[{j}]",
-                             f"tp*pp = {lay.gpus} GPUs exceeds one node of the pool ({g.node_pool.gpus_per_node} GPUs); "
-                             "multi-node (LeaderWorkerSet) serving is not supported"))
+            path = f"spec.groups[{i}].layouts[{j}]"
+            if lay.gpus > per_node and not multi_node:
+                errs.append((path, f"tp*pp = {lay.gpus} GPUs exceeds one node of the pool ({per_node} GPUs); a "
+                                   "layout wider than a node needs groups[].workloadRef of kind LeaderWorkerSet"))
+            elif lay.gpus > per_node and (lay.tp > per_node or lay.gpus % per_node):
+                errs.append((path, f"tp*pp = {lay.gpus} GPUs is not a whole number of nodes of the pool ({per_node} "
+                                   "GPUs) with TP inside one, as a LeaderWorkerSet group runs it"))
             elif lay.gpus > g.node_pool.gpu_count:
-                errs.append((f"spec.groups[{i}].layouts[{j}]",
-                             f"tp*pp = {lay.gpus} GPUs exceeds the group's gpuCount {g.node_pool.gpu_count}"))
+                errs.append((path, f"tp*pp = {lay.gpus} GPUs exceeds the group's gpuCount {g.node_pool.gpu_count}"))
     return errs
 
 

@@ -12,10 +12,6 @@ from pydantic import Field
 
 from .base import SpecModel
 
-#: The vLLM version assumed when ``engine.vllmVersion`` is not given and the container's image is not an official
-#: ``vllm/vllm-openai:vX.Y.Z`` (:func:`kvplan_operator.decide.knobs.engine_version`): the one kvplan's engine model,
-#: knob rule and plugins target.
-DEFAULT_VLLM_VERSION = "0.33.0"
 #: ``major.minor[.patch]`` with an optional local suffix (``0.33.0+cu128``); pre-releases are not accepted.
 VLLM_VERSION = r"^[0-9]+\.[0-9]+(\.[0-9]+)?(\+[A-Za-z0-9.]+)?$"
 
@@ -25,7 +21,9 @@ class Engine(SpecModel):
 
     vllm_version: str | None = Field(None, pattern=VLLM_VERSION, max_length=64,
                                      description="vLLM version of the group's image; gates --watermark (>= 0.33) and "
-                                     "the plugin (0.33.x). None: the official image's tag, else 0.33.0.")
+                                     "the plugin (0.33.x). None: the Deployment's label kvplan.io/vllm-version, "
+                                     "else the official image's tag, else unknown (no version-gated knob is "
+                                     "written).")
     knobs: Literal["Auto", "Formula"] = Field("Auto", description="Auto: --max-num-seqs, --watermark and "
                                               "--scheduling-policy from kvcore's knob rule; Formula: only "
                                               "--max-num-seqs from the capacity formula, riding along with rollouts "

@@ -9,14 +9,14 @@ import re
 
 from pydantic import Field, field_validator
 
-from ..prom_url import FIELD, UrlRefused, parse_prom_url
+from ..prom.url import FIELD, UrlRefused, parse_prom_url
 from .base import CONFIGMAP_KEY, DNS_SUBDOMAIN, HEADER_NAME, HEADER_VALUE, SpecModel, parse_duration
 
 #: ``http(s)://host[:port][/path]`` as the CRD's pattern says it: a DNS name whose last label starts with a letter,
 #: a dotted-quad IPv4 address without leading zeros or a bracketed IPv6 address; a port without a leading zero; a
 #: path of RFC 3986 characters without empty segments. No userinfo, query, fragment, percent-encoded host,
 #: backslash, whitespace or trailing dot. The full rules (one reading for every parser) are
-#: :func:`kvplan_operator.prom_url.parse_prom_url`'s.
+#: :func:`kvplan_operator.prom.url.parse_prom_url`'s.
 _OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 PROMETHEUS_URL = (r"^https?://((([A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?\.)*[A-Za-z]([-A-Za-z0-9]*[A-Za-z0-9])?)"
                   rf"|{_OCTET}(\.{_OCTET}){{3}}|\[[0-9A-Fa-f:.]+\])"

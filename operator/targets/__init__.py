@@ -5,15 +5,28 @@ observe phase), turns the desired state into writes (:meth:`Target.build`, pure,
 sends one write (:meth:`Target.write`, called by the apply phase). Targets import :mod:`kvplan_operator.desired`
 and :mod:`kvplan_operator.run` (the bottom), never a phase.
 
-=====================  =========================================================================================
 target                 objects
 =====================  =========================================================================================
-``state-configmap``    ``<kvplan>-kvplan``: ``KVPLAN_RESERVE_<CLASS>`` values and the disruption budget record
+``state-configmap``    ``<kvplan>-kvplan``: the plugin's reservation files and the disruption budget record
 ``deployment``         ``groups[].deployment``: vLLM flags (args, command or a shell string), GPUs, pool, env
 ``router-configmap``   ``router.configMap``: the ``kvplan.v1`` routing document
 ``httproute``          ``router.httpRoute``: backendRef weights of the groups' Services and InferencePools
 ``inferencepool``      ``groups[].inferencePool``: read only; each must exist and select its group's pods
 =====================  =========================================================================================
+=======
+=========================  =========================================================================================
+target                     objects
+=========================  =========================================================================================
+``state-configmap``        ``<kvplan>-kvplan``: the plugin's reservation files and the disruption budget record
+``deployment``             ``groups[].deployment``: vLLM flags (args, command or a shell string), GPUs, pool, env
+``router-configmap``       ``router.configMap``: the ``kvplan.v1`` routing document
+``httproute``              ``router.httpRoute``: backendRef weights of the groups' Services and InferencePools
+``inferencepool``          ``groups[].inferencePool``: read only; each must exist and select its group's pods
+``llminferenceservice``    the group's KServe LLMInferenceService (``workloadRef``, or the Deployment's controller):
+                           parallelism, replicas, the vLLM container's flags and GPUs; its Deployment is left to KServe
+``leaderworkerset``        ``groups[].workloadRef`` of kind LeaderWorkerSet: pods per group, GPUs per pod, the leader's
+                           and workers' vLLM argv, replicas (layouts wider than a node)
+=========================  =========================================================================================
 """
 
 from __future__ import annotations
@@ -96,8 +109,10 @@ def all_targets() -> tuple[Target, ...]:
     from .deployment import DeploymentTarget
     from .httproute import HttpRouteTarget
     from .inferencepool import InferencePoolTarget
+    from .llmisvc import LlmisvcTarget
+    from .lws_target import LwsTarget
     from .router_configmap import RouterConfigMapTarget
     from .state_configmap import StateConfigMapTarget
 
-    return (StateConfigMapTarget(), DeploymentTarget(), RouterConfigMapTarget(), InferencePoolTarget(),
-            HttpRouteTarget())
+    return (StateConfigMapTarget(), DeploymentTarget(), LlmisvcTarget(), LwsTarget(), RouterConfigMapTarget(),
+            InferencePoolTarget(), HttpRouteTarget())

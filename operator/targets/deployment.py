@@ -9,9 +9,11 @@ Owned fields (everything else the user set is kept; listed in the annotation ``k
   what the container runs already, vLLM's default when the flag is absent, is not written), and with the plugin
   the volume, mount and env of the group's own reservation file (:mod:`.plugin_mount`); turning the plugin off
   removes them;
-- container ``resources.limits/requests["nvidia.com/gpu"]`` = TP x PP;
-- container env ``KVPLAN_RESERVE_<CLASS>`` read from the KVPlan's state ConfigMap (``configMapKeyRef``), so a
-  reservation change never rolls pods; env of classes no longer in the spec is deleted;
+- container ``resources.limits/requests["nvidia.com/gpu"]`` = DP_local x TP x PP (``--data-parallel-size-local``
+  engines per pod, llm-d's layout; 1 without data parallelism; a value known only at run time is refused,
+  ``UnsupportedContainerLayout``, and so is a pod larger than one node of the pool or than the group's ``gpuCount``,
+  ``LayoutExceedsNode``);
+- the env ``KVPLAN_RESERVE_<CLASS>`` that earlier releases set (read by nothing) is deleted (:mod:`.legacy_reserve`);
 - pod ``nodeSelector`` (merged) and ``tolerations`` (the user's kept, the pool's added);
 - ``spec.replicas`` unless an HPA or KEDA ScaledObject targets the Deployment;
 - annotations ``kvplan.io/owner``, ``kvplan.io/generation``, ``kvplan.io/layout``, ``kvplan.io/owned-fields`` on
@@ -20,12 +22,16 @@ Owned fields (everything else the user set is kept; listed in the annotation ``k
   found) changed with every reservation, so at 256 classes x 64 groups nearly every re-plan patched all 64
   Deployments for a value no pod reads.
 
-A Deployment whose ``kvplan.io/owner`` names another KVPlan that still exists is refused (``OwnedByOther``).
+A Deployment whose ``kvplan.io/owner`` names another KVPlan that still exists is refused (``OwnedByOther``); one
+that another controller owns (a controller ownerReference: KServe, production-stack's VLLMRuntime, any operator) is
+refused (``OwnedByController``, naming the owner), unless :data:`.workload_owner.OWNER_TARGETS` has a target for
+the owner's kind among the targets that ran (then that target acts on the owner and this one leaves the group). A
+group served by a KServe LLMInferenceService or a LeaderWorkerSet (:mod:`.workload`) is left to their targets.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kvcore import GPU_CATALOGUE
@@ -35,13 +41,20 @@ from ..desired import (ANN_GENERATION, ANN_LAYOUT, ANN_OWNED, ANN_OWNER, ANN_RES
                        Write)
 from ..kube import KubeApi
 from ..run import RunContext
-from ..spec import Group, KVPlanSpec, RequestClass
+from ..spec import Group, KVPlanSpec
 from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
+from .legacy_reserve import legacy_env
+from .workload import served_by_deployment
 from .plugin_mount import is_plugin_scheduler, mount_conflict, plugin_drift, plugin_patch
-from .vllm_flags import (POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG, SEQS_FLAG, TP_FLAG, WATERMARK_FLAG, Unexpressible,
-                         literal, read_flags, remove_flags, running, write_flags)
+from .workload_owner import controller_ref, owner_target, refusal
+from .vllm_argv import scan
+from .vllm_view import view
+from .vllm_flags import (ACTIVE_SEQS_FLAG, DP_FLAG, DP_LOCAL_FLAG, DP_RANK_FLAG, POLICY_FLAG, PP_FLAG, SCHEDULER_FLAG,
+                         SEQS_FLAG, TP_FLAG, WATERMARK_FLAG, UnreadableConfig, Unexpressible, dp_local, literal,
+                         read_flags, remove_flags, running, write_flags)
 
 GPU_RESOURCE = "nvidia.com/gpu"
+DP_FLAGS = (DP_FLAG, DP_LOCAL_FLAG, DP_RANK_FLAG)
 
 
 def gpu_resource(group: Group) -> str:
@@ -81,6 +94,19 @@ def read_layout(body: Mapping[str, Any] | None, container: str | None
     return (_int(flags[TP_FLAG]) or 1, _int(flags[PP_FLAG]) or 1), False, seqs
 
 
+def read_dp_local(body: Mapping[str, Any] | None, container: str | None) -> int | None:
+    """vLLM engines per pod of a Deployment (data parallelism, :func:`.vllm_flags.dp_local`): 1 when it is missing
+    or its vLLM argv has no data-parallel flag (as TP and PP read 1 when absent); None when a data-parallel flag is
+    there and its value, or a later word, is known only at run time."""
+    c = find_container(body, container) if body is not None else None
+    if c is None:
+        return 1
+    n = dp_local(read_flags(c))
+    if n is None and not any(scan(view(c).argv, DP_FLAGS)[0].values()):
+        return 1
+    return n
+
+
 def flags_layout(body: Mapping[str, Any] | None, container: str | None) -> tuple[int, int] | None:
     """(tp, pp) the container's flags give vLLM (what really runs), ignoring kvplan's annotation."""
     if body is None:
@@ -98,8 +124,7 @@ def _merge_tolerations(current: Iterable[Mapping[str, Any]], pool: Iterable[Mapp
 
 
 def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, target: GroupTarget,
-                           classes: Sequence[RequestClass], owner: str,
-                           generation: int | None, state_configmap: str, manage_replicas: bool,
+                           owner: str, generation: int | None, state_configmap: str, manage_replicas: bool,
                            stale_env: Iterable[str] = ()) -> dict[str, Any]:
     """Strategic-merge patch for one group's Deployment (fields listed in the module docstring).
 
@@ -121,14 +146,10 @@ def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, targe
     resource = gpu_resource(group)
     volumes, mounts, plugin_env = plugin_patch(deployment, container, on=plugin, state_configmap=state_configmap,
                                                group=group.name)
-    env: list[dict[str, Any]] = [
-        {"name": c.env_name, "valueFrom": {"configMapKeyRef": {"name": state_configmap, "key": c.env_name}}}
-        for c in classes]
-    env += [{"name": name, "$patch": "delete"} for name in stale_env] + plugin_env
+    env: list[dict[str, Any]] = [{"name": name, "$patch": "delete"} for name in stale_env] + plugin_env
     name = container["name"]
     pod_current = deployment.get("spec", {}).get("template", {}).get("spec", {})
-    owned = [f"containers[{name}].args", f"containers[{name}].resources.*[{resource}]",
-             f"containers[{name}].env[KVPLAN_RESERVE_*]", "nodeSelector", "tolerations"]
+    owned = [f"containers[{name}].args", f"containers[{name}].resources.*[{resource}]", "nodeSelector", "tolerations"]
     if plugin:
         owned += [f"containers[{name}].env[KVPLAN_RESERVATIONS_FILE]", f"containers[{name}].volumeMounts[kvplan]",
                   "volumes[kvplan-reservations]"]
@@ -165,7 +186,8 @@ def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, targe
 def knob_values(flags: Mapping[str, str | None], target: GroupTarget) -> dict[str, str | None]:
     """The engine knobs to write: each planned value the container does not run already (None: left alone)."""
     out: dict[str, str | None] = {}
-    for flag, value in ((SEQS_FLAG, target.max_num_seqs), (WATERMARK_FLAG, target.watermark),
+    for flag, value in ((SEQS_FLAG, target.max_num_seqs), (ACTIVE_SEQS_FLAG, target.max_num_active_seqs),
+                        (WATERMARK_FLAG, target.watermark),
                         (POLICY_FLAG, target.scheduling_policy), (SCHEDULER_FLAG, target.scheduler_cls)):
         text = None if value is None else f"{value:g}" if isinstance(value, float) else str(value)
         out[flag] = None if text is None or running(flags, flag) == text else text
@@ -239,9 +261,10 @@ class DeploymentTarget:
         observed = inp.observed.get(self.name, {})
         refusals: dict[str, list[str]] = {}
         writes: list[Write] = []
-        want_env = {c.env_name for c in inp.spec.classes}
         for g in inp.spec.groups:
             body = observed.get(g.deployment)
+            if not served_by_deployment(g, body):
+                continue  # targets llminferenceservice and leaderworkerset write these groups
             if body is None:
                 refusals.setdefault(C.DEPLOYMENT_MISSING, []).append(
                     f"Deployment {g.deployment} not found in namespace {inp.run.namespace}")
@@ -250,14 +273,33 @@ class DeploymentTarget:
             if conflict:
                 refusals.setdefault(C.OWNED_BY_OTHER, []).append(conflict)
                 continue
+            ref = controller_ref(body)
+            if ref is not None:
+                if owner_target(ref, frozenset(inp.observed)) is None:
+                    refusals.setdefault(C.OWNED_BY_CONTROLLER, []).append(refusal(g.deployment, ref, body))
+                continue
             container = find_container(body, g.container)
             if container is None:
                 refusals.setdefault(C.CONTAINER_NOT_FOUND, []).append(
                     f"Deployment {g.deployment}: vLLM container not found (set groups[].container)")
                 continue
-            stale = sorted(e.get("name") for e in container.get("env") or []
-                           if str(e.get("name", "")).startswith("KVPLAN_RESERVE_") and e.get("name") not in want_env)
+            stale = legacy_env(container)
             target = inp.desired.groups[g.name]
+            dp = read_dp_local(body, g.container)
+            if dp is None:
+                refusals.setdefault(C.UNSUPPORTED_CONTAINER_LAYOUT, []).append(
+                    f"Deployment {g.deployment}: its data-parallel size is known only at run time, so kvplan cannot "
+                    "count the pod's GPUs (set --data-parallel-size-local literally)")
+                continue
+            room = min(g.node_pool.gpus_per_node, g.node_pool.gpu_count)
+            if target.gpus_per_replica > room:
+                where = (f"one node of the pool ({g.node_pool.gpus_per_node} GPUs)" if room == g.node_pool.gpus_per_node
+                         else f"the group's gpuCount {g.node_pool.gpu_count}")
+                refusals.setdefault(C.LAYOUT_EXCEEDS_NODE, []).append(
+                    f"Deployment {g.deployment}: {target.dp_local} data-parallel engines x tp={target.tp} x "
+                    f"pp={target.pp} = {target.gpus_per_replica} GPUs per pod exceeds {where}; list only layouts "
+                    "that fit in spec.groups[].layouts")
+                continue
             clash = mount_conflict(body, container) if target.scheduler_cls is not None else None
             if clash:
                 refusals.setdefault(C.UNSUPPORTED_CONTAINER_LAYOUT, []).append(
@@ -265,9 +307,12 @@ class DeploymentTarget:
                 continue
             try:
                 patch = build_deployment_patch(
-                    body, group=g, target=target, classes=inp.spec.classes, owner=inp.run.owner,
+                    body, group=g, target=target, owner=inp.run.owner,
                     generation=inp.run.generation, state_configmap=inp.run.state_configmap,
                     manage_replicas=inp.desired.manage_replicas.get(g.name, True), stale_env=stale)
+            except UnreadableConfig as exc:
+                refusals.setdefault(C.UNREADABLE_ENGINE_CONFIG, []).append(f"Deployment {g.deployment}: {exc}")
+                continue
             except Unexpressible as exc:
                 refusals.setdefault(C.UNSUPPORTED_CONTAINER_LAYOUT, []).append(f"Deployment {g.deployment}: {exc}")
                 continue
@@ -279,7 +324,8 @@ class DeploymentTarget:
                 moves = flags_layout(body, g.container) != target.layout
                 writes.append(Write(Stage.LAYOUT, self.name, "Deployment", g.deployment, "patch", patch,
                                     tuple(drift), relayout=adopted and moves))
-        for reason in (C.OWNED_BY_OTHER, C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND, C.UNSUPPORTED_CONTAINER_LAYOUT):
+        for reason in (C.OWNED_BY_OTHER, C.OWNED_BY_CONTROLLER, C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND,
+                       C.UNREADABLE_ENGINE_CONFIG, C.UNSUPPORTED_CONTAINER_LAYOUT, C.LAYOUT_EXCEEDS_NODE):
             if reason in refusals:
                 others = [m for r, ms in refusals.items() if r != reason for m in ms]
                 raise TargetRefused(reason, "; ".join(refusals[reason] + others))

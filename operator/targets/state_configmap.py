@@ -1,8 +1,7 @@
 """The KVPlan's state ConfigMap ``<kvplan>-kvplan`` (target ``state-configmap``).
 
-- ``data.KVPLAN_RESERVE_<CLASS>``: reserved output tokens per class, read by the Deployments' env through
-  ``configMapKeyRef`` (so it is written before any Deployment refers to it); keys of classes no longer in the spec
-  are removed;
+- keys ``KVPLAN_RESERVE_<CLASS>`` that earlier releases wrote are removed once no Deployment refers to them
+  (:mod:`.legacy_reserve`);
 - annotation ``kvplan.io/layout-changes``: the re-layouts attempted in the last hour, written *before* the
   Deployments are patched, so the disruption budget counts an attempt even when the patch fails or the operator
   dies right after it; ``kvplan.io/relayout-generation``: the generation whose spec change re-laid out already;
@@ -33,10 +32,8 @@ from ..run import RunContext
 from ..spec import KVPlanSpec
 from . import BuildInput, TargetPlan, TargetRefused
 from .ownership import own_conflict, recheck_created
+from .legacy_reserve import PREFIX, legacy_refs
 from .plugin_mount import file_key, is_file_key, projected_keys
-
-RESERVE_PREFIX = "KVPLAN_RESERVE_"
-
 
 def encode_changes(changes: tuple[LayoutChange, ...]) -> str:
     return json.dumps([{"t": round(c.t, 3), "layouts": c.layouts} for c in changes], separators=(",", ":"))
@@ -56,7 +53,7 @@ def decode_changes(text: str | None) -> tuple[LayoutChange, ...]:
     return tuple(out)
 
 
-def build_state_configmap(*, name: str, namespace: str, owner_ref: Mapping[str, Any], spec: KVPlanSpec,
+def build_state_configmap(*, name: str, namespace: str, owner_ref: Mapping[str, Any],
                           desired: Desired, owner: str) -> dict[str, Any]:
     """The whole state ConfigMap for ``desired``."""
     annotations = {ANN_OWNER: owner, ANN_OWNED: "data,metadata.annotations[kvplan.io/layout-changes]",
@@ -67,8 +64,7 @@ def build_state_configmap(*, name: str, namespace: str, owner_ref: Mapping[str, 
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": namespace, "ownerReferences": [dict(owner_ref)],
                      "labels": {"app.kubernetes.io/managed-by": "kvplan-operator"}, "annotations": annotations},
-        "data": {c.env_name: str(int(desired.reservations[c.name])) for c in spec.classes}
-        | {file_key(g): doc for g, doc in sorted(desired.reservation_files.items())},
+        "data": {file_key(g): doc for g, doc in sorted(desired.reservation_files.items())},
     }
 
 
@@ -122,13 +118,14 @@ class StateConfigMapTarget:
         if conflict:
             raise TargetRefused(C.OWNED_BY_OTHER, conflict)
         body = build_state_configmap(name=name, namespace=inp.run.namespace, owner_ref=inp.run.owner_reference,
-                                     spec=inp.spec, desired=inp.desired, owner=inp.run.owner)
+                                     desired=inp.desired, owner=inp.run.owner)
         if current is None:
             return TargetPlan((Write(Stage.STATE, self.name, "ConfigMap", name, "create", body),))
         data: dict[str, Any] = dict(body["data"])
-        data.update({k: None for k in current.get("data") or {} if k.startswith(RESERVE_PREFIX) and k not in data})
-        mounted = set().union(*(projected_keys(d) for d in (inp.observed.get("deployment") or {}).values()
-                                if d is not None))
+        deployments = [d for d in (inp.observed.get("deployment") or {}).values() if d is not None]
+        referred = set().union(*(legacy_refs(d, name) for d in deployments))
+        data.update({k: None for k in current.get("data") or {} if k.startswith(PREFIX) and k not in referred})
+        mounted = set().union(*(projected_keys(d) for d in deployments))
         data.update({k: None for k in current.get("data") or {}
                      if is_file_key(k) and k not in data and k not in mounted})
         patch = {"metadata": {"annotations": body["metadata"]["annotations"]}, "data": data}

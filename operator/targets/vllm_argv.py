@@ -21,6 +21,9 @@ from dataclasses import dataclass
 
 #: vLLM 0.33's short option names of flags kvplan owns (``EngineArgs.add_cli_args``).
 SHORT = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size"}
+#: Short names of flags kvplan only reads (data parallelism, ``EngineArgs.add_cli_args``): matched exactly. vLLM
+#: has more ``-dp*`` short names (``-dpp``, ``-dpa``, ...), so a longer word is another option, not a doubt.
+READ_SHORT = {"-dp": "--data-parallel-size", "-dpl": "--data-parallel-size-local", "-dpn": "--data-parallel-rank"}
 CONFIG = "--config"
 #: The module form of the OpenAI server.
 API_SERVER = "vllm.entrypoints.openai.api_server"
@@ -66,6 +69,8 @@ def reads_as(word: str, flags: Sequence[str]) -> tuple[str | None, str]:
             if len(norm) > 2 and flag.startswith(norm):
                 return None, f"`{name}` (vLLM may read it as {flag}: abbreviations are allowed; write it in full)"
         return None, ""
+    if name in READ_SHORT:
+        return (READ_SHORT[name] if READ_SHORT[name] in flags else None), ""
     for short, flag in SHORT.items():
         if flag not in flags:
             continue
@@ -74,6 +79,15 @@ def reads_as(word: str, flags: Sequence[str]) -> tuple[str | None, str]:
         if short.startswith(name) or name.startswith(short):
             return None, f"`{name}` (vLLM may read it as {short}, i.e. {flag}; write `{short} N` or `{flag} N`)"
     return None, ""
+
+
+def is_config(word: str) -> bool:
+    """Whether vLLM reads ``word`` as ``--config`` (``--config``, ``--config=f``, underscores, a prefix of it)."""
+    name = word.split("=", 1)[0]
+    if not name.startswith("--"):
+        return False
+    norm = _norm(name)
+    return norm == CONFIG or (len(norm) > 3 and CONFIG.startswith(norm))
 
 
 def scan(argv: Sequence[str | None], flags: Sequence[str]) -> tuple[dict[str, list[Occurrence]], list[str]]:

@@ -18,7 +18,7 @@ TP 8 or 1):
   the end of the script's vLLM command, or after the positional words when that command ends with ``"$@"``;
 - refused (:class:`Unexpressible`, condition ``UnsupportedContainerLayout``, nothing applied) whenever kvplan cannot
   vouch for what vLLM will run: an abbreviation (``--tensor-parallel``) or malformed short name (``-tp8``, ``-t``),
-  ``--config file.yaml``, a bare ``--``, a value known only at run time (``--tensor-parallel-size $TP``), a word
+  ``--config file.yaml`` (:class:`UnreadableConfig`, condition ``UnreadableEngineConfig``), a bare ``--``, a value known only at run time (``--tensor-parallel-size $TP``), a word
   known only at run time after the flag (``$EXTRA_ARGS``: it may set it again), a script with no or several vLLM
   commands, shell constructs not parsed (here-documents, ``if``/``for``/``case``, subshells, functions), and a
   kubelet ``$(NAME)`` inside a script;
@@ -32,27 +32,40 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .vllm_argv import later_unknown, scan, value_index, value_of
+from .vllm_argv import is_config, later_unknown, scan, value_index, value_of
 from .vllm_view import Edit, Layout, View, edit, layout_of, view
 
 TP_FLAG = "--tensor-parallel-size"
 PP_FLAG = "--pipeline-parallel-size"
 SEQS_FLAG = "--max-num-seqs"
+#: The admission cap without the runner's capacity (vLLM 0.33: ``SchedulerConfig.max_num_active_seqs``).
+ACTIVE_SEQS_FLAG = "--max-num-active-seqs"
 #: The engine knobs: ``--watermark`` (vLLM >= 0.33), ``--scheduling-policy``, ``--scheduler-cls``.
 WATERMARK_FLAG = "--watermark"
 POLICY_FLAG = "--scheduling-policy"
 SCHEDULER_FLAG = "--scheduler-cls"
-#: Read only: the executor backend decides whether vLLM can schedule asynchronously.
+#: Read only: kvplan never writes it.
 EXECUTOR_FLAG = "--distributed-executor-backend"
-FLAGS = (TP_FLAG, PP_FLAG, SEQS_FLAG, WATERMARK_FLAG, POLICY_FLAG, SCHEDULER_FLAG, EXECUTOR_FLAG)
+#: Read only: data parallelism. A pod runs ``--data-parallel-size-local`` engines of TP x PP GPUs each (absent:
+#: ``--data-parallel-size``, or 1 with ``--data-parallel-rank``, vLLM's external load balancing; ``dp_local``).
+DP_FLAG = "--data-parallel-size"
+DP_LOCAL_FLAG = "--data-parallel-size-local"
+DP_RANK_FLAG = "--data-parallel-rank"
+FLAGS = (TP_FLAG, PP_FLAG, SEQS_FLAG, ACTIVE_SEQS_FLAG, WATERMARK_FLAG, POLICY_FLAG, SCHEDULER_FLAG, EXECUTOR_FLAG,
+         DP_FLAG, DP_LOCAL_FLAG, DP_RANK_FLAG)
 #: What vLLM 0.33 runs when a knob's flag is absent: the A100 defaults (``EngineArgs.get_batch_defaults``: 256
 #: sequences below 70 GiB or on an A100; H100/H200 get 1024), no watermark, first come first served.
 VLLM_DEFAULTS = {SEQS_FLAG: "256", WATERMARK_FLAG: "0", POLICY_FLAG: "fcfs"}
-__all__ = ["Layout", "layout_of", "read_flags", "write_flags", "remove_flags", "has_switch", "Unexpressible"]
+__all__ = ["Layout", "layout_of", "read_flags", "write_flags", "remove_flags", "Unexpressible", "UnreadableConfig"]
 
 
 class Unexpressible(ValueError):
     """The container's command/args cannot carry the flag without it being ignored; the message says why."""
+
+
+class UnreadableConfig(Unexpressible):
+    """The argv has ``--config FILE``: vLLM reads more flags from a file kvplan cannot see (a file inside the
+    image), so nothing kvplan writes is sure to be what vLLM runs."""
 
 
 def literal(raw: str) -> str | None:
@@ -72,11 +85,27 @@ def running(flags: Mapping[str, str | None], flag: str) -> str | None:
     if text is None:
         return raw
     try:
-        if flag == SEQS_FLAG:
+        if flag in (SEQS_FLAG, ACTIVE_SEQS_FLAG):
             return str(int(text))
         return f"{float(text):g}" if flag == WATERMARK_FLAG else text
     except ValueError:
         return text
+
+
+def dp_local(flags: Mapping[str, str | None]) -> int | None:
+    """vLLM engines one pod runs (data parallelism on one node, vLLM 0.33's ``EngineArgs``), from
+    :func:`read_flags`'s ``flags``: ``--data-parallel-size-local``, else 1 with ``--data-parallel-rank`` (external
+    load balancing), else ``--data-parallel-size``, else 1. None when a value that decides it is not a positive
+    literal integer (``$DP``)."""
+    for flag in (DP_LOCAL_FLAG, DP_RANK_FLAG, DP_FLAG):
+        raw = flags.get(flag)
+        if raw is None:
+            continue
+        text = literal(raw)
+        if flag == DP_RANK_FLAG:
+            return 1 if text is not None and text.isdigit() else None
+        return int(text) if text is not None and text.isdigit() and int(text) > 0 else None
+    return 1
 
 
 def read_flag(args: Sequence[str], flag: str) -> str | None:
@@ -149,6 +178,10 @@ def read_flags(container: Mapping[str, Any]) -> dict[str, str | None]:
 
 
 def _refuse_doubts(v: View) -> None:
+    config = next((w for w in v.argv if w is not None and is_config(w)), None)
+    if config is not None:
+        raise UnreadableConfig(f"vLLM's argv has `{config}`: vLLM reads more flags from that file, which kvplan cannot "
+                               "see; move the flags kvplan sets out of it into the argv, and drop --config")
     doubts = _doubts(v)
     if doubts:
         raise Unexpressible("vLLM's parser may read the container's argv otherwise: " + "; ".join(doubts))
@@ -205,21 +238,6 @@ def write_flags(container: Mapping[str, Any], values: Mapping[str, str | None]) 
     return command, args
 
 
-def has_switch(container: Mapping[str, Any], switch: str) -> bool:
-    """Whether vLLM reads a flag without a value (``--no-async-scheduling``) from the container's argv, in any
-    spelling (underscores, or an abbreviation: vLLM accepts one that is unique)."""
-    v = view(container)
-    if v.problem is not None:
-        return False
-    for word in v.argv:
-        if word is None or not word.startswith("--"):
-            continue
-        name = "--" + word.split("=", 1)[0][2:].replace("_", "-")
-        if name == switch or (len(name) > 4 and switch.startswith(name)):
-            return True
-    return False
-
-
 def remove_flags(container: Mapping[str, Any], flags: Sequence[str]) -> tuple[list[str], list[str]]:
     """(command, args) of ``container`` without ``flags`` wherever vLLM reads them. Raises
     :class:`Unexpressible` when one is set to a value known only at run time, or the argv cannot be told."""
@@ -229,6 +247,7 @@ def remove_flags(container: Mapping[str, Any], flags: Sequence[str]) -> tuple[li
         v = view(current)
         if v.problem is not None:
             raise Unexpressible(v.problem)
+        _refuse_doubts(v)
         edits: list[Edit] = []
         for occ in scan(v.argv, FLAGS)[0].get(flag, []):
             j = value_index(v.argv, occ)

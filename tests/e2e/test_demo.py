@@ -109,7 +109,7 @@ def test_each_deployment_got_the_planned_layout(report: dict[str, object]) -> No
         assert f"--pipeline-parallel-size={g['pp']}" in after["args"]
         assert str(after["gpuLimit"]) == str(g["tp"] * g["pp"])
         assert "cloud.google.com/gke-nodepool" in after["nodeSelector"]
-        assert {"KVPLAN_RESERVE_CHAT", "KVPLAN_RESERVE_CODE", "KVPLAN_RESERVE_BATCH"} <= set(after["env"])
+        assert not [e for e in after["env"] if e.startswith("KVPLAN_RESERVE_")]  # read by nothing: not written
         assert deployments[name]["changes"], f"{name} did not change"  # type: ignore[index]
 
 

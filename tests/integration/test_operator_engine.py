@@ -33,7 +33,7 @@ from operator_httproute_world import crds  # type: ignore[import-not-found]  # n
 
 pytestmark = pytest.mark.integration
 
-ASYNC, SYNC = "kvplan_vllm.scheduler.AsyncReservationScheduler", "kvplan_vllm.scheduler.ReservationScheduler"
+ASYNC = "kvplan_vllm.scheduler.AsyncReservationScheduler"
 GROUPS = {"pool-a": "vllm-a", "pool-b": "vllm-b"}
 
 
@@ -98,7 +98,7 @@ def test_plugin_mounts_each_groups_file_and_reservations_change_without_a_rollou
     for g, name in GROUPS.items():
         d = kube.get_deployment(namespace, name)
         c = vllm(kube, namespace, name)
-        want = SYNC if st["plan"]["groups"][g]["pp"] > 1 else ASYNC  # vLLM's async scheduling is off with PP
+        want = ASYNC  # vLLM 0.33 keeps async scheduling with PP > 1 too (Model Runner V2, the default)
         assert flag(c["args"], "--scheduler-cls") == want == st["plan"]["groups"][g]["engine"]["schedulerCls"]
         key = f"reservations-{g}.json"
         assert d["spec"]["template"]["spec"]["volumes"] == [{"name": "kvplan-reservations", "configMap": {
@@ -152,7 +152,7 @@ def test_plugin_mounts_each_groups_file_and_reservations_change_without_a_rollou
     c = vllm(kube, namespace, "vllm-b")
     pod = kube.get_deployment(namespace, "vllm-b")["spec"]["template"]["spec"]
     assert "--scheduler-cls" not in c["args"] and not pod.get("volumes") and not c.get("volumeMounts")
-    assert {e["name"] for e in c["env"]} == {"HF_HOME", "KVPLAN_RESERVE_CHAT", "KVPLAN_RESERVE_CODE"}
+    assert {e["name"] for e in c["env"]} == {"HF_HOME"}
     assert run(kube, namespace).ok  # no pod projects pool-b's file any more: it goes
     assert sorted(k for k in kube.get_configmap(namespace, "fleet-kvplan")["data"] if k.startswith("reservations")) \
         == ["reservations-pool-a.json"]
@@ -201,7 +201,7 @@ def test_bad_engine_fields_refused_by_apiserver(crd, kube_api, namespace, mutate
 def test_engine_defaults_applied_by_apiserver(crd, kube_api, kube, namespace):
     setup(kube_api, namespace, kvplan_spec("http://127.0.0.1:9"), deployments=())
     s = fetch(kube, namespace)["spec"]
-    assert s["groups"][0]["engine"] == {"knobs": "Auto"}  # vllmVersion: the image's tag, else 0.33.0
+    assert s["groups"][0]["engine"] == {"knobs": "Auto"}  # vllmVersion: the label kvplan.io/vllm-version, else the image's tag, else unknown
     assert s["groups"][0]["plugin"] == {"enabled": False, "scheduler": "Auto"}
     assert s["classes"][0]["fleetDefault"] is False and "maxPromptTokens" not in s["classes"][0]
 
@@ -237,7 +237,7 @@ def test_gate_example_end_to_end(crd, cluster, kube_api, kube, namespace, promet
     st = body["status"]["plan"]["groups"]
     inter = vllm(kube, namespace, "vllm-llama70b-interactive")
     args = " ".join(inter["args"])
-    want = SYNC if st["interactive"]["pp"] > 1 else ASYNC
+    want = ASYNC  # PP or not: vLLM 0.33's Model Runner V2 schedules asynchronously with PP > 1
     assert f"--scheduler-cls {want}" in args and st["interactive"]["engine"]["schedulerCls"] == want
     assert {"name": "kvplan-reservations", "mountPath": "/etc/kvplan", "readOnly": True} in inter["volumeMounts"]
     assert "--scheduler-cls" not in " ".join(vllm(kube, namespace, "vllm-llama70b-batch")["args"])

@@ -55,6 +55,7 @@ OPERATOR_RULES = [
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": ["get", "list"]},
     {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": ["get", "list"]},
+    {"apiGroups": ["autoscaling.aibrix.ai"], "resources": ["podautoscalers"], "verbs": ["get", "list"]},
 ]
 
 

@@ -182,12 +182,12 @@ def test_queries_do_not_grow_with_the_classes_and_the_record_stays_small(world, 
     assert doc["plan"] == status["plan"]["id"] and len(doc["classes"]) == CLASSES
     assert status["plan"]["detail"]["bytes"] == sum(sizes[c] for c in status["plan"]["detail"]["configMaps"])
     router = json.loads(world.kube.get_configmap(ns, "llm-router")["data"]["routing.json"])
-    state = world.kube.get_configmap(ns, "fleet-kvplan")["data"]
+    state = world.kube.get_configmap(ns, "fleet-kvplan").get("data") or {}
+    assert not [k for k in state if k.startswith("KVPLAN_RESERVE_")]  # read by nothing: not written
     groups = set(status["plan"]["groups"])
     for name, c in doc["classes"].items():
         assert 0 not in c["routing"].values() and set(c["routing"]) <= groups  # sparse
         assert router["classes"][name]["weights"] == c["routing"]
-        assert state[f"KVPLAN_RESERVE_{name.upper()}"] == str(c["reserveTokens"])
         if c["admitted"]:
             assert sum(c["routing"].values()) == pytest.approx(1.0, abs=1e-5)
     # The next re-plan starts from the stored plan

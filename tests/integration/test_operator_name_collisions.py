@@ -1,6 +1,6 @@
 """Collisions of names between KVPlans of one namespace, on the real apiserver and a real Prometheus (issue 26,
 item 6): the router ConfigMap of one KVPlan named as another's state, plan-detail or plan-detail chunk ConfigMap
-(refused in the spec), as another's router ConfigMap (OwnedByOther), a KVPlan whose plan-detail name is another
+(refused by the CRD schema), as another's router ConfigMap (OwnedByOther), a KVPlan whose plan-detail name is another
 KVPlan's ConfigMap (OwnedByOther, nothing applied), and KVPlans with suffix-overlapping names side by side. The
 other KVPlan's objects keep their resourceVersion: nothing was written to them."""
 
@@ -16,7 +16,7 @@ from kvplan_operator import conditions as C
 from kvplan_operator.kube import Kube
 from kvplan_operator.prom import PromClient
 from kvplan_operator.reconcile import Deps, reconcile
-from operator_world import backfill, create_kvplan, deployment, kvplan_spec  # type: ignore[import-not-found]
+from operator_world import backfill, create_kvplan, deployment, kvplan_spec, refused  # type: ignore[import-not-found]
 
 pytestmark = pytest.mark.integration
 
@@ -60,18 +60,20 @@ def test_collisions_on_the_real_apiserver(crd, kube_api, kube, namespace, promet
     before = versions(kube, namespace, theirs)
     assert all(before.values()) and owner(kube, namespace, "other-kvplan") == f"{namespace}/other"
 
-    # the router ConfigMap named as the other KVPlan's state / detail / detail chunk: refused in the spec
+    # the router ConfigMap named as the other KVPlan's state / detail / detail chunk: refused by the apiserver's
+    # schema (a KVPlan stored before the CRD had that rule is refused by the operator's spec check: unit tier)
     for i, router in enumerate(("other-kvplan", "other-plan", "other-plan-1")):
-        add(kube_api, namespace, f"mine{i}", prometheus.url, router)
-        out = run(kube, namespace, f"mine{i}")
-        assert out.reason == C.INVALID_SPEC and "spec.router.configMap.name" in out.message, out
+        spec = copy.deepcopy(kvplan_spec(prometheus.url))
+        spec["router"] = {"configMap": {"name": router}}
+        error = refused(kube_api, namespace, spec)
+        assert error.status == 422 and "reserved for KVPlans' own ConfigMaps" in error.body, error.body
     # ... and as the other KVPlan's router ConfigMap: owned by a live KVPlan
     add(kube_api, namespace, "mine3", prometheus.url, "other-router")
     out = run(kube, namespace, "mine3")
     assert out.reason == C.OWNED_BY_OTHER and f"managed by KVPlan {namespace}/other" in out.message, out
     assert versions(kube, namespace, theirs) == before
-    for i in range(4):  # nothing applied for them either
-        d = kube.get_deployment(namespace, f"mine{i}-a")
+    for suffix in ("a", "b"):  # nothing applied for it either
+        d = kube.get_deployment(namespace, f"mine3-{suffix}")
         assert "kvplan.io/owner" not in (d["metadata"].get("annotations") or {})
 
     # a KVPlan whose plan-detail name is another KVPlan's ConfigMap (written by an operator before the fix)

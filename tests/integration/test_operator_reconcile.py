@@ -57,8 +57,7 @@ def test_apply_plan_to_two_pools(crd, cluster, kube_api, kube, namespace, promet
         assert d["spec"]["replicas"] == g["replicas"]
         env = {e["name"]: e for e in vllm["env"]}
         assert env["HF_HOME"]["value"] == "/models"
-        assert env["KVPLAN_RESERVE_CHAT"]["valueFrom"]["configMapKeyRef"] == {"name": "fleet-kvplan",
-                                                                              "key": "KVPLAN_RESERVE_CHAT"}
+        assert set(env) == {"HF_HOME"}  # no per-class env: nothing would read it
         assert d["metadata"]["annotations"]["kvplan.io/owner"] == f"{namespace}/fleet"
         assert [c["name"] for c in pod["containers"]] == ["vllm", "metrics-sidecar"]
         if group == "pool-a":
@@ -66,9 +65,9 @@ def test_apply_plan_to_two_pools(crd, cluster, kube_api, kube, namespace, promet
         else:
             assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
             assert pod["tolerations"] == [{"key": "pool-b", "operator": "Exists", "effect": "NoSchedule"}]
-    state = kube.get_configmap(namespace, "fleet-kvplan")["data"]
+    assert not [k for k in kube.get_configmap(namespace, "fleet-kvplan").get("data") or {}
+                if k.startswith("KVPLAN_RESERVE_")]
     classes = detail(kube, namespace)["classes"]
-    assert state["KVPLAN_RESERVE_CHAT"] == str(classes["chat"]["reserveTokens"])
     weights = router_weights(kube, namespace)
     for c in ("chat", "code"):
         assert weights[c] == pytest.approx(classes[c]["routing"], abs=1e-3)
@@ -139,6 +138,8 @@ def test_dry_run_changes_nothing(crd, kube_api, kube, namespace, prometheus, tra
         pytest.param(lambda s: s["replan"].update(interval="5s"), "interval must be between 10s and 24h",
                      id="interval-too-short"),
         pytest.param(lambda s: s["router"]["configMap"].update(key="routing/json"), "key", id="configmap-key"),
+        pytest.param(lambda s: s["router"]["configMap"].update(name="a-plan-2"), "reserved for KVPlans' own",
+                     id="router-name-reserved"),
         pytest.param(lambda s: s["groups"][0].update(inferencePool="Pool_A"), "inferencePool", id="pool-name"),
         pytest.param(lambda s: s["classes"][0]["costs"].update(preemption=1e308), "preemption", id="cost-1e308"),
         pytest.param(lambda s: s["classes"][0].update(prefixTokens=10**8), "prefixTokens", id="prefix-huge"),
@@ -253,4 +254,5 @@ def test_hpa_keeps_replicas(crd, kube_api, kube, namespace, prometheus, traces_d
     body = fetch(kube, namespace)
     assert kube.get_deployment(namespace, "vllm-a")["spec"]["replicas"] == 1
     assert body["status"]["plan"]["groups"]["pool-a"]["replicasManagedBy"] == "HorizontalPodAutoscaler/vllm-a"
+    assert body["status"]["plan"]["groups"]["pool-a"]["replicasReason"] == C.REPLICAS_BY_AUTOSCALER
     assert any("replicas left to HorizontalPodAutoscaler/vllm-a" in n for n in body["status"]["plan"]["notes"])

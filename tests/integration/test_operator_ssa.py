@@ -8,8 +8,9 @@ Prometheus backfilled from the shared traces), the way a GitOps tool meets it:
   ``managedFieldsManagers`` / ``ignoreDifferences`` are for (docs/upgrade.md);
 - the same manifest without those fields (what ``RespectIgnoreDifferences`` sends) is accepted, keeps the operator's
   values, and the operator's next reconcile writes nothing;
-- a class removed from the spec loses its ``KVPLAN_RESERVE_*`` env on the real Deployment (removals go through a
-  separate patch, since an apply only removes what the same manager applied before).
+- the ``KVPLAN_RESERVE_*`` env an earlier release set goes from the real Deployment (removals go through a separate
+  patch, since an apply only removes what the same manager applied before), and its state ConfigMap key once no
+  Deployment refers to it any more.
 """
 
 from __future__ import annotations
@@ -76,11 +77,10 @@ def test_operator_fields_are_applied_and_gitops_is_told(crd, kube_api, namespace
     assert versions(kube, namespace) == before
 
 
-def test_a_removed_class_loses_its_env(crd, kube_api, namespace, prometheus, traces_dir):
+def test_an_earlier_releases_reserve_env_goes(crd, kube_api, namespace, prometheus, traces_dir):
     kube = Kube(kube_api)
     backfill(prometheus, traces_dir)
-    spec = kvplan_spec(prometheus.url)
-    setup(kube_api, namespace, spec)
+    setup(kube_api, namespace, kvplan_spec(prometheus.url))
     assert run(kube, namespace).ok
 
     def env_names() -> set[str]:
@@ -88,10 +88,17 @@ def test_a_removed_class_loses_its_env(crd, kube_api, namespace, prometheus, tra
         vllm = next(c for c in body["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm")
         return {e["name"] for e in vllm.get("env") or []}
 
-    assert {"KVPLAN_RESERVE_CHAT", "KVPLAN_RESERVE_CODE", "HF_HOME"} <= env_names()
-    spec["classes"] = [c for c in spec["classes"] if c["name"] != "code"]
-    client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(
-        "kvplan.io", "v1alpha1", namespace, "kvplans", "fleet", {"spec": {"classes": spec["classes"]}})
+    # what an earlier release left: the env on the pod template, its key in the state ConfigMap
+    ref = {"configMapKeyRef": {"name": "fleet-kvplan", "key": "KVPLAN_RESERVE_CHAT"}}
+    client.AppsV1Api(kube_api).patch_namespaced_deployment("vllm-a", namespace, {"spec": {"template": {"spec": {
+        "containers": [{"name": "vllm", "env": [{"name": "KVPLAN_RESERVE_CHAT", "valueFrom": ref}]}]}}}})
+    client.CoreV1Api(kube_api).patch_namespaced_config_map("fleet-kvplan", namespace,
+                                                          {"data": {"KVPLAN_RESERVE_CHAT": "96"}})
+    assert {"KVPLAN_RESERVE_CHAT", "HF_HOME"} <= env_names()
     assert run(kube, namespace).ok
-    names = env_names()
-    assert "KVPLAN_RESERVE_CODE" not in names and {"KVPLAN_RESERVE_CHAT", "HF_HOME"} <= names
+    assert "KVPLAN_RESERVE_CHAT" not in env_names() and "HF_HOME" in env_names()
+    # the reconcile observed a Deployment still referring to the key: it stays one cycle longer
+    assert "KVPLAN_RESERVE_CHAT" in kube.get_configmap(namespace, "fleet-kvplan")["data"]
+    assert run(kube, namespace).ok
+    state = kube.get_configmap(namespace, "fleet-kvplan")
+    assert state is not None and not [k for k in state.get("data") or {} if k.startswith("KVPLAN_RESERVE_")]

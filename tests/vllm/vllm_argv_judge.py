@@ -4,7 +4,8 @@
 Each argv goes through vLLM's real entry point: ``vllm serve ARGV`` through ``vllm.entrypoints.cli.main.main``
 (its subcommands, ``FlexibleArgumentParser``, ``--config`` handling and all), ``api_server`` through
 ``python -m vllm.entrypoints.openai.api_server``'s ``__main__`` block; the first namespace the parser returns is
-kept and the run stopped there (nothing is served). OUT maps each id to ``{"tp", "pp"}`` or ``{"error"}``.
+kept and the run stopped there (nothing is served). OUT maps each id to ``{"tp", "pp", "seqs", "active", "policy",
+"watermark", "dp", "dpl", "dpn"}`` (the data-parallel local size and rank None when not given) or ``{"error"}``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,11 @@ def judge(prog: str, argv: list[str]) -> dict[str, object]:
         finally:
             depth[0] -= 1
         if depth[0] == 0 and hasattr(ns, "tensor_parallel_size"):
-            seen.update(tp=ns.tensor_parallel_size, pp=ns.pipeline_parallel_size)
+            seen.update(tp=ns.tensor_parallel_size, pp=ns.pipeline_parallel_size,
+                        seqs=getattr(ns, "max_num_seqs", None), active=getattr(ns, "max_num_active_seqs", None),
+                        policy=getattr(ns, "scheduling_policy", None),
+                        watermark=getattr(ns, "watermark", None), dp=ns.data_parallel_size,
+                        dpl=ns.data_parallel_size_local, dpn=ns.data_parallel_rank)
             raise _Stop()
         return ns
 

@@ -65,7 +65,7 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
 - apiGroups: ["apps"]
   resources: ["deployments"]
   verbs: ["get", "patch"]
-# The router ConfigMap and the per-KVPlan state ConfigMap (KVPLAN_RESERVE_* values): read by name, created on
+# The router ConfigMap and the per-KVPlan state ConfigMap (reservation files, budget record): read by name, created on
 # first apply, patched after. No delete: the state ConfigMap goes with its KVPlan through ownerReferences.
 - apiGroups: [""]
   resources: ["configmaps"]
@@ -77,14 +77,18 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
-# Autoscalers are only listed: a Deployment targeted by an HPA or a KEDA ScaledObject keeps its replicas.
-# The ScaledObject rule is needed even without KEDA: authorisation comes before the apiserver's 404, and the
-# operator treats 404 as "KEDA not installed" but 403 as an error.
+# Autoscalers are only listed: a Deployment targeted by an HPA, a KEDA ScaledObject or an AIBrix PodAutoscaler
+# keeps its replicas. The ScaledObject and PodAutoscaler rules are needed even without KEDA or AIBrix:
+# authorisation comes before the apiserver's 404, and the operator treats 404 as "not installed" but 403 as an
+# error.
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
   verbs: ["get", "list"]
 - apiGroups: ["keda.sh"]
   resources: ["scaledobjects"]
+  verbs: ["get", "list"]
+- apiGroups: ["autoscaling.aibrix.ai"]
+  resources: ["podautoscalers"]
   verbs: ["get", "list"]
 {{- if .Values.httpRoute.enabled }}
 # Gateway API HTTPRoutes named in spec.router: read by name, backendRef weights patched.
@@ -96,6 +100,21 @@ namespace, or by the cluster-wide ClusterRole when watchNamespaces is empty. Eve
 - apiGroups: ["inference.networking.k8s.io"]
   resources: ["inferencepools"]
   verbs: ["get"]
+{{- end }}
+{{- if .Values.kserve.enabled }}
+# KServe LLMInferenceServices serving a group (groups[].workloadRef, or the controller of its Deployment): read by
+# name, parallelism, replicas and the vLLM container's args and GPUs patched (server-side apply). The Deployment
+# KServe owns is only read.
+- apiGroups: ["serving.kserve.io"]
+  resources: ["llminferenceservices"]
+  verbs: ["get", "patch"]
+{{- end }}
+{{- if .Values.leaderWorkerSet.enabled }}
+# LeaderWorkerSets named in groups[].workloadRef: read by name, size, replicas and the leader's and workers' vLLM
+# argv and GPUs patched (server-side apply). Never created or deleted.
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["get", "patch"]
 {{- end }}
 {{- with .Values.prometheus.authSecrets }}
 # Prometheus credentials (bearer token, basic auth, CA bundle): only the Secrets listed in values

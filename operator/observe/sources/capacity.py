@@ -31,9 +31,9 @@ from kvcore import VLLM_CACHE_CONFIG_INFO, VLLM_KV_CACHE_USAGE, VLLM_PREEMPTIONS
 
 from ... import conditions as C
 from ..history import KEY_LABEL
-from ...answer_time import check_instant_time
+from ...prom.answer_time import check_instant_time
 from ...prom import PromError
-from ...response_text import result_type_text
+from ...prom.response_text import result_type_text
 from ...spec import KVPlanSpec
 from .vllm import group_selector
 
@@ -98,7 +98,7 @@ def engine_tokens(labels: Mapping[str, Any]) -> float | None:
 def engine_capacity(data: Mapping[str, Any], spec: KVPlanSpec, *, at: float | None = None
                     ) -> dict[str, EngineCapacity]:
     """The capacity query's answer -> per group :class:`EngineCapacity` (every group present). With ``at`` (the
-    time asked), a sample stamped elsewhere is ``StaleSamples`` (:mod:`kvplan_operator.answer_time`)."""
+    time asked), a sample stamped elsewhere is ``StaleSamples`` (:mod:`kvplan_operator.prom.answer_time`)."""
     result = data.get("result")
     if data.get("resultType") not in (None, "vector") or not isinstance(result, list):
         raise PromError(C.PROMETHEUS_BAD_RESPONSE, "capacity query: expected a vector, got "

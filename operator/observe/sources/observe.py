@@ -16,7 +16,7 @@ class (naming the class label value, or the group); every other bad answer raise
 
 from __future__ import annotations
 
-from ...answer_time import check_range_times
+from ...prom.answer_time import check_range_times
 from kvcore import History
 
 from ... import budget

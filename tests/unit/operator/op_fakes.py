@@ -85,6 +85,8 @@ class FakeKube:
     configmaps: dict[str, dict] = field(default_factory=dict)
     httproutes: dict[str, dict] = field(default_factory=dict)
     inferencepools: dict[str, dict] = field(default_factory=dict)
+    llmisvcs: dict[str, dict] = field(default_factory=dict)
+    lwss: dict[str, dict] = field(default_factory=dict)
     kvplans: dict[str, dict] = field(default_factory=dict)
     secrets: dict[tuple[str, str], str] = field(default_factory=dict)
     scaled: dict[str, str] = field(default_factory=dict)
@@ -161,6 +163,20 @@ class FakeKube:
             return None
         return copy.deepcopy(self.inferencepools.get(name))
 
+    def get_llminferenceservice(self, ns, name):
+        try:
+            self._enter("get_llminferenceservice", name)
+        except _Missing:
+            return None
+        return copy.deepcopy(self.llmisvcs.get(name))
+
+    def get_leaderworkerset(self, ns, name):
+        try:
+            self._enter("get_leaderworkerset", name)
+        except _Missing:
+            return None
+        return copy.deepcopy(self.lwss.get(name))
+
     def read_secret_key(self, ns, name, key):
         try:
             self._enter("read_secret_key", name)
@@ -191,6 +207,20 @@ class FakeKube:
         smp(self.deployments[name], copy.deepcopy(dict(patch)))
         self._wrote(f"patch Deployment/{name}")
 
+    def patch_llminferenceservice(self, ns, name, patch):
+        self._enter("patch_llminferenceservice", name)
+        if name not in self.llmisvcs:
+            raise KubeError(f"patch LLMInferenceService/{name}", "NotFound", 404)
+        smp(self.llmisvcs[name], copy.deepcopy(dict(patch)))
+        self._wrote(f"patch LLMInferenceService/{name}")
+
+    def patch_leaderworkerset(self, ns, name, patch):
+        self._enter("patch_leaderworkerset", name)
+        if name not in self.lwss:
+            raise KubeError(f"patch LeaderWorkerSet/{name}", "NotFound", 404)
+        smp(self.lwss[name], copy.deepcopy(dict(patch)))
+        self._wrote(f"patch LeaderWorkerSet/{name}")
+
     def patch_httproute(self, ns, name, patch):
         self._enter("patch_httproute", name)
         if name not in self.httproutes:
@@ -212,7 +242,7 @@ def dep(name: str, args: list[str] | None = None) -> dict:
     """A serving Deployment with one vLLM container (flags in args)."""
     return {"metadata": {"name": name, "annotations": {}},
             "spec": {"replicas": 1, "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [
-                {"name": "vllm", "image": "vllm",
+                {"name": "vllm", "image": "vllm/vllm-openai:v0.33.0",
                  "args": args if args is not None else ["--model", "m", "--tensor-parallel-size", "1", "--port", "8000"],
                  "env": [{"name": "HF_HOME", "value": "/c"}]}]}}}}
 

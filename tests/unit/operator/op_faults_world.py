@@ -139,7 +139,7 @@ class World:
         self.kube = FakeKube(deployments={n: dep(n) for n in GROUPS.values()}, httproutes={"llm": route()},
                              secrets={("prom-token", "token"): "t0k3n"})
         self.planner = Planner()
-        self.real_client = real_client  # True: operator/prom.py's HTTP client against spec.prometheus.url
+        self.real_client = real_client  # True: operator/prom/__init__.py's HTTP client against spec.prometheus.url
         self.prom = RecordedProm(matrix=busy())
         self.spec = spec(prom_url)
         if with_pools:

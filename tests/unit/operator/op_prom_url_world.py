@@ -13,8 +13,8 @@ import pytest
 import yaml
 from kvplan_operator import conditions as C
 from kvplan_operator.prom import PromClient, PromConnection, PromError, UrlPolicy, check_url, vet_url
-from kvplan_operator.prom_url import PromUrl, UrlRefused, parse_prom_url
-from kvplan_operator.refused_address import embedded_ipv4, refused_address
+from kvplan_operator.prom.url import PromUrl, UrlRefused, parse_prom_url
+from kvplan_operator.prom.refused_address import embedded_ipv4, refused_address
 from kvplan_operator.spec import InvalidSpec, parse_spec
 from kvplan_operator.spec.prometheus import PROMETHEUS_URL
 from op_fakes import Script, scripted_prometheus  # type: ignore[import-not-found]

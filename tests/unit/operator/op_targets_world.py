@@ -36,7 +36,7 @@ SPEC = {
 
 
 def deployment(args: list[str], *, containers: int = 1, tolerations: list | None = None) -> dict:
-    cs = [{"name": "vllm", "image": "vllm/vllm-openai", "args": args,
+    cs = [{"name": "vllm", "image": "vllm/vllm-openai:v0.33.0", "args": args,
            "env": [{"name": "HF_HOME", "value": "/cache"}, {"name": "KVPLAN_RESERVE_OLD", "value": "9"}],
            "resources": {"limits": {"memory": "200Gi"}}}]
     cs += [{"name": f"side{i}", "image": "busybox"} for i in range(containers - 1)]

@@ -39,15 +39,15 @@ def test_auto_knobs_reach_the_container_status_and_router():
     w.rule = ScriptedKnobs({"big": (64, 0.02, "priority")})
     out = w.run(T0)
     assert out.ok, out
-    assert (w.flag("--max-num-seqs"), w.flag("--watermark"), w.flag("--scheduling-policy")) == ("64", "0.02",
+    assert (w.flag("--max-num-active-seqs"), w.flag("--watermark"), w.flag("--scheduling-policy")) == ("64", "0.02",
                                                                                                 "priority")
     small = w.args("vllm-small")  # stock knobs: nothing appended (vLLM already runs them)
-    assert not {"--max-num-seqs", "--watermark", "--scheduling-policy", "--scheduler-cls"} & set(small)
+    assert not {"--max-num-seqs", "--max-num-active-seqs", "--watermark", "--scheduling-policy", "--scheduler-cls"} & set(small)
     eng = w.engine()
-    assert (eng["maxNumSeqs"], eng["watermark"], eng["schedulingPolicy"], eng["vllmVersion"]) == (64, 0.02, "priority",
+    assert (eng["maxNumActiveSeqs"], eng["watermark"], eng["schedulingPolicy"], eng["vllmVersion"]) == (64, 0.02, "priority",
                                                                                                   "0.33.0")
     assert eng["rule"] == "scripted for big" and eng["held"] == [] and eng["schedulerCls"] is None
-    assert w.kube.status["plan"]["groups"]["big"]["maxNumSeqs"] == 64
+    assert w.kube.status["plan"]["groups"]["big"]["maxNumActiveSeqs"] == 64
     # priorities: 1 + rank by decreasing rho; chat (rho 10) before code-gen (SLO rho, lower here)
     prio = {c: w.classes()[c]["priority"] for c in ("chat", "code-gen")}
     assert sorted(prio.values()) == [1, 2] and prio["chat"] == 1
@@ -67,7 +67,7 @@ def test_a_knob_change_counts_in_the_budget_and_is_held_when_it_is_spent():
     assert w.run(T0).ok and w.budget() == []  # first adoption: stock knobs, nothing counted
     w.rule = ScriptedKnobs({"big": (64, 0.02, "fcfs")})
     assert w.run(T0 + 60).ok
-    assert (w.flag("--max-num-seqs"), w.flag("--watermark")) == ("64", "0.02")
+    assert (w.flag("--max-num-active-seqs"), w.flag("--watermark")) == ("64", "0.02")
     assert w.budget() == ["knobs:big=64/0.02/fcfs/None"]
     assert w.kube.status["layoutChanges"] == [T0 + 60]
     w.rule = ScriptedKnobs({"big": (32, 0.05, "fcfs")})
@@ -78,16 +78,16 @@ def test_a_knob_change_counts_in_the_budget_and_is_held_when_it_is_spent():
     assert w.kube.deployments["vllm-big"]["spec"]["template"] == before  # held: not a flag touched
     cond = w.cond(C.ENGINE_KNOBS)
     assert (cond["status"], cond["reason"]) == ("False", C.KNOBS_HELD)
-    assert "--max-num-seqs 32 (in force 64)" in cond["message"] and "--watermark 0.05 (in force 0.02)" in cond[
+    assert "--max-num-active-seqs 32 (in force 64)" in cond["message"] and "--watermark 0.05 (in force 0.02)" in cond[
         "message"] and "maxLayoutChangesPerHour 1" in cond["message"]
-    assert w.engine()["held"] == [{"knob": "--max-num-seqs", "planned": "32", "current": "64"},
+    assert w.engine()["held"] == [{"knob": "--max-num-active-seqs", "planned": "32", "current": "64"},
                                   {"knob": "--watermark", "planned": "0.05", "current": "0.02"}]
-    assert (w.engine()["maxNumSeqs"], w.engine()["watermark"]) == (64, 0.02)  # what is in force
+    assert (w.engine()["maxNumActiveSeqs"], w.engine()["watermark"]) == (64, 0.02)  # what is in force
     assert w.classes()["chat"]["reserveTokens"] == 700
     assert w.cond(C.READY)["status"] == "True" and len(w.budget()) == 1
     assert ("Warning", C.KNOBS_HELD) in w.kube.events
     out = w.run(T0 + 60 + 3601)  # the first restart left the hour
-    assert out.ok and (w.flag("--max-num-seqs"), w.flag("--watermark")) == ("32", "0.05")
+    assert out.ok and (w.flag("--max-num-active-seqs"), w.flag("--watermark")) == ("32", "0.05")
     assert w.cond(C.ENGINE_KNOBS)["reason"] == C.KNOBS_IN_FORCE and w.budget()[-1] == "knobs:big=32/0.05/fcfs/None"
 
 
@@ -97,7 +97,7 @@ def test_knobs_ride_along_with_a_relayout_for_one_count():
     w.planner.tp = 8
     w.rule = ScriptedKnobs({"small": (32, 0.05, "fcfs")})
     assert w.run(T0 + 60).ok
-    assert w.flag("--tensor-parallel-size") == "8" and w.flag("--max-num-seqs", "vllm-small") == "32"
+    assert w.flag("--tensor-parallel-size") == "8" and w.flag("--max-num-active-seqs", "vllm-small") == "32"
     assert w.budget() == ["big=8x1,small=1x1"]  # one attempt, named by its layouts
 
 
@@ -109,12 +109,12 @@ def test_a_spec_change_does_not_let_a_held_knob_through():
     w.rule = ScriptedKnobs({"big": (64, 0.0, "fcfs")})
     assert w.run(T0 + 60).ok and len(w.budget()) == 1
     w.rule = ScriptedKnobs({"big": (48, 0.0, "fcfs")})
-    assert w.run(T0 + 120).ok and w.flag("--max-num-seqs") == "64"  # held
+    assert w.run(T0 + 120).ok and w.flag("--max-num-active-seqs") == "64"  # held
     w.generation, w.spec["router"] = 2, {"minWeightChange": 0.02}  # any spec change
-    assert w.run(T0 + 180).ok and w.flag("--max-num-seqs") == "64"  # still held: the budget is spent
+    assert w.run(T0 + 180).ok and w.flag("--max-num-active-seqs") == "64"  # still held: the budget is spent
     assert len(w.budget()) == 1
     assert w.cond(C.ENGINE_KNOBS)["reason"] == C.KNOBS_HELD
-    assert w.run(T0 + 60 + 3601).ok and w.flag("--max-num-seqs") == "48"  # the first restart left the hour
+    assert w.run(T0 + 60 + 3601).ok and w.flag("--max-num-active-seqs") == "48"  # the first restart left the hour
     assert len(w.budget()) == 1 and w.budget()[-1] == "knobs:big=48/0/fcfs/None"
 
 
@@ -145,7 +145,7 @@ def test_a_shell_string_container_gets_its_knobs_inside_the_script():
     assert w.run(T0).ok
     new = container(w.kube.deployments["vllm-big"])["command"][2]
     assert new.startswith("pip list >/dev/null && exec vllm serve") and "--port 8000" in new
-    for part in ("--max-num-seqs 64", "--watermark 0.02", f"--scheduler-cls {ASYNC}"):
+    for part in ("--max-num-active-seqs 64", "--watermark 0.02", f"--scheduler-cls {ASYNC}"):
         assert part in new, new
     w.generation, w.spec["groups"][0]["plugin"] = 2, {"enabled": False}
     assert w.run(T0 + 60).ok and "--scheduler-cls" not in container(w.kube.deployments["vllm-big"])["command"][2]
@@ -163,7 +163,7 @@ def test_a_failing_knob_rule_keeps_the_knobs_and_applies_the_rest(error, text):
     w.rule, w.planner.reserve = ScriptedKnobs(fail=error), 800
     out = w.run(T0 + 60)
     assert out.ok, out
-    assert w.flag("--max-num-seqs") == "64" and w.classes()["chat"]["reserveTokens"] == 800
+    assert w.flag("--max-num-active-seqs") == "64" and w.classes()["chat"]["reserveTokens"] == 800
     cond = w.cond(C.ENGINE_KNOBS)
     assert (cond["status"], cond["reason"]) == ("False", C.KNOB_RULE_FAILED) and text in cond["message"]
     assert "boom" not in json.dumps(w.kube.status)
@@ -182,7 +182,7 @@ def test_dry_run_reports_the_knobs_and_writes_nothing():
     w.spec["mode"] = "DryRun"
     w.rule = ScriptedKnobs({"big": (64, 0.02, "fcfs")})
     assert w.run(T0).ok and w.kube.writes == ["create ConfigMap/fleet-plan", "status"]  # the record only
-    assert w.engine()["maxNumSeqs"] == 64 and "--max-num-seqs" not in w.args()
+    assert w.engine()["maxNumActiveSeqs"] == 64 and "--max-num-active-seqs" not in w.args()
 
 
 @pytest.mark.parametrize(("change", "field"), [
@@ -245,7 +245,7 @@ def test_the_knob_cache_reuses_an_answer_while_the_situation_holds():
     w.rule.fail = RuntimeError("x")
     assert w.run(T0 + 1400).ok and w.cond(C.ENGINE_KNOBS)["reason"] == C.KNOB_RULE_FAILED
     w.rule.fail = None  # ...but a failure is not: the next reconcile asks again
-    assert w.run(T0 + 1460).ok and w.flag("--max-num-seqs", "vllm-small") == "32"
+    assert w.run(T0 + 1460).ok and w.flag("--max-num-active-seqs", "vllm-small") == "32"
     assert len(w.cache.entries) == 2
     w.spec["groups"] = w.spec["groups"][:1]
     w.generation = 3
@@ -280,24 +280,66 @@ def test_class_rules_of_the_httproute_carry_the_priority_header():
     assert rules[0]["filters"] == [user] and "filters" not in rules[1]
 
 
-@pytest.mark.parametrize(("spec_version", "image", "want"), [
-    pytest.param(None, "vllm/vllm-openai:v0.30.1", ((0, 30, 1), "image"), id="official-image-tag"),
-    pytest.param(None, "registry.local/mirror/vllm-openai:v0.10.1.1@sha256:0f", ((0, 10, 1), "image"),
+@pytest.mark.parametrize(("spec_version", "labels", "image", "want"), [
+    pytest.param(None, {}, "vllm/vllm-openai:v0.30.1", ((0, 30, 1), "image"), id="official-image-tag"),
+    pytest.param(None, {}, "registry.local/mirror/vllm-openai:v0.10.1.1@sha256:0f", ((0, 10, 1), "image"),
                  id="mirrored-official-four-part"),
-    pytest.param(None, "myorg/vllm-server:1.2.0", ((0, 33, 0), "default"), id="other-image-says-nothing"),
-    pytest.param(None, "vllm/vllm-openai:latest", ((0, 33, 0), "default"), id="latest-says-nothing"),
-    pytest.param("0.32", "vllm/vllm-openai:v0.30.1", ((0, 32, 0), "spec"), id="the-spec-wins"),
+    pytest.param(None, {}, "myorg/vllm-server:1.2.0", (None, "unknown"), id="other-image-says-nothing"),
+    pytest.param(None, {}, "vllm/vllm-openai:latest", (None, "unknown"), id="latest-says-nothing"),
+    pytest.param(None, {"deployment": "0.33.1"}, "myorg/vllm-server:1.2.0", ((0, 33, 1), "label"),
+                 id="deployment-label"),
+    pytest.param(None, {"template": "0.32"}, "myorg/vllm-server:1.2.0", ((0, 32, 0), "label"), id="pod-label"),
+    pytest.param(None, {"deployment": "0.31.0"}, "vllm/vllm-openai:v0.30.1", ((0, 31, 0), "label"),
+                 id="the-label-beats-the-tag"),
+    pytest.param(None, {"deployment": "latest"}, "vllm/vllm-openai:v0.33.0", (None, "unknown"),
+                 id="a-bad-label-is-unknown-not-the-tag"),
+    pytest.param("0.32", {"deployment": "0.31.0"}, "vllm/vllm-openai:v0.30.1", ((0, 32, 0), "spec"),
+                 id="the-spec-wins"),
 ])
-def test_engine_version_from_spec_else_the_official_image_tag(spec_version, image, want):
-    from kvplan_operator.decide.knobs import engine_version
+def test_engine_version_from_spec_else_label_else_the_official_image_tag(spec_version, labels, image, want):
+    from kvplan_operator.decide.knobs import VERSION_LABEL, engine_version
 
     spec = copy.deepcopy(SPEC)
     if spec_version:
         spec["groups"][0]["engine"] = {"vllmVersion": spec_version}
     body = dep("vllm-big")
     container(body)["image"] = image
+    if "deployment" in labels:
+        body["metadata"]["labels"] = {VERSION_LABEL: labels["deployment"]}
+    if "template" in labels:
+        body["spec"]["template"]["metadata"]["labels"][VERSION_LABEL] = labels["template"]
     v = engine_version(parse_spec(spec).groups[0], body)
     assert (v.version, v.source) == want
+    assert v.describe()
+
+
+@pytest.mark.parametrize("plugin", [pytest.param(False, id="knobs"), pytest.param(True, id="knobs-and-plugin")])
+def test_an_unknown_version_gets_no_version_gated_knob_and_a_condition_says_so(plugin):
+    """No spec version, no label, an image that is not an official tag: the knob rule is asked with no
+    version-gated knob, --watermark and the plugin are not written (the rest is), and EngineKnobs says why."""
+    w = World(plugin={"enabled": plugin})
+    container(w.kube.deployments["vllm-big"])["image"] = "myorg/vllm-server:1.2.0"
+    w.rule = ScriptedKnobs({"big": (64, 0.05, "fcfs")})
+    assert w.run(T0).ok
+    args = w.args()
+    assert "--watermark" not in args and "--scheduler-cls" not in args and w.flag("--max-num-seqs") == "64"
+    assert "volumes" not in w.kube.deployments["vllm-big"]["spec"]["template"]["spec"]
+    assert [v for v, g, _ in w.rule.calls if g == ["big"]] == ["0.0.0"]
+    cond = w.cond(C.ENGINE_KNOBS)
+    assert cond["status"] == "False" and cond["reason"] == C.ENGINE_VERSION_UNKNOWN
+    assert "group big" in cond["message"] and "kvplan.io/vllm-version" in cond["message"]
+    assert (w.engine()["vllmVersion"], w.engine()["vllmVersionFrom"]) == (None, "unknown")
+
+
+def test_a_label_states_the_version_of_an_unofficial_image():
+    w = World()
+    big = w.kube.deployments["vllm-big"]
+    container(big)["image"] = "myorg/vllm-server:1.2.0"
+    big["metadata"]["labels"] = {"kvplan.io/vllm-version": "0.33.0"}
+    w.rule = ScriptedKnobs({"big": (64, 0.05, "fcfs")})
+    assert w.run(T0).ok
+    assert w.flag("--watermark") == "0.05"
+    assert (w.engine()["vllmVersion"], w.engine()["vllmVersionFrom"]) == ("0.33.0", "label")
 
 
 def test_an_old_image_without_a_version_in_the_spec_gets_no_watermark():
@@ -309,3 +351,67 @@ def test_an_old_image_without_a_version_in_the_spec_gets_no_watermark():
     assert [v for v, g, _ in w.rule.calls if g == ["big"]] == ["0.30.1"]
     assert "vLLM 0.30.1 (the image's tag) has no --watermark" in w.cond(C.ENGINE_KNOBS)["message"]
     assert (w.engine()["vllmVersion"], w.engine()["vllmVersionFrom"]) == ("0.30.1", "image")
+
+
+@pytest.mark.parametrize("words", [
+    pytest.param(["--config", "/etc/vllm/serve.yaml"], id="config-file"),
+    pytest.param(["--config=/etc/vllm/serve.yaml"], id="config-equals"),
+    pytest.param(["--conf", "/etc/vllm/serve.yaml"], id="config-abbreviated"),
+])
+def test_a_config_file_kvplan_cannot_read_touches_no_deployment(words):
+    """vLLM reads more flags from ``--config FILE`` inside the image: kvplan writes no knob and no layout into that
+    Deployment, and the Applied condition names the reason and the word."""
+    w = World()
+    big = w.kube.deployments["vllm-big"]
+    container(big)["args"] = container(big)["args"] + words
+    before = copy.deepcopy(big)
+    w.rule = ScriptedKnobs({"big": (64, 0.05, "fcfs")})
+    out = w.run(T0)
+    assert not out.ok and out.reason == C.UNREADABLE_ENGINE_CONFIG
+    assert "vllm-big" in out.message and words[0].split("=")[0] in out.message
+    assert w.kube.deployments["vllm-big"] == before
+    assert not [x for x in w.kube.writes if "Deployment" in x]
+
+
+@pytest.mark.parametrize(("gpu", "args", "image", "cap", "want"), [
+    pytest.param("A100-80GB", [], "vllm/vllm-openai:v0.33.0", 64, (None, 64), id="active-cap-below-the-a100-default"),
+    pytest.param("H100-SXM", [], "vllm/vllm-openai:v0.33.0", 512, (None, 512), id="h100-default-1024-holds-512"),
+    pytest.param("A100-80GB", [], "vllm/vllm-openai:v0.33.0", 512, (None, None), id="at-capacity-nothing-to-write"),
+    pytest.param("A100-80GB", ["--max-num-seqs", "128"], "vllm/vllm-openai:v0.33.0", 512, (None, 128),
+                 id="capped-at-the-runner-when-an-active-cap-is-set"),
+    pytest.param("A100-80GB", ["--max_num_seqs=128"], "vllm/vllm-openai:v0.33.0", 64, (None, 64),
+                 id="runner-capacity-in-underscores"),
+    pytest.param("A100-80GB", ["--max-num-seqs", "$(SEQS)"], "vllm/vllm-openai:v0.33.0", 64, (64, None),
+                 id="capacity-known-only-at-run-time"),
+    pytest.param("A100-80GB", [], "vllm/vllm-openai:v0.32.1", 64, (64, None), id="older-vllm-has-no-active-cap"),
+    pytest.param("A100-80GB", [], "myorg/vllm:1", 64, (64, None), id="unknown-version-gets-no-gated-flag"),
+])
+def test_the_admission_cap_goes_to_max_num_active_seqs_where_vllm_has_it(gpu, args, image, cap, want):
+    from kvplan_operator.decide.knobs import admission_knob, engine_version
+
+    spec = copy.deepcopy(SPEC)
+    spec["groups"][0]["nodePool"]["gpuType"] = gpu
+    g = parse_spec(spec).groups[0]
+    body = dep("vllm-big", ["--model", "m", *args])
+    container(body)["image"] = image
+    if "$(SEQS)" in args:
+        container(body)["env"].append({"name": "SEQS", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
+    if want == (None, 128) and "--max-num-seqs" in args:
+        container(body)["args"] += ["--max-num-active-seqs", "32"]
+    assert admission_knob(g, body, cap, engine_version(g, body)) == want
+
+
+def test_the_knob_rule_never_touches_max_num_seqs_on_vllm_033():
+    """--max-num-seqs is in vLLM's compile hash and sizes the CUDA graphs: kvplan leaves it as the user wrote it
+    and changes only --max-num-active-seqs, in place, whatever the rule chooses."""
+    w = World(big_args=["--model", "m", "--max_num_seqs", "200", "--tensor-parallel-size", "1"], budget=5)
+    w.rule = ScriptedKnobs({"big": (64, 0.02, "fcfs")})
+    assert w.run(T0).ok
+    assert w.args().count("--max_num_seqs") == 1 and w.flag("--max_num_seqs") == "200"
+    assert w.flag("--max-num-active-seqs") == "64" and "--max-num-seqs" not in w.args()
+    w.rule = ScriptedKnobs({"big": (32, 0.02, "fcfs")})
+    w.generation += 1
+    assert w.run(T0 + 4000).ok
+    assert w.flag("--max_num_seqs") == "200" and w.args().count("--max-num-active-seqs") == 1
+    assert w.flag("--max-num-active-seqs") == "32"
+    assert (w.engine()["maxNumSeqs"], w.engine()["maxNumActiveSeqs"]) == (None, 32)

@@ -1,7 +1,8 @@
 """kvplan's vLLM plugin on a group (``spec.groups[].plugin``), through whole reconciles over the operator's wrapper
 (test_op_engine_knobs.World: a fake cluster, a scripted planner, scripted knob and reservation rules):
 
-- --scheduler-cls (async unless vLLM's async scheduling is off), the group's own reservation file in the state
+- --scheduler-cls (the class matching vLLM 0.33's own async decision for the planned layout: a re-layout to PP 2
+  keeps the async class; not guessed where the pod cannot tell), the group's own reservation file in the state
   ConfigMap (the reservation rule's answer, parsed by kvcore.reservation_file and by the plugin's own reader),
   mounted at the path the env names; a reservation change touches only the ConfigMap (and a Deployment
   annotation), never the pod template; turning it off removes exactly what it added, and the file once no pod
@@ -24,7 +25,7 @@ from kvplan_operator.decide.knobs import scheduler_class
 from kvplan_operator.spec import parse_spec
 from kvplan_operator.targets import plugin_mount as PM
 from op_fakes import ScriptedReserves, container, dep  # type: ignore[import-not-found]
-from op_engine_knobs_world import ASYNC, RECORD, SYNC, T0, World  # type: ignore[import-not-found]
+from op_engine_knobs_world import ASYNC, RECORD, SYNC, T0, World, fixed_plan  # type: ignore[import-not-found]
 from op_targets_world import SPEC  # type: ignore[import-not-found]
 
 
@@ -82,8 +83,8 @@ def test_the_plugin_mounts_the_reservation_file_and_reservations_change_without_
     assert w.reservations().reserve("chat") == 300
     assert w.gates()["big"]["classes"]["chat"]["planTokens"] == 900
     assert w.kube.deployments["vllm-big"]["spec"]["template"] == template  # no restart
-    assert w.kube.configmaps["fleet-kvplan"]["data"]["KVPLAN_RESERVE_CHAT"] == "900" == str(
-        w.classes()["chat"]["reserveTokens"])
+    assert w.classes()["chat"]["reserveTokens"] == 900
+    assert not [k for k in w.kube.configmaps["fleet-kvplan"]["data"] if k.startswith("KVPLAN_RESERVE_")]
     assert not [x for x in w.kube.writes if x.startswith("patch Deployment/")]  # a reservation is no Deployment write
     assert w.budget() == []
 
@@ -101,26 +102,63 @@ def test_turning_the_plugin_off_removes_what_it_added_and_only_that():
     assert "--scheduler-cls" not in w.args()
     assert big["spec"]["template"]["spec"]["volumes"] == [{"name": "cache", "emptyDir": {}}]
     assert container(big)["volumeMounts"] == [{"name": "cache", "mountPath": "/cache"}]
-    assert {e["name"] for e in container(big)["env"]} == {"HF_HOME", "KVPLAN_RESERVE_CHAT", "KVPLAN_RESERVE_CODE_GEN"}
+    assert {e["name"] for e in container(big)["env"]} == {"HF_HOME"}
     assert w.files() == ["reservations-big.json"]  # kept while the Deployment still projected it
     assert w.run(T0 + 120).ok and w.files() == []
     assert [x for x in w.kube.writes if x not in RECORD] == ["patch ConfigMap/fleet-kvplan"]
     assert w.run(T0 + 180).ok and [x for x in w.kube.writes if x not in RECORD] == []
 
 
-@pytest.mark.parametrize(("plugin", "args", "pp", "want"), [
-    pytest.param({}, ["--model", "m"], 1, ASYNC, id="gpu-default-async"),
-    pytest.param({}, ["--model", "m", "--no-async-scheduling"], 1, SYNC, id="no-async-flag"),
-    pytest.param({}, ["--model", "m"], 2, SYNC, id="pipeline-parallel"),
-    pytest.param({}, ["--distributed-executor-backend", "ray"], 1, SYNC, id="ray-executor"),
-    pytest.param({}, ["--async-scheduling", "--distributed-executor-backend=mp"], 2, ASYNC, id="explicit-async"),
-    pytest.param({"scheduler": "Sync"}, ["--model", "m"], 1, SYNC, id="spec-says-sync"),
-    pytest.param({"scheduler": "Async"}, ["--no-async-scheduling"], 1, ASYNC, id="spec-says-async"),
+@pytest.mark.parametrize(("plugin", "args", "env", "pp", "want"), [
+    pytest.param({}, ["--model", "m"], [], 1, ASYNC, id="gpu-default-async"),
+    pytest.param({}, ["--model", "m", "--no-async-scheduling"], [], 1, SYNC, id="no-async-flag"),
+    pytest.param({}, ["--model", "m"], [], 2, ASYNC, id="pipeline-parallel-mrv2-keeps-async"),
+    pytest.param({}, ["--model", "m"], [{"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "0"}], 2, SYNC,
+                 id="pipeline-parallel-v1-runner"),
+    pytest.param({}, ["--distributed-executor-backend", "ray"], [], 2, ASYNC, id="ray-executor-v2-keeps-async"),
+    pytest.param({}, ["--async-scheduling", "--distributed-executor-backend=mp"], [], 2, ASYNC, id="explicit-async"),
+    pytest.param({"scheduler": "Sync"}, ["--model", "m"], [], 1, SYNC, id="spec-says-sync"),
+    pytest.param({"scheduler": "Async"}, ["--no-async-scheduling"], [], 1, ASYNC, id="spec-says-async"),
+    pytest.param({}, ["--distributed-executor-backend", "my.Executor"], [], 1, None, id="custom-executor-unknown"),
 ])
-def test_scheduler_class_follows_vllm_async_rule(plugin, args, pp, want):
+def test_scheduler_class_follows_vllm_async_rule(plugin, args, env, pp, want):
     spec = copy.deepcopy(SPEC)
     spec["groups"][0]["plugin"] = {"enabled": True} | plugin
-    assert scheduler_class(parse_spec(spec).groups[0], dep("vllm-big", args), pp) == want
+    d = dep("vllm-big", args)
+    container(d)["env"] = env
+    cls, why = scheduler_class(parse_spec(spec).groups[0], d, pp)
+    assert cls == want and why
+
+
+def _pp2_plan(instance, *, previous=None):
+    plan = fixed_plan(4, 50.0)
+    big = plan.groups[0].model_copy(update={"pp": 2, "replicas": 2, "gpus_per_replica": 8})
+    return plan.model_copy(update={"groups": [big, *plan.groups[1:]]})
+
+
+@pytest.mark.parametrize(("env", "want"), [
+    pytest.param([], ASYNC, id="mrv2-keeps-async"),
+    pytest.param([{"name": "VLLM_USE_V2_MODEL_RUNNER", "value": "0"}], SYNC, id="v1-runner-turns-it-off"),
+])
+def test_a_relayout_to_pipeline_parallel_writes_the_class_vllm_will_run(env, want):
+    """vLLM 0.33's Model Runner V2 keeps async scheduling with PP > 1: a re-layout to TP 4 / PP 2 keeps the async
+    class in the same rollout; only a forced V1 model runner makes it the sync one."""
+    w = World(budget=5, plugin={"enabled": True})
+    container(w.kube.deployments["vllm-big"])["env"] += env
+    assert w.run(T0).ok and w.flag("--scheduler-cls") == ASYNC and w.flag("--pipeline-parallel-size") in (None, "1")
+    w.planner = _pp2_plan
+    assert w.run(T0 + 60).ok
+    assert (w.flag("--pipeline-parallel-size"), w.flag("--scheduler-cls")) == ("2", want)
+
+
+def test_a_scheduler_kvplan_cannot_tell_is_not_guessed():
+    w = World(plugin={"enabled": True})
+    container(w.kube.deployments["vllm-big"])["args"] += ["--distributed-executor-backend", "my.pkg.Executor"]
+    assert w.run(T0).ok
+    assert "--scheduler-cls" not in w.args()
+    cond = w.cond(C.ENGINE_KNOBS)
+    assert cond["reason"] == C.KNOB_UNSUPPORTED and "my.pkg.Executor" in cond["message"] and \
+        "plugin.scheduler" in cond["message"]
 
 
 @pytest.mark.parametrize(("mutate", "message"), [

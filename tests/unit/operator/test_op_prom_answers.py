@@ -1,10 +1,10 @@
 """What of a Prometheus answer the operator believes and repeats (issue 26, items 9 and 10).
 
-Item 10, times (operator/answer_time.py): samples two hours older than the requested window were planned as
+Item 10, times (operator/prom/answer_time.py): samples two hours older than the requested window were planned as
 healthy. Every point of a range answer must lie in the window asked and on its step, every instant sample at the
 time asked, within a slack far below a window; else ``StaleSamples``.
 
-Item 9, text (operator/response_text.py): part of a non-numeric sample value and a foreign class-label value
+Item 9, text (operator/prom/response_text.py): part of a non-numeric sample value and a foreign class-label value
 reached Degraded messages. The class is "any text of the answer in any message", so a seeded corpus of answers
 puts a marker into every leaf and key of a valid range, rate and capacity answer (values, timestamps, ``le``,
 class-label values, metric names, result types, shapes), and checks that whatever the parsers raise is a
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from kvplan_operator import conditions as C
-from kvplan_operator.answer_time import MAX_SKEW_S, check_instant_time, check_range_times
+from kvplan_operator.prom.answer_time import MAX_SKEW_S, check_instant_time, check_range_times
 from kvplan_operator.observe.history import rate_value, windows_by_key
 from kvplan_operator.prom import PromError, parse_response
 from kvplan_operator.observe.sources import observe_histories

@@ -1,4 +1,4 @@
-"""Prometheus as teams run it (operator/prom.py's PromConnection, observe.connection): basic auth and custom
+"""Prometheus as teams run it (operator/prom/__init__.py's PromConnection, observe.connection): basic auth and custom
 headers on the wire (scripted server on 127.0.0.1), the credential kept on the configured host, answers cut at the
 size limit, requests counted; the credential, CA bundle and token file read from Secrets, a ConfigMap or an
 allowed file with a named reason for each thing missing or refused (and no request sent then); a CA bundle that is

@@ -1,4 +1,4 @@
-"""A Prometheus credential as read (issue 26, item 8; operator/prom_credentials.py): a Secret written with
+"""A Prometheus credential as read (issue 26, item 8; operator/prom/credentials.py): a Secret written with
 ``kubectl create secret --from-file`` keeps the file's trailing newline, which no HTTP header can carry (urllib3's
 ``ValueError`` became ``InternalError`` naming nothing). Whitespace around a value is stripped, as Prometheus
 does for its own credential files; what cannot be sent is ``PrometheusAuthRefused`` naming the Secret key (or the
@@ -15,7 +15,7 @@ import pytest
 from kvplan_operator import conditions as C
 from kvplan_operator.observe import CredentialRefused, connection
 from kvplan_operator.prom import PromClient, PromError, UrlPolicy
-from kvplan_operator.prom_credentials import BadCredential, basic_password, basic_user, bearer_token
+from kvplan_operator.prom.credentials import BadCredential, basic_password, basic_user, bearer_token
 from kvplan_operator.spec import parse_spec
 from op_fakes import FakeKube  # type: ignore[import-not-found]
 from op_targets_world import SPEC  # type: ignore[import-not-found]

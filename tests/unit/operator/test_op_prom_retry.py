@@ -1,4 +1,4 @@
-"""``Retry-After`` (issue 26, item 10; operator/retry_after.py): a Prometheus (or the Mimir/Thanos/Cortex in front
+"""``Retry-After`` (issue 26, item 10; operator/prom/retry_after.py): a Prometheus (or the Mimir/Thanos/Cortex in front
 of it) that answers 429 or 503 with ``Retry-After: 30`` was asked again after the backoff's first step (5-10 s).
 Now the retry waits ``max(backoff, Retry-After)``, never past the backoff's cap. Every form of the header: delta
 seconds, an HTTP-date (against the answer's own ``Date``, so no clock's skew counts; a fake clock otherwise), and
@@ -14,7 +14,7 @@ import pytest
 from kvplan_operator import conditions as C
 from kvplan_operator.prom import PromClient, PromError
 from kvplan_operator.record import Recorder
-from kvplan_operator.retry_after import retry_after_seconds
+from kvplan_operator.prom.retry_after import retry_after_seconds
 from kvplan_operator.run import Deps, Failure, RunContext
 from op_fakes import FakeKube, scripted_prometheus  # type: ignore[import-not-found]
 

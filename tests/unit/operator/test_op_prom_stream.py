@@ -1,4 +1,4 @@
-"""The streaming reader of Prometheus answers (operator/prom_stream.py, issue 26 item 4), as a differential against
+"""The streaming reader of Prometheus answers (operator/prom/stream.py, issue 26 item 4), as a differential against
 ``json.loads``: on every document of a corpus (matrix, vector, scalar, string, error answers, extra members,
 unicode, escapes, every whitespace, numbers split anywhere) and for every way the body can be cut into reads (one
 byte, seven bytes, whole chunks), the streamed document equals ``json.loads``'s with each series' points as
@@ -12,7 +12,7 @@ import pytest
 
 from kvplan_operator import conditions as C
 from kvplan_operator.prom import PromError
-from kvplan_operator.prom_stream import CHUNK, Malformed, Points, read_answer
+from kvplan_operator.prom.stream import CHUNK, Malformed, Points, read_answer
 
 
 def reader(body: bytes, size: int):

@@ -1,7 +1,7 @@
 """Where the bearer token may go (issue 26, items 1 and 12): ``spec.prometheus.url`` is read by one strict parser
-(operator/prom_url.py) that both ``urllib.parse`` and urllib3 (the HTTP client) must agree with, the client is
+(operator/prom/url.py) that both ``urllib.parse`` and urllib3 (the HTTP client) must agree with, the client is
 built from its parts, and link-local / metadata addresses are refused under every IPv6 embedding
-(operator/refused_address.py).
+(operator/prom/refused_address.py).
 
 The class of defect is a *parser differential*: a string one parser reads as an allowed host and another as a
 different one. So besides the named cases, a seeded corpus of mutated URLs (backslashes, percent-escapes,
@@ -23,8 +23,8 @@ import pytest
 import yaml
 from kvplan_operator import conditions as C
 from kvplan_operator.prom import PromClient, PromConnection, PromError, UrlPolicy, check_url, vet_url
-from kvplan_operator.prom_url import PromUrl, UrlRefused, parse_prom_url
-from kvplan_operator.refused_address import embedded_ipv4, refused_address
+from kvplan_operator.prom.url import PromUrl, UrlRefused, parse_prom_url
+from kvplan_operator.prom.refused_address import embedded_ipv4, refused_address
 from kvplan_operator.spec import InvalidSpec, parse_spec
 from kvplan_operator.spec.prometheus import PROMETHEUS_URL
 from op_fakes import Script, scripted_prometheus  # type: ignore[import-not-found]

@@ -38,13 +38,13 @@ def test_apply_then_idempotent(kube):
     assert c["resources"]["limits"]["nvidia.com/gpu"] == str(g["tp"] * g["pp"])
     assert big["spec"]["replicas"] == g["replicas"]
     assert big["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
-    assert {e["name"] for e in c["env"]} == {"HF_HOME", "KVPLAN_RESERVE_CHAT", "KVPLAN_RESERVE_CODE_GEN"}
+    assert {e["name"] for e in c["env"]} == {"HF_HOME"}  # no per-class env: nothing would read it
     state = kube.configmaps["fleet-kvplan"]["data"]
     detail = detail_document(kube.configmaps.get)
     assert detail is not None and detail["plan"] == st["plan"]["id"]
     assert st["plan"]["detail"]["configMaps"] == ["fleet-plan"] and "classes" not in st["plan"]
     classes = detail["classes"]
-    assert state["KVPLAN_RESERVE_CHAT"] == str(classes["chat"]["reserveTokens"])
+    assert not [k for k in state if k.startswith("KVPLAN_RESERVE_")]
     doc = json.loads(kube.configmaps["router"]["data"]["routing.json"])
     assert doc["classes"]["chat"]["weights"] == pytest.approx(classes["chat"]["routing"], abs=1e-3)
     assert st["objective"]["total"] > 0 and st["summary"] == {"groups": 2, "classes": 2, "refused": 0}

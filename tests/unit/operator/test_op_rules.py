@@ -79,7 +79,7 @@ def test_the_work_budget_leaves_pairs_pending_and_keeps_what_is_in_force():
     assert "knobs of big, small" in cond["message"] and "reservations of big, small" in cond["message"]
     assert {g: dict(w.reservations(g).reserve_tokens) for g in ("big", "small")} == before  # files in force stay
     assert json.dumps(w.kube.deployments["vllm-big"]["spec"]["template"], sort_keys=True) == template
-    assert w.flag("--max-num-seqs") == "64"
+    assert w.flag("--max-num-active-seqs") == "64"
     gate = w.kube.status["plan"]["groups"]["big"]["gate"]
     assert gate["pending"] is True and "in force stays" in gate["reason"]
     assert {c: v["source"] for c, v in w.gates()["big"]["classes"].items()} == {"chat": "in force",
@@ -120,14 +120,14 @@ def test_with_the_cache_unanswered_pairs_go_first_and_every_pair_gets_an_answer(
     assert first[:4] == ["big/knobs", "big/reservations", "small/knobs", "small/reservations"], order
     assert order[-1] == [] and pending(w) == {}, order  # all answered, reused while the situation holds
     assert w.cond(C.ENGINE_KNOBS)["reason"] == C.KNOBS_IN_FORCE
-    assert w.reservations("small").reserve("chat") == 125 and w.flag("--max-num-seqs") == "64"
+    assert w.reservations("small").reserve("chat") == 125 and w.flag("--max-num-active-seqs") == "64"
 
 
 def test_the_reservation_rule_runs_on_the_knobs_the_engines_run():
     w = both_plugins()
     w.rule = ScriptedKnobs({"big": (64, 0.02, "priority")})
     assert w.run(T0).ok
-    assert w.flag("--max-num-seqs") == "64"
+    assert w.flag("--max-num-active-seqs") == "64"
     assert w.run(T0 + 60).ok
     bases = {g: b for names, b in w.reserves.calls[-2:] for g in names for b in [b[g]]}
     big, small = bases["big"], bases["small"]

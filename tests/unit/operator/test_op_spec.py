@@ -42,7 +42,6 @@ def test_defaults():
     assert s.prometheus.lookback_seconds == 6 * 3600 and s.prometheus.windows == 6
     assert s.replan.interval_seconds == 300 and s.replan.min_improvement == 0.05
     assert s.robustness.policy == "drift"
-    assert s.classes[1].env_name == "KVPLAN_RESERVE_CODE_GEN"
     assert s.costs.c_rej == 5000
 
 

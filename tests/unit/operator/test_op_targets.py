@@ -45,7 +45,7 @@ def test_deployment_patch_layout_gpus_selector_env(spec):
     dep = deployment(["--model", "meta/llama", "--tensor-parallel-size", "2", "--enable-prefix-caching"],
                      tolerations=[{"key": "user", "operator": "Exists"}])
     patch = build_deployment_patch(dep, group=spec.groups[0], target=GroupTarget("big", 4, 1, 4, 37),
-                                   classes=spec.classes, owner="ns/plan", generation=3, state_configmap="plan-kvplan",
+                                   owner="ns/plan", generation=3, state_configmap="plan-kvplan",
                                    manage_replicas=True, stale_env=["KVPLAN_RESERVE_OLD"])
     pod = patch["spec"]["template"]["spec"]
     c = pod["containers"][0]
@@ -56,9 +56,7 @@ def test_deployment_patch_layout_gpus_selector_env(spec):
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
     assert pod["tolerations"] == [{"key": "user", "operator": "Exists"}]
     env = {e["name"]: e for e in c["env"]}
-    assert env["KVPLAN_RESERVE_CHAT"]["valueFrom"] == {"configMapKeyRef": {"name": "plan-kvplan", "key": "KVPLAN_RESERVE_CHAT"}}
-    assert "KVPLAN_RESERVE_CODE_GEN" in env
-    assert env["KVPLAN_RESERVE_OLD"] == {"name": "KVPLAN_RESERVE_OLD", "$patch": "delete"}
+    assert env == {"KVPLAN_RESERVE_OLD": {"name": "KVPLAN_RESERVE_OLD", "$patch": "delete"}}  # an earlier release's
     assert "HF_HOME" not in env  # not owned: the strategic merge keeps it
     assert patch["spec"]["replicas"] == 4
     ann = patch["metadata"]["annotations"]
@@ -67,7 +65,7 @@ def test_deployment_patch_layout_gpus_selector_env(spec):
     assert "kvplan.io/reservations" not in ann  # reservations live in the state ConfigMap only
     dep["metadata"]["annotations"] = {"kvplan.io/reservations": '{"chat":700}'}  # an older operator's copy: removed
     again = build_deployment_patch(dep, group=spec.groups[0], target=GroupTarget("big", 4, 1, 4, 37),
-                                   classes=spec.classes, owner="ns/plan", generation=3, state_configmap="plan-kvplan",
+                                   owner="ns/plan", generation=3, state_configmap="plan-kvplan",
                                    manage_replicas=True)
     assert again["metadata"]["annotations"]["kvplan.io/reservations"] is None
     assert "metadata.annotations[kvplan.io/reservations]" in deployment_drift(dep, again)
@@ -78,7 +76,7 @@ def test_deployment_patch_layout_gpus_selector_env(spec):
 def test_deployment_patch_pool_tolerations_added_and_autoscaler_leaves_replicas(spec):
     dep = deployment(["--model", "m"])
     patch = build_deployment_patch(dep, group=spec.groups[1], target=GroupTarget("small", 2, 1, 4),
-                                   classes=spec.classes, owner="o",
+                                   owner="o",
                                    generation=1, state_configmap="s", manage_replicas=False)
     pod = patch["spec"]["template"]["spec"]
     assert "replicas" not in patch["spec"]
@@ -94,7 +92,7 @@ def test_deployment_patch_container_not_found(spec, containers, name):
     group = spec.groups[0].model_copy(update={"container": name})
     with pytest.raises(LookupError):
         build_deployment_patch(deployment([], containers=containers), group=group, target=GroupTarget("big", 1, 1, 1),
-                               classes=spec.classes, owner="o", generation=1,
+                               owner="o", generation=1,
                                state_configmap="s", manage_replicas=True)
 
 
@@ -110,8 +108,8 @@ def test_max_num_seqs_mapping(spec):
 
 def test_state_configmap(spec):
     cm = build_state_configmap(name="p-kvplan", namespace="ns", owner_ref={"kind": "KVPlan", "name": "p", "uid": "u"},
-                               spec=spec, desired=desired({}), owner="ns/p")
-    assert cm["data"] == {"KVPLAN_RESERVE_CHAT": "700", "KVPLAN_RESERVE_CODE_GEN": "300"}
+                               desired=desired({}), owner="ns/p")
+    assert cm["data"] == {}  # no plugin group: no reservation file; the per-class keys of earlier releases are gone
     assert cm["metadata"]["ownerReferences"][0]["uid"] == "u"
     assert cm["metadata"]["annotations"][ANN_OWNER] == "ns/p"  # every object kvplan writes carries its owner
 

@@ -120,3 +120,17 @@ def test_read_flags_reports_variables_as_written():
     assert set(flags) == set(FLAGS) and all(flags[f] == "$TP" for f in FLAGS if f not in (TP_FLAG, SEQS_FLAG))
     quoted = read_flags({"command": ["sh", "-c", "vllm serve m --port \"$PORT\" --tensor-parallel-size 2"]})
     assert quoted[TP_FLAG] == "2" and quoted[PP_FLAG] == '"$PORT"'  # PORT itself is unknown, so is PP
+
+
+@pytest.mark.parametrize("args", [
+    pytest.param(["m", "--config", "c.yaml"], id="config"),
+    pytest.param(["m", "--config=c.yaml", "-tp", "2"], id="config-equals-with-alias"),
+    pytest.param(["m", "--conf=c.yaml"], id="config-abbreviated-equals"),
+])
+def test_a_config_file_is_refused_by_its_own_reason(args):
+    from kvplan_operator.targets.vllm_flags import UnreadableConfig, remove_flags
+
+    with pytest.raises(UnreadableConfig, match="--config"):
+        write_flags({"args": args}, {"--tensor-parallel-size": "4"})
+    with pytest.raises(UnreadableConfig):
+        remove_flags({"args": args}, ["--scheduler-cls"])

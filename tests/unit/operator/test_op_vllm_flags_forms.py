@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from kvplan_operator.targets.vllm_flags import Unexpressible, read_flags, write_flags
-from vllm_flag_cases import (CASES, WANT, container, params, stubs, vllm_invocations,  # type: ignore[import-not-found]
-                             vllm_like)
+from kvplan_operator.targets.vllm_argv import reads_as
+from vllm_flag_cases import (CASES, KNOB_CASES, KNOB_WANT, WANT, container, params,  # type: ignore[import-not-found]
+                             stubs, vllm_invocations, vllm_like)
 
 
 @pytest.fixture(scope="module")
@@ -47,3 +48,25 @@ def test_the_issue_forms_were_wrong_before() -> None:
     for case_id in ("sh-later-short-tp-wins", "sh-underscores", "sh-abbreviation", "sh-flag-in-comment",
                     "sh-echo-vllm-serve", "sh-pass-on-to-another-command"):
         assert case_id in CASES
+
+
+def _occurrences(argv: list[str], flag: str) -> int:
+    return sum(1 for w in argv if reads_as(w, list(KNOB_WANT))[0] == flag)
+
+
+@pytest.mark.parametrize("case_id", list(KNOB_CASES))
+def test_knobs_in_any_spelling_are_replaced_in_place(case_id: str, bindir: Path, tmp_path: Path) -> None:
+    """An engine knob given as ``--max_num_seqs``, ``--flag=value`` or beside ``-tp``/``-pp`` aliases is set where
+    it is: vLLM's argv has as many occurrences of each flag as before (one if it was absent), and runs kvplan's
+    values."""
+    case = KNOB_CASES[case_id]
+    before = vllm_invocations(list(case.command), list(case.args), case.env, bindir, tmp_path / "before.jsonl")
+    command, args = write_flags(container(case), KNOB_WANT)
+    runs = vllm_invocations(command, args, case.env, bindir, tmp_path / "after.jsonl")
+    assert len(before) == len(runs) == 1, (before, runs)
+    for flag in KNOB_WANT:
+        assert _occurrences(runs[0], flag) == max(1, _occurrences(before[0], flag)), (flag, runs[0])
+    ns = vllm_like(runs[0])
+    assert (ns.tensor_parallel_size, ns.pipeline_parallel_size, ns.max_num_seqs, ns.max_num_active_seqs,
+            ns.scheduling_policy, ns.watermark) == (4, 2, 48, 24, "priority", 0.05), runs[0]
+    assert write_flags({**container(case), "command": command, "args": args}, KNOB_WANT) == (command, args)

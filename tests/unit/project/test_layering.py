@@ -92,6 +92,20 @@ def test_facade_names_resolve_and_load_lazily() -> None:
     assert proc.stdout.split() == ["['kvcore']", "False", "False"]
 
 
+def test_facade_type_checking_imports_match_the_table() -> None:
+    """The ``if TYPE_CHECKING:`` imports (what mypy and editors see) bind exactly the table's names, each from
+    the module and attribute the table reads at run time."""
+    import ast
+
+    import kvcore
+
+    tree = ast.parse((REPO / "kvcore" / "__init__.py").read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING")
+    seen = {(alias.asname or alias.name): (str(node.module), alias.name)
+            for node in block.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert seen == kvcore._EXPORTS
+
+
 def _import_graph(roots: dict[str, str]) -> dict[str, set[str]]:
     """Module -> the project modules it imports (AST; imports under ``if TYPE_CHECKING:`` and inside functions
     count too), for folders ``roots`` (folder -> import name)."""

@@ -29,8 +29,8 @@ from array import array
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
-from . import conditions as C
-from .prom_error import PromError
+from .. import conditions as C
+from .error import PromError
 
 #: Bytes read from the socket at a time.
 CHUNK = 256 * 1024

@@ -4,14 +4,14 @@ that host and never copies a response body anywhere.
 URL rules (``spec.prometheus.url`` is written by whoever may write a KVPlan, and the operator attaches its
 Secret's bearer token to every request, so the URL decides where a credential goes):
 
-- syntax (:func:`kvplan_operator.prom_url.parse_prom_url`, in the spec check, the policy and the client alike):
+- syntax (:func:`kvplan_operator.prom.url.parse_prom_url`, in the spec check, the policy and the client alike):
   ``http``/``https``, a host in one canonical form that ``urllib.parse`` and urllib3 read the same way, no
   userinfo, query, fragment, percent-encoded host, backslash or whitespace; the client is built from those parts;
 - policy (:func:`vet_url`, in the observe phase): the host must match the operator's allowed list when one is
   configured (``--prometheus-allowed-hosts`` / ``KVPLAN_PROMETHEUS_ALLOWED_HOSTS``, set from the chart's
   ``prometheus.allowedHosts``); and unless the list names it exactly (no wildcard), it must not be a metadata host
   (``metadata.google.internal``, ...) nor be or resolve to a link-local or metadata address under any IPv6
-  embedding (:mod:`kvplan_operator.refused_address`), where cloud credentials live. The name is resolved once,
+  embedding (:mod:`kvplan_operator.prom.refused_address`), where cloud credentials live. The name is resolved once,
   there, and the client connects to that address (no second lookup for a rebinding DNS server to answer).
 
 The client (:class:`PromClient`) sends only ``GET`` to ``<url>/api/v1/query[_range]``, follows no redirect (a 3xx
@@ -41,10 +41,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import conditions as C
-from .prom_error import PromError as PromError, PrometheusUnavailable as PrometheusUnavailable
-from .prom_credentials import BadCredential, basic_password, basic_user, bearer_token
-from .prom_url import PromUrl, UrlRefused, parse_prom_url
+from .. import conditions as C
+from .error import PromError as PromError, PrometheusUnavailable as PrometheusUnavailable
+from .credentials import BadCredential, basic_password, basic_user, bearer_token
+from .url import PromUrl, UrlRefused, parse_prom_url
 from .refused_address import refused_address
 from .retry_after import with_retry_after
 
@@ -128,10 +128,10 @@ class Vetted:
 
 
 def vet_url(url: str, policy: UrlPolicy, *, resolve: Resolver = _system_resolver) -> Vetted:
-    """Vet ``url`` once: read by :func:`kvplan_operator.prom_url.parse_prom_url` (the one form both parsers read
+    """Vet ``url`` once: read by :func:`kvplan_operator.prom.url.parse_prom_url` (the one form both parsers read
     alike; the client connects to exactly those parts), then the policy. A host the allowed list names exactly is
     an explicit opt-in; one only a wildcard matches is still refused if it is, or resolves to, a link-local or
-    metadata address (:mod:`kvplan_operator.refused_address`, any IPv6 embedding), since a wildcard (``*.svc``)
+    metadata address (:mod:`kvplan_operator.prom.refused_address`, any IPv6 embedding), since a wildcard (``*.svc``)
     admits names a tenant can create (an ExternalName Service). A name is resolved exactly once, here."""
     try:
         u = parse_prom_url(url)
@@ -299,11 +299,11 @@ class PromClient:
         if insecure_skip_verify:
             kwargs["cert_reqs"] = "CERT_NONE"
             kwargs["assert_hostname"] = False
-        try:  # the request is built from these validated parts, never from the raw string (prom_url)
+        try:  # the request is built from these validated parts, never from the raw string (:mod:`.url`)
             self._url: PromUrl = parse_prom_url(url)
         except UrlRefused as exc:
             raise PromError(C.PROMETHEUS_URL_REFUSED, f"{exc}; no request sent") from None
-        from . import prom_transport
+        from . import transport as prom_transport
 
         #: Monotonic end of the reconcile's cycle (:mod:`kvplan_operator.cycle`), None: only ``timeout_s`` bounds
         #: a request; ``cycle_s`` is that budget in seconds, for messages.
@@ -337,7 +337,8 @@ class PromClient:
 
         target = f"{self._url.path}{path}?{urllib.parse.urlencode(params)}"
         self.requests_sent += 1
-        from . import deadline, prom_stream, prom_transport
+        from .. import deadline
+        from . import stream as prom_stream, transport as prom_transport
 
         guard = deadline.RequestGuard(self.timeout_s, self.cycle_deadline)
         with guard:  # bounds the whole request (connect, TLS, headers, body), not each read
@@ -353,7 +354,7 @@ class PromClient:
                                              timeout=prom_transport.timeout(guard))
                 try:
                     read = prom_transport.body_reader(rsp, guard)
-                    if 200 <= rsp.status < 300:  # streamed into compact series (:mod:`.prom_stream`)
+                    if 200 <= rsp.status < 300:  # streamed into compact series (:mod:`.stream`)
                         return prom_stream.read_data(rsp.status, read, parse_response, what=what,
                                                      max_bytes=MAX_BODY_BYTES,
                                                      max_series=MAX_ANSWER_SERIES, max_points=max_points)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # prom imports this module
-    from .prom_error import PromError
+    from .error import PromError
 
 #: Largest delta-seconds read (a day); a longer one is read as a day, then capped by the backoff.
 MAX_SECONDS = 86400.0

@@ -3,7 +3,7 @@ Retry-After), so that they import it without importing the client."""
 
 from __future__ import annotations
 
-from . import conditions as C
+from .. import conditions as C
 
 
 class PromError(RuntimeError):
@@ -11,7 +11,7 @@ class PromError(RuntimeError):
 
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason
-        #: How long the server asked to wait (its ``Retry-After``, :mod:`kvplan_operator.retry_after`), or None.
+        #: How long the server asked to wait (its ``Retry-After``, :mod:`kvplan_operator.prom.retry_after`), or None.
         self.retry_after_s: float | None = None
         super().__init__(message)
 

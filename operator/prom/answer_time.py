@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from . import conditions as C
-from .prom import PromError
+from .. import conditions as C
+from .error import PromError
 
 #: Largest distance of a sample from the time asked, seconds (5 min: far beyond any frontend's rounding, far below
 #: a window: the default window is an hour).

@@ -18,9 +18,9 @@ import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from . import conditions as C
-from . import deadline
-from .prom_error import PromError, PrometheusUnavailable
+from .. import conditions as C
+from .. import deadline
+from .error import PromError, PrometheusUnavailable
 
 
 def _attach(sock: socket.socket | None) -> None:

@@ -1,0 +1,47 @@
+"""Which object serves a group: its Deployment, the KServe LLMInferenceService that owns that Deployment, or the
+LeaderWorkerSet ``groups[].workloadRef`` names. Pure.
+
+The Deployment target writes the groups served by their Deployment; the LLMInferenceService target
+(:mod:`.llmisvc`) writes those whose Deployment belongs to KServe's controller (never written), and the
+LeaderWorkerSet target (:mod:`.lws`) those served by one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..spec import Group
+
+LLMISVC_KIND = "LLMInferenceService"
+LLMISVC_GROUP = "serving.kserve.io"
+
+
+def controller_llmisvc(deployment: Mapping[str, Any] | None) -> str | None:
+    """The LLMInferenceService that is a Deployment's controller (ownerReference), or None."""
+    for ref in ((deployment or {}).get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("kind") == LLMISVC_KIND \
+                and str(ref.get("apiVersion", "")).startswith(LLMISVC_GROUP + "/") and ref.get("name"):
+            return str(ref["name"])
+    return None
+
+
+LWS_KIND = "LeaderWorkerSet"
+
+
+def lws_name(group: Group) -> str | None:
+    """The LeaderWorkerSet ``groups[].workloadRef`` names for ``group``, or None."""
+    ref = group.workload_ref
+    return ref.name if ref is not None and ref.kind == LWS_KIND else None
+
+
+def served_by_deployment(group: Group, deployment: Mapping[str, Any] | None) -> bool:
+    """Whether the Deployment target writes ``group`` (no LLMInferenceService or LeaderWorkerSet serves it)."""
+    return llmisvc_name(group, deployment) is None and lws_name(group) is None
+
+
+def llmisvc_name(group: Group, deployment: Mapping[str, Any] | None) -> str | None:
+    """The LLMInferenceService serving ``group`` (``workloadRef``, else its Deployment's controller), or None."""
+    if group.workload_ref is not None and group.workload_ref.kind == LLMISVC_KIND:
+        return group.workload_ref.name
+    return controller_llmisvc(deployment)

@@ -147,6 +147,13 @@ def set_flag(args: Sequence[str], flag: str, value: str | None) -> list[str]:
     return out if placed else out + [flag, value]
 
 
+def has_switch(container: Mapping[str, Any], switch: str) -> bool:
+    """Whether vLLM reads the value-less flag ``switch`` (``--headless``) from the container's argv, in any
+    spelling vLLM accepts (:func:`.vllm_argv.scan`); False when the argv cannot be read."""
+    v = view(container)
+    return v.problem is None and bool(scan(v.argv, [switch])[0][switch])
+
+
 def _doubts(v: View) -> list[str]:
     return scan(v.argv, FLAGS)[1]
 

@@ -19,7 +19,8 @@ from op_fakes import FakeKube, container, dep, kvplan  # type: ignore[import-not
 from op_reconcile_world import cond, deps, kube  # type: ignore[import-not-found]  # noqa: F401
 from op_targets_world import SPEC  # type: ignore[import-not-found]
 
-OWNER = {"apiVersion": "serving.kserve.io/v1alpha1", "kind": "LLMInferenceService", "name": "chat", "uid": "u9",
+#: production-stack's operator: a controller kvplan has no target for (KServe's LLMInferenceService has one).
+OWNER = {"apiVersion": "production-stack.vllm.ai/v1alpha1", "kind": "VLLMRuntime", "name": "chat", "uid": "u9",
          "controller": True}
 
 
@@ -31,7 +32,7 @@ def spec_with(**group_fields: Any) -> dict[str, Any]:
 
 def test_controller_owned_deployment_refuses_the_plan_and_writes_nothing(kube: FakeKube) -> None:
     kube.deployments["vllm-small"]["metadata"]["ownerReferences"] = [OWNER]
-    kube.deployments["vllm-small"]["metadata"]["managedFields"] = [{"manager": "llmisvc-manager",
+    kube.deployments["vllm-small"]["metadata"]["managedFields"] = [{"manager": "vllmruntime-manager",
                                                                     "operation": "Update"}]
     before = copy.deepcopy(kube.deployments)
     out = reconcile(kvplan(copy.deepcopy(SPEC), kube), deps(kube))
@@ -40,8 +41,8 @@ def test_controller_owned_deployment_refuses_the_plan_and_writes_nothing(kube: F
     assert kube.configmaps == {}  # not even the state ConfigMap: the plan is held as a whole
     ready = cond(kube, C.READY)
     assert ready["status"] == "False" and ready["reason"] == C.OWNED_BY_CONTROLLER
-    assert "LLMInferenceService/chat (serving.kserve.io/v1alpha1)" in ready["message"]
-    assert "llmisvc-manager" in ready["message"] and "nothing applied" in ready["message"]
+    assert "VLLMRuntime/chat (production-stack.vllm.ai/v1alpha1)" in ready["message"]
+    assert "vllmruntime-manager" in ready["message"] and "nothing applied" in ready["message"]
     assert cond(kube, C.APPLIED)["reason"] == C.OWNED_BY_CONTROLLER
     # the owner lets go (orphaned): the next reconcile applies the plan
     kube.deployments["vllm-small"]["metadata"]["ownerReferences"] = [{**OWNER, "controller": False}]
@@ -134,5 +135,5 @@ def test_dry_run_tells_of_a_controller_owned_deployment(kube: FakeKube) -> None:
     before = copy.deepcopy(kube.deployments)
     out = reconcile(kvplan({**copy.deepcopy(SPEC), "mode": "DryRun"}, kube), deps(kube))
     assert out.ok and kube.deployments == before
-    assert any("controlled by LLMInferenceService/chat" in n and C.OWNED_BY_CONTROLLER in n
+    assert any("controlled by VLLMRuntime/chat" in n and C.OWNED_BY_CONTROLLER in n
                for n in kube.status["plan"]["notes"])

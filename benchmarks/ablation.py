@@ -40,7 +40,7 @@ carry no prefix information). Groups: pool-a, 8 x A100-80GB, layouts {list(LAYOU
 layouts {list(LAYOUTS_B)}; Llama-70B. KV capacity per replica overridden to {KV_FRACTION:.0%} of the roofline figure
 (as in the evaluation fleet, so that memory binds). Arrival rates: the traces' own class mix, scaled so that the
 load of the shifted test requests on a TP=4 fleet of the 12 GPUs is {LOAD:g} (the paper's alpha = 0.6; load as
-everywhere in kvplan: offered work over the capacity at the batch the KV memory holds, `kvcore.evaluate.engine.capacity_rps`;
+everywhere in kvplan: arrival rate over the saturation rate measured in the vLLM engine model, `kvcore.evaluate.engine.capacity_rps`;
 before the shift it is lower). Arrival times are the traces' own, on that rescaled clock. Test: the
 second halves, outputs x {SHIFT:g} (capped). Variants: *full* = `kvcore.planner.plan`; *uniform routing* = the full
 plan with pi_ik = 1 / (groups with replicas); *eps = 0* = re-planned with every radius 0 (SAA); *no prefix

@@ -119,7 +119,7 @@ Where our data agrees and disagrees with the paper (sentences computed from the 
 
 Split protocol, no shift, test half replayed through kvcore's vLLM engine model (`kvcore.sim.engine`, held to vLLM
 0.33 by `make parity`) with kvplan's gate holding each policy's reservation (`kvcore evaluate --simulate`), on the
-one evaluation fleet `{fleet}` at load {sim_load:g} (offered work over the capacity at the batch the KV memory holds,
+one evaluation fleet `{fleet}` at load {sim_load:g} (arrival rate over the saturation rate measured in the engine model,
 `kvcore.evaluate.engine.capacity_rps`, as in section 5). Each cell: cost / P99 end-to-end latency (s) / SLO
 violation rate / preemptions; a request violates the SLO when it is not good for goodput (TTFT <= 2 s and mean time
 per output token <= 0.1 s, `kvcore.sim.engine.meets_slo`).

@@ -28,6 +28,10 @@ _BY_MODULE: dict[str, str] = {
     "kvcore.evaluate.engine": ("capacity_rps EngineEvaluation EngineFleet EngineRow EngineSetup evaluate_engine "
                                "FRONTIER_WATERMARKS measure_row run_variant"),
     "kvcore.evaluate.harness": "request_cost",
+    "kvcore.evaluate.saturation": "saturation_rps",
+    "kvcore.evaluate.slo_capacity": "evaluate_slo_capacity SloEvaluation SloRow",
+    "kvcore.evaluate.slo_methods": "SLO_METHODS",
+    "kvcore.evaluate.slo_search": "find_slo_rate",
     "kvcore.evaluate.observe": "binned_history",
     "kvcore.evaluate.oracle": "Scenario shift_blind_bound ShiftBlindBound",
     "kvcore.evaluate.policies": "get_policy",
@@ -89,19 +93,20 @@ __all__ = [
     "ClassHistory", "ClassPlan", "ClassSpec", "cost_ratio", "CostSpec", "DEFAULT_METHODS", "DEFAULT_MODEL",
     "DEFAULT_RADIUS", "DEFAULT_RHOS", "DEFAULT_SHIFTS", "drift_radius", "engine_rho", "EngineConfig",
     "EngineEvaluation", "EngineFleet", "EngineRow", "EngineSetup", "ENVOY_TOKEN_TYPE", "ENVOY_TOKEN_USAGE",
-    "episodes_for", "evaluate_engine", "Evaluation", "exact_bounds", "exposed_side", "FileProblem",
-    "FLEET_BYTES_PER_SAMPLE", "FRONTIER_WATERMARKS", "gate", "generate_fleet", "generate_instance", "get_policy",
-    "gm_markdown", "GPU_CATALOGUE", "GpuType", "GroupEngine", "GroupPlan", "GroupReplays", "GroupSpec", "History",
-    "HistorySource", "input_error", "InputError", "Instance", "Jobs", "KnobClass", "knobs_for_plan", "kvplan_buckets",
-    "KVPLAN_CLASS_LABEL", "KVPLAN_OUTPUT_TOKENS", "Layout", "LAYOUTS", "LLMD_OUTPUT_TOKENS", "load_trace",
-    "MAX_RESERVATION_FILE_BYTES", "measure_row", "meets_slo", "MODELS", "NO_RESERVATIONS", "ObjectiveTerms",
-    "parse_reservations", "path_identity", "plan", "Plan", "plan_groups", "PlanStatus", "ProfileOverride",
-    "PromptLengthRule", "RadiusChoice", "RadiusPolicy", "ratio_cells", "read_regular_file", "register_policy",
-    "render_reservations", "ReplaySet", "ReplayStore", "request_cost", "resample_trace", "ReservationResult",
-    "Reservations", "ReservationsError", "reserve", "ReserveChoice", "reserves_for_plan", "resolve_lmax",
-    "resolve_profile", "roofline", "run_evaluation", "run_fast", "run_reference", "run_variant", "Samples", "Scenario",
-    "series", "Shape", "shift_blind_bound", "ShiftBlindBound", "Side", "SimGroup", "SimPolicy", "simulate_engine",
-    "SKEW_FRACTION", "SKEW_REQUESTS", "SloSpec", "solve_dro_exact", "solve_dro_lp", "solve_exact", "split_episodes",
+    "episodes_for", "evaluate_engine", "evaluate_slo_capacity", "Evaluation", "exact_bounds", "exposed_side",
+    "FileProblem", "find_slo_rate", "FLEET_BYTES_PER_SAMPLE", "FRONTIER_WATERMARKS", "gate", "generate_fleet",
+    "generate_instance", "get_policy", "gm_markdown", "GPU_CATALOGUE", "GpuType", "GroupEngine", "GroupPlan",
+    "GroupReplays", "GroupSpec", "History", "HistorySource", "input_error", "InputError", "Instance", "Jobs",
+    "KnobClass", "knobs_for_plan", "kvplan_buckets", "KVPLAN_CLASS_LABEL", "KVPLAN_OUTPUT_TOKENS", "Layout", "LAYOUTS",
+    "LLMD_OUTPUT_TOKENS", "load_trace", "MAX_RESERVATION_FILE_BYTES", "measure_row", "meets_slo", "MODELS",
+    "NO_RESERVATIONS", "ObjectiveTerms", "parse_reservations", "path_identity", "plan", "Plan", "plan_groups",
+    "PlanStatus", "ProfileOverride", "PromptLengthRule", "RadiusChoice", "RadiusPolicy", "ratio_cells",
+    "read_regular_file", "register_policy", "render_reservations", "ReplaySet", "ReplayStore", "request_cost",
+    "resample_trace", "ReservationResult", "Reservations", "ReservationsError", "reserve", "ReserveChoice",
+    "reserves_for_plan", "resolve_lmax", "resolve_profile", "roofline", "run_evaluation", "run_fast", "run_reference",
+    "run_variant", "Samples", "saturation_rps", "Scenario", "series", "Shape", "shift_blind_bound", "ShiftBlindBound",
+    "Side", "SimGroup", "SimPolicy", "simulate_engine", "SKEW_FRACTION", "SKEW_REQUESTS", "SLO_METHODS",
+    "SloEvaluation", "SloRow", "SloSpec", "solve_dro_exact", "solve_dro_lp", "solve_exact", "split_episodes",
     "StepTiming", "Trace", "vllm_buckets", "VLLM_CACHE_CONFIG_INFO", "VLLM_GENERATION_TOKENS",
     "VLLM_GENERATION_TOKENS_ESCAPED", "VLLM_KV_CACHE_USAGE", "VLLM_PREEMPTIONS", "wasserstein1_side",
     "WATERMARK_MIN_VERSION", "with_horizon", "Workload",
@@ -119,6 +124,10 @@ if TYPE_CHECKING:
         measure_row, run_variant,
     )
     from kvcore.evaluate.harness import request_cost
+    from kvcore.evaluate.saturation import saturation_rps
+    from kvcore.evaluate.slo_capacity import evaluate_slo_capacity, SloEvaluation, SloRow
+    from kvcore.evaluate.slo_methods import SLO_METHODS
+    from kvcore.evaluate.slo_search import find_slo_rate
     from kvcore.evaluate.observe import binned_history
     from kvcore.evaluate.oracle import Scenario, shift_blind_bound, ShiftBlindBound
     from kvcore.evaluate.policies import get_policy

@@ -5,6 +5,11 @@
                     [--method default,dro-paper,...] [--lmax TOKENS] [--observe raw|vllm|powers-of-4|kvplan]
                     [--bucket-model log-spline|...] [--simulate] [--out DIR] [--json]
     kvcore evaluate --trace FILE --engine vllm [--load 0.7,0.9] [--rho 10] [--frontier] [--out DIR] [--json]
+    kvcore evaluate --trace FILE --engine vllm --slo-capacity [--ttft-slo 2] [--tpot-slo 0.1] [--slo-share 0.99]
+                    [--slo-methods M,...] [--json]
+
+``--slo-capacity`` finds, per method, the highest arrival rate at which the share of requests meets the SLO
+(:mod:`kvcore.evaluate.slo_capacity`; ``kvcore.cli.evaluate_slo`` prints it).
 
 With ``--engine vllm`` the output is one table (or ``{"rows": [...]}`` with ``--json``) with the keys ``trace, load,
 method, preemptions, recomputed_tokens, ttft_p50_s, ttft_p99_s, e2e_p50_s, e2e_p99_s, stall_p99_s, stalled_frac,
@@ -45,7 +50,8 @@ from kvcore.evaluate.report import write_report
 from kvcore.planner.slo import RHO_MAX
 from kvcore.history.traces import load_trace
 
-#: Largest --load (a fraction of the profile's capacity): past a few times capacity every queue only grows.
+#: Largest --load (a fraction of the saturation rate measured in the engine model): past a few times it every queue
+#: only grows.
 MAX_LOAD = 10.0
 
 
@@ -94,12 +100,24 @@ def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None
     p.add_argument("--engine", choices=("reservation", "vllm"), default="reservation",
                    help="reservation (default): the reservation-policy evaluation; vllm: stock vLLM vs kvplan's knobs "
                    "vs kvplan's plugin through the vLLM engine model")
-    p.add_argument("--load", default="0.7,0.9", help="--engine vllm: loads, fractions of the profile's capacity")
+    p.add_argument("--load", default="0.7,0.9", help="--engine vllm: loads, fractions of the saturation "
+                   "rate measured in the engine model (kvcore.evaluate.saturation)")
     p.add_argument("--frontier", action="store_true",
                    help="--engine vllm: also sweep rho (plugin), watermark x max_num_seqs (stock vLLM) "
                    "and per-class reservation x max_num_seqs (the plugin's gate)")
     p.add_argument("--replay-requests", type=int_arg(low=20, high=100_000), default=3000,
                    help="--engine vllm: requests per history replay of the knob and reservation rules (default 3000)")
+    p.add_argument("--slo-capacity", action="store_true",
+                   help="--engine vllm: instead of fixed loads, find each method's highest arrival rate meeting the "
+                   "SLO for --slo-share of the requests (and 90%%), by bisection to 1%%")
+    p.add_argument("--ttft-slo", type=float, default=2.0, help="--slo-capacity: time to first token target, s "
+                   "(default 2)")
+    p.add_argument("--tpot-slo", type=float, default=0.1, help="--slo-capacity: mean time per output token "
+                   "target, s (default 0.1)")
+    p.add_argument("--slo-share", type=float, default=0.99, help="--slo-capacity: share of requests that must meet "
+                   "the SLO (default 0.99; 0.9 is reported too)")
+    p.add_argument("--slo-methods", default=None, help="--slo-capacity: comma-separated methods (default all: "
+                   "vllm-default, vllm-tuned, kvplan-knobs, kvplan-plugin+knobs, clairvoyant)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=_run)
@@ -148,6 +166,12 @@ def _run_engine(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.slo_capacity:
+        if args.engine != "vllm":
+            raise InputError("--slo-capacity", "needs --engine vllm")
+        from kvcore.cli.evaluate_slo import run_slo_capacity
+
+        return run_slo_capacity(args)
     if args.engine == "vllm":
         return _run_engine(args)
     rhos = _floats(args.rho if args.rho is not None else _fmt(DEFAULT_RHOS), "--rho", RHO_MAX)

@@ -6,6 +6,9 @@
 - :mod:`.simulate`: ``--simulate``, the same requests through the vLLM engine model with kvplan's gate, on the
   one evaluation fleet (:class:`~kvcore.evaluate.engine.EngineFleet`);
 - :mod:`.engine`: ``--engine vllm``, stock vLLM, kvplan's knobs and its plugin; the fleet, load and goodput;
+- :mod:`.saturation`: the one definition of load, arrival rate over the saturation rate measured in the engine model;
+- :mod:`.slo_capacity`, :mod:`.slo_methods`, :mod:`.slo_search`: ``--slo-capacity``, each method's highest arrival
+  rate within an SLO, the methods it compares and the bracket-then-bisect search;
 - :mod:`.summary`: gm of cost / best across traces (the yardstick policies are scored by);
 - :mod:`.oracle`: bounds on the best a shift-blind rule can do under the split protocol (with the test data);
 - :mod:`.report`: CSV, Markdown and PNG files (matplotlib imported lazily).

@@ -9,11 +9,11 @@ output distribution, both priced at the same rho = c_p / c_w.
 default) with ``kv_capacity_tokens`` KV tokens each (100,000: memory binds, the regime where a reservation
 matters), vLLM's scheduling defaults (16-token blocks, 256 seqs, 2048 batched tokens, prefix caching).
 
-**Load** (:func:`capacity_rps`, the project's one definition: ``--simulate`` and the benchmarks use it too).
-``load`` is offered work over the profile's capacity on this trace: a replica holding as many requests as
-its KV memory fits at the trace's mean context (``B_op = min(max_num_seqs, usable tokens / E[prompt + output/2])``)
-decodes ``B_op / t(B_op)`` tokens/s (``t`` the profile's step time); a request brings ``output / that`` plus
-``prompt / prefill rate`` replica-seconds. The replay's arrival rate is ``load x replicas / E[work]``; the trace's own
+**Load** (:func:`capacity_rps`, the project's one definition: ``--simulate``, ``--slo-capacity`` and the
+benchmarks use it too). ``load`` is the arrival rate over the saturation rate of the fleet on the replayed requests,
+measured in the engine model with prefill, chunking and preemption included
+(:mod:`kvcore.evaluate.saturation`: every request queued at once on vLLM's defaults, requests finished per second
+while the queue is full). The replay's arrival rate is ``load x capacity_rps``; the trace's own
 timestamps are rescaled to it (keeping its burstiness), or Poisson when it has none (:func:`replay_workload`). Stated
 in every report.
 
@@ -55,9 +55,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvcore.errors import InputError
 from kvcore.evaluate.policies import get_policy
+from kvcore.evaluate.saturation import saturation_rps
 from kvcore.rules.classes import KnobClass
 from kvcore.rules.knobs import KnobChoice, choose_knobs
-from kvcore.rules.preemption import context_tokens, operating_batch, token_interval_s
 from kvcore.profiles import roofline
 from kvcore.rules.replay_set import ReplaySet
 from kvcore.rules.reserve import ReserveChoice, choose_reserves, engine_rho
@@ -244,14 +244,9 @@ def _per_class(rho: float | Sequence[float]) -> tuple[float, float]:
 
 
 def capacity_rps(group: SimGroup, inputs: np.ndarray, outputs: np.ndarray) -> float:
-    """Requests/s ``group`` serves at load 1 on these requests: the one definition of load (module docstring).
-    A replica holding as many requests as its KV memory fits at their mean context decodes ``B_op / t(B_op)``
-    tokens/s; a request brings ``output / that + input / prefill rate`` replica-seconds."""
-    ctx = context_tokens(inputs, outputs)
-    b_op = operating_batch(group, EngineConfig(), ctx)
-    t_op = token_interval_s(group, EngineConfig(), ctx)
-    work = outputs / (b_op / t_op) + inputs / group.prefill_tokens_per_s
-    return group.replicas / float(work.mean())
+    """Requests/s ``group`` serves at load 1 on these requests: the saturation rate measured in the vLLM engine
+    model, prefill included (:func:`kvcore.evaluate.saturation.saturation_rps`, the one definition of load)."""
+    return saturation_rps(group, inputs, outputs)
 
 
 def replay_workload(arrival_s: np.ndarray | None, cls: np.ndarray, inputs: np.ndarray, outputs: np.ndarray, *,

@@ -3,8 +3,8 @@
 
 Until issue 21 this replayed through a separate reservation-admission simulator on its own fleet, load and SLO; it
 now uses the engine comparison's (:mod:`kvcore.evaluate.engine`): the fleet is :class:`EngineFleet` (one group of
-identical replicas of the roofline profile, 100,000 KV tokens each, vLLM 0.33's defaults), ``load`` is offered work
-over that fleet's capacity on the scored requests (:func:`~kvcore.evaluate.engine.capacity_rps`, trace timestamps
+identical replicas of the roofline profile, 100,000 KV tokens each, vLLM 0.33's defaults), ``load`` is the arrival rate
+over that fleet's saturation rate on the scored requests, measured in the engine model (:func:`~kvcore.evaluate.engine.capacity_rps`, trace timestamps
 rescaled to it by the one workload builder, :func:`~kvcore.evaluate.engine.replay_workload`), and a request meets the SLO when it is good for
 goodput (:func:`kvcore.sim.engine.meets_slo`: TTFT <= 2 s and mean time per output token <= 0.1 s). Requests are
 the protocol's scored requests, with their input lengths and shifted, capped output lengths (rounded to whole

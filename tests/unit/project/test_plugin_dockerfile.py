@@ -57,3 +57,27 @@ def test_installs_this_versions_wheel_without_dependencies() -> None:
     assert len(runs) == 1 and "pip install" in runs[0]
     assert {"--no-deps", "--no-index"} <= set(runs[0].split())
     assert {i for i, _ in instructions} == {"ARG", "FROM", "COPY", "RUN"}
+
+
+def _example_images() -> dict[str, str]:
+    import yaml
+
+    out = {}
+    for path in sorted((REPO / "examples").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            pod = ((doc or {}).get("spec") or {}).get("template", {}).get("spec", {})
+            for c in pod.get("containers") or []:
+                out[f"{path.name}:{doc['metadata']['name']}/{c['name']}"] = c["image"]
+    return out
+
+
+def test_examples_name_the_image_this_dockerfile_builds() -> None:
+    images = _example_images()
+    assert images, "examples/ ships the serving Deployments"
+    readme = (REPO / "README.md").read_text()
+    built = set(re.findall(r"docker build -f docker/vllm-plugin\.Dockerfile -t (\S+)", readme))
+    assert len(built) == 1, built
+    (tag,) = built
+    repo_name = tag.split("/", 1)[1]
+    assert repo_name == f"vllm-openai-kvplan:v{VLLM_VERSION}-kvplan{kvcore.__version__}"
+    assert {k: v for k, v in images.items() if not v.endswith("/" + repo_name)} == {}

@@ -24,6 +24,8 @@ WHEEL_PREFIX = "kvplan_vllm"
 PROJECT_DIR = "kvplan_vllm"
 SOURCE_DIRS = ("kvplan_vllm", "kvcore")
 """The folders the plugin's project reads: its own, and kvcore's (for the few modules it lists)."""
+#: Left out of the copy: caches, earlier build output, and kvcore's bundled traces (``kvcore/data``, megabytes the
+#: plugin's wheel never carries).
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "build", "*.egg-info", "data")
 
 

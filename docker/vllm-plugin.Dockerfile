@@ -7,7 +7,8 @@
 # checks that it adds no other package.
 #
 # Build, with the folder that holds the wheel as the build context (`make release` writes it to out/release/plugin/):
-#   docker build -f docker/vllm-plugin.Dockerfile -t <registry>/vllm-openai-kvplan:v0.33.0-kvplan0.1.0 out/release/plugin
+#   docker build -f docker/vllm-plugin.Dockerfile -t <registry>/vllm-openai-kvplan:v0.33.0-kvplan0.1.0 \
+#     out/release/plugin
 # The release also pushes the wheel itself to its local registry (kvplan-vllm-wheel:<version>, one layer holding
 # /wheels/<wheel>); `crane export` of it gives the wheel back.
 

@@ -6,8 +6,9 @@ kubernetes or vllm, and the operator (``kvplan_operator``) depends on kvcore, ne
 Every name below is what the operator, kvplan's vLLM plugins, kvplan_dev and the benchmarks use, importable as
 ``from kvcore import Plan``. The names load lazily (module ``__getattr__``, as scipy's subpackages do), so
 ``import kvcore`` imports nothing but this file and the serving image's plugin, which reads only the reservation
-file and the histogram layouts, never pulls in scipy or highspy. The packages, by layer (``docs/architecture.md``;
-an import-linter contract in ``pyproject.toml`` holds the order):
+file and the histogram layouts, never pulls in scipy or highspy (the ``kvplan-vllm`` wheel carries only the
+modules those names live in; ``docs/architecture.md``, "Distributions"). The packages, by layer
+(``docs/architecture.md``; an import-linter contract in ``pyproject.toml`` holds the order):
 
 - ``cli`` > ``evaluate`` > ``rules`` > ``sim`` | ``planner`` > ``reservation`` > ``history`` >
   ``profiles`` | ``reservation_file`` > ``errors`` | ``bounds`` | ``catalogue`` | ``highs``.

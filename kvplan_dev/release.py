@@ -16,6 +16,8 @@ Steps (each prints a line; ``--json`` prints the one result object; everything s
    the OCI labels (version, source, revision, licenses); the pushed filesystem (``crane export``) has no shell.
 6. **chart**: ``helm package`` (version and appVersion = ``kvcore.__version__``) and ``helm push`` to
    ``oci://<registry>/charts``.
+6b. **plugin**: :func:`kvplan_dev.release_plugin.push_plugin_wheel`: the ``kvplan-vllm`` wheel, pushed as the
+   one-layer image ``kvplan-vllm-wheel:<version>`` (``/wheels/<wheel>``), read back and compared by sha256.
 7. **install**: on a fresh local control plane, ``helm install oci://<registry>/charts/kvplan-operator`` with
    ``image.repository``/``image.tag``/``image.digest`` of the pushed image; the Deployment must name the image by
    that digest.
@@ -258,6 +260,7 @@ def release(*, run: bool = True, progress: Progress = print, out: Path = OUT) ->
     """Everything above, writing into ``out`` (default ``out/release``; the registry's storage is
     ``out/registry``); raises :class:`ReleaseError` on the first failed step or check."""
     from kvplan_dev.registry import LocalRegistry
+    from kvplan_dev.release_plugin import push_plugin_wheel
 
     started = time.monotonic()
     revision, epoch, dirty = git_revision()
@@ -276,6 +279,8 @@ def release(*, run: bool = True, progress: Progress = print, out: Path = OUT) ->
                                          report, progress, out)
         report["image_seconds"] = round(time.monotonic() - t0, 1)
         chart_ref = push_chart(tools, registry.host, report, progress, out)
+        push_plugin_wheel(lambda *args, step: _crane(tools, *args, step=step), registry.host, REPO, epoch, report,
+                          progress, out)
         install_from_registry(tools, chart_ref, image_ref, report, progress)
         if run:
             if not run_image(image_ref, report, progress, out):
@@ -296,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log: Progress = (lambda line: print(line, file=sys.stderr, flush=True))
     try:
         report = release(run=not args.no_run, progress=log, out=args.out)
-    except (ReleaseError, RuntimeError) as exc:
+    except (ReleaseError, RuntimeError) as exc:  # PluginWheelError and the plugin step's checks included
         report = {"ok": False, "error": str(exc)}
         log(f"kvplan-dev release: error: {exc}")
     if args.json:
@@ -307,7 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"in {report['seconds']} s\n  image  {img['reference']}\n         "
               f"{img['compressed_bytes'] / 1e6:.1f} MB compressed in {len(img['layers'])} layers, user "
               f"{img['user']}, entrypoint {img['entrypoint']}\n  chart  {report['chart']['reference']}:"
-              f"{report['chart']['version']} ({report['chart']['digest']})\n  install {report['install']}\n"
+              f"{report['chart']['version']} ({report['chart']['digest']})\n  plugin {report['plugin']['reference']}\n"
+              f"  install {report['install']}\n"
               f"  run    {report.get('run', 'skipped')}")
     return 0 if report.get("ok") else 1
 

@@ -1,4 +1,5 @@
-"""kvplan's vLLM plugins (``pip install 'kvplan[vllm]'`` into a vLLM 0.33 image).
+"""kvplan's vLLM plugins (the ``kvplan-vllm`` distribution, ``kvplan_vllm/pyproject.toml``, installed into a
+vLLM 0.33 image by ``docker/vllm-plugin.Dockerfile``).
 
 - :mod:`kvplan_vllm.scheduler`: ``--scheduler-cls kvplan_vllm.scheduler.ReservationScheduler`` (or
   ``AsyncReservationScheduler`` where async scheduling is on, vLLM's default on GPUs) admits a request only while

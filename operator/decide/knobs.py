@@ -55,7 +55,7 @@ from ..targets.vllm_flags import (ACTIVE_SEQS_FLAG, POLICY_FLAG, SCHEDULER_FLAG,
 #: ``--max-num-active-seqs`` is in vLLM 0.33 (``vllm/config/scheduler.py``, ``SchedulerConfig.max_num_active_seqs``);
 #: kvplan knows no earlier version to have it, so the knob rule's admission cap goes there only from 0.33 on.
 ACTIVE_SEQS_VERSION = (0, 33, 0)
-#: vLLM versions kvplan's plugin supports (``kvplan[vllm]`` pins ``vllm>=0.33,<0.34``).
+#: vLLM versions kvplan's plugin supports (``kvplan-vllm`` pins ``vllm>=0.33,<0.34``).
 PLUGIN_VERSIONS = ((0, 33, 0), (0, 34, 0))
 
 

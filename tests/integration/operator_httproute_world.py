@@ -23,7 +23,7 @@ POOLS = ("inference.networking.k8s.io", "v1")
 ROUTE = "llm"
 
 
-HEADER = "x-kvplan-class"
+HEADER = "x-gateway-inference-objective"
 
 
 SERVICES = ("vllm-a", "vllm-b")  # groups pool-a/pool-b set no `service`: the Deployment name is the Service

@@ -33,7 +33,7 @@ def test_untagged_requests_run_after_the_planned_classes(engine_driver: Driver) 
     """Ten requests arrive together: u0-u4 name no priority (vLLM's 0), c0-c4 the chat priority 1. Only five fit.
     With ``defaultPriority`` 3 the plugin runs u0-u4 at priority 3, so c0-c4 are admitted first; without it,
     vLLM's own order puts u0-u4 (priority 0) first. One more request, x0, sends priority 9 (no class's): it gets
-    the fleet default, runs at priority 3 too, and the engine says so once."""
+    the fleet default, runs at priority 3 too, is counted in the plugin's unknown-class counter and logged once."""
     rng = np.random.default_rng(11)
     requests = [{"id": f"u{i}", "prompt": prompt(i, 32, rng), "max_tokens": 160, "arrival_step": 0, "priority": 0}
                 for i in range(5)]
@@ -56,3 +56,9 @@ def test_untagged_requests_run_after_the_planned_classes(engine_driver: Driver) 
     run = result["gated-no-default"]
     first = min(r["admitted"][0] for r in run["requests"].values())
     assert sorted(k for k, r in run["requests"].items() if r["admitted"][0] == first) == [f"u{i}" for i in range(5)]
+    # kvplan_unknown_class_requests_total{channel="priority"}, cumulative over the three variants run in one process:
+    # x0 counted once in each, the untagged u0-u4 never.
+    counts = sorted(result[v]["unknown_class_requests"]["priority"] for v in ("gated-sync", "gated-async",
+                                                                            "gated-no-default"))
+    assert counts == [1.0, 2.0, 3.0], counts
+    assert all(result[v]["unknown_class_requests"]["vllm_xargs"] == 0.0 for v in ("gated-sync", "gated-async"))

@@ -7,7 +7,8 @@ engine except ``X-Vllm-Priority`` (the request's priority), ``X-Request-Id`` (th
 headers. So:
 
 - scheduler (engine core): ``vllm_xargs["kvplan_class"]`` of a client that names its class itself, else the
-  ``classify`` model rules on the LoRA adapter (``lora_request.lora_name``), else ``priorityClasses[priority]`` (the
+  ``classify`` model rules on the LoRA adapter (``lora_request.lora_name``; without one, the first
+  ``--served-model-name``, the only one vLLM keeps), else ``priorityClasses[priority]`` (the
   gateway sets ``X-Vllm-Priority`` per class rule: that is how header rules reach the engine), else the
   prompt-length rules, else the fleet default (:func:`class_in_engine`);
 - stat logger (API server): finished-request stats carry only the request id and token counts, so only the

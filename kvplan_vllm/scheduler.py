@@ -21,7 +21,7 @@ The reserve of a request is its class's ``reserveTokens``, capped at what the re
 blocked forever: with nothing running it is admitted exactly when vLLM would admit it.
 
 A request's class is :func:`kvplan_vllm.classify.class_in_engine` on what the engine sees (``vllm_xargs``, the LoRA
-adapter, the priority, the prompt length). Where the file publishes ``defaultPriority``, a request whose priority
+adapter or else the first served model name, the priority, the prompt length). Where the file publishes ``defaultPriority``, a request whose priority
 is no class's runs with that priority (:func:`kvplan_vllm.classify.engine_priority`, set as vLLM queues it), so
 untagged traffic never runs ahead of a planned class under ``--scheduling-policy priority``. A class channel naming
 nothing the file knows gives the fleet default, counted in ``kvplan_unknown_class_requests_total{channel}``
@@ -72,6 +72,8 @@ class ReservationGateMixin:
         #: (running requests counted, sum of their claims) inside a schedule() call, else None.
         self._kvplan_step: tuple[int, int] | None = None
         self._kvplan_unknown: set[str] = set()
+        #: The model a request without a LoRA adapter names, as vLLM keeps it: the first ``--served-model-name``.
+        self.kvplan_model = str(getattr(self, "vllm_config").model_config.served_model_name)
         manager = self.kv_cache_manager
         self._kvplan_groups = [(m.req_to_blocks, int(m.block_size)) for m in manager.coordinator.single_type_managers]
         usable_blocks = manager.block_pool.get_num_free_blocks() // max(1, len(self._kvplan_groups))
@@ -108,7 +110,7 @@ class ReservationGateMixin:
         extra = request.sampling_params.extra_args if request.sampling_params is not None else None
         lora = request.lora_request
         _, how = class_in_engine(res, extra, own, request.num_prompt_tokens,
-                                 lora.lora_name if lora is not None else None)
+                                 lora.lora_name if lora is not None else self.kvplan_model)
         if how == UNKNOWN_TO_DEFAULT:
             named = extra is not None and XARGS_KEY in extra
             self._kvplan_log_unknown(FROM_XARGS if named else FROM_PRIORITY,
@@ -163,8 +165,9 @@ class ReservationGateMixin:
         params = request.sampling_params
         extra = params.extra_args if params is not None else None
         lora = request.lora_request
+        model = lora.lora_name if lora is not None else self.kvplan_model
         klass, _ = class_in_engine(res, extra, getattr(request, _OWN_PRIORITY_ATTR, request.priority),
-                                   request.num_prompt_tokens, lora.lora_name if lora is not None else None)
+                                   request.num_prompt_tokens, model)
         reserve = gate.capped_reserve(res.reserve(klass), request.num_prompt_tokens, self.kvplan_request_capacity)
         setattr(request, _CACHE_ATTR, (source.state.version, klass, reserve))
         return klass, reserve

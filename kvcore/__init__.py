@@ -63,8 +63,9 @@ _BY_MODULE: dict[str, str] = {
     "kvcore.reservation.lp": "solve_dro_lp",
     "kvcore.reservation.radius": "DEFAULT_RADIUS RadiusChoice RadiusPolicy with_horizon",
     "kvcore.reservation.radius_drift": "drift_radius exposed_side Side wasserstein1_side",
-    "kvcore.reservation_file": ("MAX_BYTES=MAX_RESERVATION_FILE_BYTES NO_RESERVATIONS parse_reservations "
-                                "PromptLengthRule render_reservations Reservations ReservationsError"),
+    "kvcore.reservation_file": ("ClassRule MAX_BYTES=MAX_RESERVATION_FILE_BYTES NO_RESERVATIONS "
+                                "parse_reservations PromptLengthRule render_reservations RequestView Reservations "
+                                "ReservationsError UNKNOWN_VALUE=UNKNOWN_CLASS_SOURCE"),
     "kvcore.rules.classes": "KnobClass",
     "kvcore.rules.knobs": "choose_knobs knobs_for_plan plan_groups WATERMARK_MIN_VERSION",
     "kvcore.rules.replay_set": "ReplaySet",
@@ -91,7 +92,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
 __all__ = [
     "BASE_BYTES", "bin_lengths", "binned_history", "BinningBound", "bucket_samples", "Buckets", "build_1_2_5_buckets",
     "capacity_rps", "capped_reserve", "Cell", "choose_knobs", "choose_reserves", "class_histories", "class_rho",
-    "ClassHistory", "ClassPlan", "ClassSpec", "cost_ratio", "CostSpec", "DEFAULT_METHODS", "DEFAULT_MODEL",
+    "ClassHistory", "ClassPlan", "ClassRule", "ClassSpec", "cost_ratio", "CostSpec", "DEFAULT_METHODS", "DEFAULT_MODEL",
     "DEFAULT_RADIUS", "DEFAULT_RHOS", "DEFAULT_SHIFTS", "drift_radius", "engine_rho", "EngineConfig",
     "EngineEvaluation", "EngineFleet", "EngineRow", "EngineSetup", "ENVOY_TOKEN_TYPE", "ENVOY_TOKEN_USAGE",
     "episodes_for", "evaluate_engine", "evaluate_slo_capacity", "Evaluation", "exact_bounds", "exposed_side",
@@ -103,14 +104,14 @@ __all__ = [
     "NO_RESERVATIONS", "ObjectiveTerms", "parse_reservations", "path_identity", "plan", "Plan", "plan_groups",
     "PlanStatus", "ProfileOverride", "PromptLengthRule", "RadiusChoice", "RadiusPolicy", "ratio_cells",
     "read_regular_file", "register_policy", "render_reservations", "ReplaySet", "ReplayStore", "request_cost",
-    "resample_trace", "ReservationResult", "Reservations", "ReservationsError", "reserve", "ReserveChoice",
-    "reserves_for_plan", "resolve_lmax", "resolve_profile", "roofline", "run_evaluation", "run_fast", "run_reference",
-    "run_variant", "Samples", "saturation_rps", "Scenario", "series", "Shape", "shift_blind_bound", "ShiftBlindBound",
-    "Side", "SimGroup", "SimPolicy", "simulate_engine", "SKEW_FRACTION", "SKEW_REQUESTS", "SLO_METHODS",
-    "SloEvaluation", "SloRow", "SloSpec", "solve_dro_exact", "solve_dro_lp", "solve_exact", "split_episodes",
-    "StepTiming", "Trace", "vllm_buckets", "VLLM_CACHE_CONFIG_INFO", "VLLM_GENERATION_TOKENS",
-    "VLLM_GENERATION_TOKENS_ESCAPED", "VLLM_KV_CACHE_USAGE", "VLLM_PREEMPTIONS", "wasserstein1_side",
-    "WATERMARK_MIN_VERSION", "with_horizon", "Workload",
+    "RequestView", "resample_trace", "ReservationResult", "Reservations", "ReservationsError", "reserve",
+    "ReserveChoice", "reserves_for_plan", "resolve_lmax", "resolve_profile", "roofline", "run_evaluation", "run_fast",
+    "run_reference", "run_variant", "Samples", "saturation_rps", "Scenario", "series", "Shape", "shift_blind_bound",
+    "ShiftBlindBound", "Side", "SimGroup", "SimPolicy", "simulate_engine", "SKEW_FRACTION", "SKEW_REQUESTS",
+    "SLO_METHODS", "SloEvaluation", "SloRow", "SloSpec", "solve_dro_exact", "solve_dro_lp", "solve_exact",
+    "split_episodes", "StepTiming", "Trace", "UNKNOWN_CLASS_SOURCE", "vllm_buckets", "VLLM_CACHE_CONFIG_INFO",
+    "VLLM_GENERATION_TOKENS", "VLLM_GENERATION_TOKENS_ESCAPED", "VLLM_KV_CACHE_USAGE", "VLLM_PREEMPTIONS",
+    "wasserstein1_side", "WATERMARK_MIN_VERSION", "with_horizon", "Workload",
 ]
 
 if TYPE_CHECKING:
@@ -161,8 +162,8 @@ if TYPE_CHECKING:
     from kvcore.reservation.radius import DEFAULT_RADIUS, RadiusChoice, RadiusPolicy, with_horizon
     from kvcore.reservation.radius_drift import drift_radius, exposed_side, Side, wasserstein1_side
     from kvcore.reservation_file import (
-        MAX_BYTES as MAX_RESERVATION_FILE_BYTES, NO_RESERVATIONS, parse_reservations, PromptLengthRule,
-        render_reservations, Reservations, ReservationsError,
+        ClassRule, MAX_BYTES as MAX_RESERVATION_FILE_BYTES, NO_RESERVATIONS, parse_reservations, PromptLengthRule,
+        render_reservations, RequestView, Reservations, ReservationsError, UNKNOWN_VALUE as UNKNOWN_CLASS_SOURCE,
     )
     from kvcore.rules.classes import KnobClass
     from kvcore.rules.knobs import choose_knobs, knobs_for_plan, plan_groups, WATERMARK_MIN_VERSION

@@ -14,9 +14,19 @@ no I/O (``kvplan_vllm.source`` reads the file).
      "plan": "3f2a9c1b0d4e",
      "defaultClass": "chat",
      "classes": {"chat": {"reserveTokens": 512}, "batch": {"reserveTokens": 2048}},
-     "priorityClasses": {"0": "chat", "10": "batch"},
+     "priorityClasses": {"1": "chat", "2": "batch"},
+     "defaultPriority": 3,
+     "classify": [{"objective": "chat-premium", "class": "chat"}, {"fairnessId": "team-batch", "class": "batch"},
+                  {"model": "sql-lora", "class": "chat"}, {"header": "x-team", "value": "search", "class": "chat"}],
      "promptLengthRules": [{"maxPromptTokens": 2048, "class": "chat"}, {"class": "batch"}]
     }
+
+The class rule lives here once (:meth:`Reservations.classify`) and is evaluated on what each component sees of a
+request (:class:`RequestView`): the gateway sees headers (the operator writes the header rules as HTTPRoute
+matches, :meth:`Reservations.header_rules`), vLLM's scheduler sees the priority, the LoRA adapter and the prompt
+length, the stat logger only the prompt length. ``classify`` is tried first, in order, then ``priorityClasses``,
+then ``promptLengthRules``, then ``defaultClass``. ``defaultPriority`` is the vLLM priority (lower runs first) of
+requests of no class: larger than every class's, so untagged traffic never outranks a planned class.
 
 Every problem is reported with its field path, all at once (:class:`ReservationsError`, at most
 :data:`MAX_PROBLEMS` of them, each quoting at most :data:`SHOWN_CHARS` characters of the value).
@@ -60,7 +70,8 @@ MAX_PROBLEMS = 20
 SHOWN_CHARS = 60
 #: Classes named in a log line's description of a document (the rest are counted).
 DESCRIBED_CLASSES = 16
-_TOP_KEYS = {"format", "kvplan", "plan", "defaultClass", "classes", "priorityClasses", "promptLengthRules"}
+_TOP_KEYS = {"format", "kvplan", "plan", "defaultClass", "classes", "priorityClasses", "promptLengthRules",
+             "classify", "defaultPriority"}
 _CLASS_KEYS = {"reserveTokens"}
 #: A vLLM priority as a JSON key: a decimal integer that fits in 64 bits.
 _PRIORITY = re.compile(r"[+-]?[0-9]{1,18}")
@@ -69,6 +80,25 @@ _MAX_LABEL = 512
 #: Entries validated between two calls of ``parse_reservations``'s ``pause``.
 _PAUSE_EVERY = 8
 _RULE_KEYS = {"maxPromptTokens", "class"}
+#: The Gateway API inference extension's request headers: the name of an ``InferenceObjective``, and a tenant
+#: (fairness) id. A ``classify`` entry ``{"objective": v}`` is ``{"header": OBJECTIVE_HEADER, "value": v}``.
+OBJECTIVE_HEADER = "x-gateway-inference-objective"
+FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
+_SHORTHANDS = {"objective": OBJECTIVE_HEADER, "fairnessId": FAIRNESS_HEADER}
+_MATCH_KEYS = {"objective", "fairnessId", "model", "header"}
+#: A request header name (RFC 7230 token; Gateway API's HTTPHeaderName), and a header value kvplan matches.
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]{1,256}$")
+_HEADER_VALUE_MAX = 256
+#: Where :meth:`Reservations.classify` found a request's class.
+FROM_HEADER = "header"
+FROM_MODEL = "model"
+FROM_PRIORITY = "priority"
+FROM_PROMPT = "prompt-length"
+FROM_DEFAULT = "default"
+#: A header that some rule matches on, or a priority, carries a value no rule knows: the default class.
+UNKNOWN_VALUE = "unknown-class"
+#: vLLM's priority of a request that names none (the body's ``priority`` default, no ``X-Vllm-Priority``).
+VLLM_DEFAULT_PRIORITY = 0
 
 
 class ReservationsError(InputError):
@@ -96,12 +126,38 @@ class PromptLengthRule:
 
 
 @dataclass(frozen=True)
+class ClassRule:
+    """One ``classify`` entry: requests whose header ``header`` (lower-case; None for a model rule) or served
+    model / LoRA adapter name (``header`` None) equals ``value`` get ``klass``."""
+
+    header: str | None
+    value: str
+    klass: str
+
+
+@dataclass(frozen=True)
+class RequestView:
+    """What one component sees of a request; None where that component cannot see it.
+
+    ``headers``: lower-case name -> value (the gateway). ``model``: the served model or LoRA adapter the request
+    names (the scheduler: ``lora_request.lora_name``). ``priority``: vLLM's request priority (the scheduler).
+    ``prompt_tokens``: prompt length (the scheduler and the stat logger)."""
+
+    headers: Mapping[str, str] | None = None
+    model: str | None = None
+    priority: int | None = None
+    prompt_tokens: int | None = None
+
+
+@dataclass(frozen=True)
 class Reservations:
     """A validated reservation document.
 
     ``reserve_tokens``: class -> reserved output tokens y (tokens; 0 reserves nothing). ``default_class``: the
     fleet default, for requests that name no class or an unknown one. ``priority_classes``: vLLM request priority
-    -> class. ``prompt_length_rules``: tried in order, first match wins. ``plan``/``kvplan``: informational (logs).
+    -> class. ``prompt_length_rules``: tried in order, first match wins. ``rules``: the ``classify`` matchers, in
+    order, tried before the rest. ``default_priority``: the vLLM priority of requests of no class (None: not
+    published). ``plan``/``kvplan``: informational (logs).
     """
 
     reserve_tokens: Mapping[str, int]
@@ -110,6 +166,44 @@ class Reservations:
     prompt_length_rules: tuple[PromptLengthRule, ...] = ()
     plan: str | None = None
     kvplan: str | None = None
+    rules: tuple[ClassRule, ...] = ()
+    default_priority: int | None = None
+
+    def header_rules(self) -> tuple[ClassRule, ...]:
+        """The header matchers, in order: what a gateway's route rules match on."""
+        return tuple(r for r in self.rules if r.header is not None)
+
+    def matched_headers(self) -> frozenset[str]:
+        """Lower-case names of the headers some rule matches on."""
+        return frozenset(r.header for r in self.rules if r.header is not None)
+
+    def classify(self, view: RequestView) -> tuple[str, str]:
+        """``(class, source)`` of a request from what a component sees of it (:class:`RequestView`).
+
+        ``classify`` rules first (a rule is skipped where its header or model is not visible), then
+        ``priorityClasses``, then ``promptLengthRules``, then the default. A visible header that some rule
+        matches on, carrying a value no rule knows, gives the default class with source :data:`UNKNOWN_VALUE`; so
+        does a priority that is neither a class's, vLLM's default nor ``defaultPriority`` where the file maps
+        priorities at all."""
+        headers = view.headers
+        for rule in self.rules:
+            if rule.header is None:
+                if view.model is not None and view.model == rule.value:
+                    return rule.klass, FROM_MODEL
+            elif headers is not None and headers.get(rule.header) == rule.value:
+                return rule.klass, FROM_HEADER
+        if headers is not None and any(h in headers for h in self.matched_headers()):
+            return self.default_class, UNKNOWN_VALUE
+        if view.priority is not None and self.priority_classes:
+            if view.priority in self.priority_classes:
+                return self.priority_classes[view.priority], FROM_PRIORITY
+            if view.priority not in (VLLM_DEFAULT_PRIORITY, self.default_priority):
+                return self.default_class, UNKNOWN_VALUE
+        if view.prompt_tokens is not None:
+            for p in self.prompt_length_rules:
+                if p.max_prompt_tokens is None or view.prompt_tokens <= p.max_prompt_tokens:
+                    return p.klass, FROM_PROMPT
+        return self.default_class, FROM_DEFAULT
 
     def reserve(self, klass: str) -> int:
         """Reserved output tokens of ``klass``; an unknown class gets the default class's."""
@@ -271,6 +365,88 @@ def _rules(raw: Any, classes: Collection[str], problems: list[str], pause: Calla
     return tuple(out)
 
 
+def _header_value(value: Any, path: str, problems: list[str]) -> str | None:
+    if not isinstance(value, str) or not value or len(value) > _HEADER_VALUE_MAX \
+            or any(not (" " <= ch <= "~") for ch in value):
+        problems.append(f"{path}: must be a non-empty printable ASCII string of at most {_HEADER_VALUE_MAX} "
+                        f"characters, got {_show(value)}")
+        return None
+    return value
+
+
+def _matcher(rule: Mapping[str, Any], path: str, problems: list[str]) -> tuple[str | None, str] | None:
+    """``(header or None for a model rule, value)`` of one ``classify`` entry, or None (problems recorded)."""
+    kinds = sorted(set(rule) & _MATCH_KEYS)
+    if len(kinds) != 1:
+        problems.append(f"{path}: needs exactly one of {', '.join(sorted(_MATCH_KEYS))}, got "
+                        f"{', '.join(kinds) or 'none'}")
+        return None
+    kind = kinds[0]
+    if kind == "header":
+        name = rule["header"]
+        if not isinstance(name, str) or not _HEADER_NAME.match(name):
+            problems.append(f"{path}.header: must be an HTTP header name, got {_show(name)}")
+            return None
+        if "value" not in rule:
+            problems.append(f"{path}.value: required with header")
+            return None
+        value = _header_value(rule["value"], path + ".value", problems)
+        return None if value is None else (name.lower(), value)
+    if "value" in rule:
+        problems.append(f"{path}.value: only with header (the value of {kind} is {kind}'s own)")
+        return None
+    value = _header_value(rule[kind], f"{path}.{kind}", problems)
+    if value is None:
+        return None
+    return (_SHORTHANDS[kind], value) if kind in _SHORTHANDS else (None, value)
+
+
+def _classify(raw: Any, classes: Collection[str], problems: list[str], pause: Callable[[], None]
+              ) -> tuple[ClassRule, ...]:
+    if not isinstance(raw, list):
+        problems.append(f"classify: must be a list of matchers {{\"objective\"|\"fairnessId\"|\"model\"|"
+                        f"\"header\"+\"value\": ..., \"class\": c}}, got {_show(raw)}")
+        return ()
+    if _too_many(raw, "classify", problems):
+        return ()
+    out: list[ClassRule] = []
+    seen: dict[tuple[str | None, str], int] = {}
+    for i, rule in enumerate(raw):
+        if i % _PAUSE_EVERY == _PAUSE_EVERY - 1:
+            pause()
+        path = f"classify[{i}]"
+        if not isinstance(rule, dict):
+            problems.append(f"{path}: must be an object with one matcher and a class")
+            continue
+        _unknown_keys(rule, _MATCH_KEYS | {"value", "class"}, path + ".", problems)
+        match = _matcher(rule, path, problems)
+        if "class" not in rule:
+            problems.append(f"{path}.class: required")
+            continue
+        klass = _known(rule["class"], path + ".class", classes, problems)
+        if match is None or klass is None:
+            continue
+        if match in seen:
+            problems.append(f"{path}: unreachable, classify[{seen[match]}] matches the same "
+                            f"{'model' if match[0] is None else 'header ' + match[0]} value {_show(match[1])}")
+            continue
+        seen[match] = i
+        out.append(ClassRule(match[0], match[1], klass))
+    return tuple(out)
+
+
+def _default_priority(raw: Any, priorities: Mapping[int, str], problems: list[str]) -> int | None:
+    if isinstance(raw, bool) or not isinstance(raw, int) or abs(raw) >= 10 ** 18:
+        problems.append(f"defaultPriority: must be an integer vLLM priority (at most 18 digits), got {_show(raw)}")
+        return None
+    planned = [p for p in priorities if p >= raw]
+    if planned:
+        problems.append(f"defaultPriority: {raw} must be larger than every class's priority (vLLM runs lower "
+                        f"first), priorityClasses has {max(planned)}")
+        return None
+    return raw
+
+
 def _no_pause() -> None:
     return None
 
@@ -303,6 +479,9 @@ def parse_reservations(text: str | bytes, *, pause: Callable[[], None] = _no_pau
         default = _known(doc["defaultClass"], "defaultClass", names, problems)
     priorities = _priorities(doc.get("priorityClasses", {}), names, problems, pause)
     rules = _rules(doc.get("promptLengthRules", []), names, problems, pause)
+    matchers = _classify(doc.get("classify", []), names, problems, pause)
+    default_priority = _default_priority(doc["defaultPriority"], priorities, problems) \
+        if "defaultPriority" in doc else None
     for key in ("plan", "kvplan"):
         if key in doc and (not isinstance(doc[key], str) or len(doc[key]) > _MAX_LABEL):
             problems.append(f"{key}: must be a string of at most {_MAX_LABEL} characters, got {_show(doc[key])}")
@@ -310,8 +489,18 @@ def parse_reservations(text: str | bytes, *, pause: Callable[[], None] = _no_pau
         raise ReservationsError(problems or ["defaultClass: invalid"])
     return Reservations(
         reserve_tokens=dict(classes), default_class=default, priority_classes=priorities,
-        prompt_length_rules=rules, plan=doc.get("plan"), kvplan=doc.get("kvplan"),
+        prompt_length_rules=rules, plan=doc.get("plan"), kvplan=doc.get("kvplan"), rules=matchers,
+        default_priority=default_priority,
     )
+
+
+def _render_rule(rule: ClassRule) -> dict[str, str]:
+    if rule.header is None:
+        return {"model": rule.value, "class": rule.klass}
+    short = next((k for k, h in _SHORTHANDS.items() if h == rule.header), None)
+    if short is not None:
+        return {short: rule.value, "class": rule.klass}
+    return {"header": rule.header, "value": rule.value, "class": rule.klass}
 
 
 def render_reservations(res: Reservations) -> str:
@@ -327,6 +516,10 @@ def render_reservations(res: Reservations) -> str:
             for r in res.prompt_length_rules
         ],
     }
+    if res.rules:
+        doc["classify"] = [_render_rule(r) for r in res.rules]
+    if res.default_priority is not None:
+        doc["defaultPriority"] = res.default_priority
     if res.plan is not None:
         doc["plan"] = res.plan
     if res.kvplan is not None:

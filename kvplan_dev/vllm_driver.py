@@ -432,14 +432,28 @@ def run_variant(scenario: dict[str, Any], variant: dict[str, Any], model_dir: Pa
         clock["i"] += 1
     seconds = time.perf_counter() - began
     refusals = int(getattr(sched, "kvplan_refusals", 0))
+    unknown = _unknown_class_counts()
     core.shutdown()
     logging.getLogger("vllm.kvplan").removeHandler(capture)
     return {
         "requests": per_req, "attempts": attempts, "schedule_calls": clock["schedules"], "iterations": clock["i"],
         "complete": unfinished == 0, "refusals": refusals, "log": capture.lines,
         "async_loop": core.batch_queue is not None, "scheduler": type(sched).__name__, "seconds": seconds,
-        "gate_seconds": gate_time["seconds"], "gate_calls": gate_time["calls"],
+        "gate_seconds": gate_time["seconds"], "gate_calls": gate_time["calls"], "unknown_class_requests": unknown,
     }
+
+
+def _unknown_class_counts() -> dict[str, float]:
+    """The plugin's counter of requests naming no known class, per channel, so far in this process (cumulative over
+    the variants run in it); empty where the plugin is not installed."""
+    try:
+        from prometheus_client import REGISTRY
+
+        from kvplan_vllm.metrics import CHANNEL_LABEL, UNKNOWN_CLASS_REQUESTS
+    except ImportError:
+        return {}
+    return {ch: float(REGISTRY.get_sample_value(UNKNOWN_CLASS_REQUESTS, {CHANNEL_LABEL: ch}) or 0.0)
+            for ch in ("vllm_xargs", "priority")}
 
 
 def run_scenario(path: Path) -> None:

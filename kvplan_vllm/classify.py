@@ -1,85 +1,61 @@
-"""Which kvplan class a request belongs to. Pure: the scheduler and the stat logger call these with plain values.
+"""Which kvplan class a request belongs to, on what each vLLM process sees of it. Pure: the scheduler and the stat
+logger call these with plain values; the rule itself is :meth:`kvcore.Reservations.classify`, the same rule the
+operator writes into the gateway's route.
 
-In the engine core (the scheduler) a request carries ``sampling_params.extra_args`` (the OpenAI request's
-``vllm_xargs``) and its vLLM ``priority``; in the API-server process (the stat logger) a finished request carries
-only its request id and token counts. So:
+What reaches each process in vLLM 0.33 (``vllm/entrypoints``): the OpenAI server passes no request header into the
+engine except ``X-Vllm-Priority`` (the request's priority), ``X-Request-Id`` (the request id) and tracing
+headers. So:
 
-- scheduler: ``vllm_xargs["kvplan_class"]``, else ``priorityClasses[priority]``, else the prompt-length rules,
-  else the fleet default (:func:`class_in_engine`);
-- stat logger: the class in the request id (:data:`REQUEST_ID_MARKER`), else the prompt-length rules, else the
-  fleet default (:func:`class_in_api_server`).
+- scheduler (engine core): ``vllm_xargs["kvplan_class"]`` of a client that names its class itself, else the
+  ``classify`` model rules on the LoRA adapter (``lora_request.lora_name``; without one, the first
+  ``--served-model-name``, the only one vLLM keeps), else ``priorityClasses[priority]`` (the
+  gateway sets ``X-Vllm-Priority`` per class rule: that is how header rules reach the engine), else the
+  prompt-length rules, else the fleet default (:func:`class_in_engine`);
+- stat logger (API server): finished-request stats carry only the request id and token counts, so only the
+  prompt-length rules, else the fleet default (:func:`class_in_api_server`). Per-class histories of header classes
+  come from the gateway's series instead (docs/vllm-plugins.md, "Request classes").
 
-A class the reservation file does not know is never used as such: the request gets the fleet default (so the
-``kvplan_class`` label has at most one value per class in the file, plus the default).
+A name or priority no rule knows is never used as a class: the request gets the fleet default (so the
+``kvplan_class`` label has at most one value per class in the file, plus the default), source
+:data:`UNKNOWN_TO_DEFAULT`, which the scheduler counts.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from kvcore import Reservations
+from kvcore import RequestView, Reservations, UNKNOWN_CLASS_SOURCE
 
-#: The ``vllm_xargs`` key naming a request's class.
+#: The ``vllm_xargs`` key naming a request's class, for clients that talk to vLLM directly.
 XARGS_KEY = "kvplan_class"
-#: Request-id convention: ``X-Request-Id: kvplan:<class>:<anything>``. vLLM prefixes its own id (``cmpl-``,
-#: ``chatcmpl-``) and may suffix ``-<n>``, so the marker is looked for anywhere in the id; class names never
-#: contain ``:``.
-REQUEST_ID_MARKER = "kvplan:"
 
-#: Where a class came from (for logs and tests).
+#: Where a class came from (for logs, metrics and tests); the rest are :mod:`kvcore.reservation_file`'s.
 FROM_XARGS = "vllm_xargs"
-FROM_REQUEST_ID = "request-id"
-FROM_PRIORITY = "priority"
-FROM_PROMPT = "prompt-length"
-FROM_DEFAULT = "default"
-UNKNOWN_TO_DEFAULT = "unknown-class"
-
-
-def class_from_prompt(res: Reservations, prompt_tokens: int) -> str | None:
-    """The first prompt-length rule that covers ``prompt_tokens``, or None."""
-    for rule in res.prompt_length_rules:
-        if rule.max_prompt_tokens is None or prompt_tokens <= rule.max_prompt_tokens:
-            return rule.klass
-    return None
+UNKNOWN_TO_DEFAULT = UNKNOWN_CLASS_SOURCE
 
 
 def class_in_engine(res: Reservations, extra_args: Mapping[str, Any] | None, priority: int | None,
-                    prompt_tokens: int) -> tuple[str, str]:
+                    prompt_tokens: int, lora_name: str | None = None) -> tuple[str, str]:
     """``(class, source)`` of a request inside vLLM's engine core. A ``kvplan_class`` that names no known class
-    (or is not a string) gives the fleet default, source :data:`UNKNOWN_TO_DEFAULT`."""
+    (or is not a string), or a priority that is neither vLLM's default, a class's nor ``defaultPriority``, gives
+    the fleet default with source :data:`UNKNOWN_TO_DEFAULT`."""
     if extra_args and XARGS_KEY in extra_args:
         named = extra_args[XARGS_KEY]
         if res.knows(named):
             return str(named), FROM_XARGS
         return res.default_class, UNKNOWN_TO_DEFAULT
-    if priority is not None and priority in res.priority_classes:
-        return res.priority_classes[priority], FROM_PRIORITY
-    by_prompt = class_from_prompt(res, prompt_tokens)
-    if by_prompt is not None:
-        return by_prompt, FROM_PROMPT
-    return res.default_class, FROM_DEFAULT
+    return res.classify(RequestView(model=lora_name, priority=priority, prompt_tokens=prompt_tokens))
 
 
-def class_in_request_id(request_id: str | None) -> str | None:
-    """The ``<class>`` of ``kvplan:<class>:`` in a request id (not checked against any file), or None."""
-    if not request_id:
-        return None
-    start = request_id.find(REQUEST_ID_MARKER)
-    if start < 0:
-        return None
-    start += len(REQUEST_ID_MARKER)
-    end = request_id.find(":", start)
-    return request_id[start:end] if end > start else None
+def engine_priority(res: Reservations, priority: int) -> int:
+    """The vLLM priority a request should run with: its own when it is a class's, else the file's
+    ``defaultPriority`` (when published), so a request of no class never runs ahead of a planned class."""
+    if res.default_priority is None or priority in res.priority_classes:
+        return priority
+    return res.default_priority
 
 
-def class_in_api_server(res: Reservations, request_id: str | None, prompt_tokens: int) -> tuple[str, str]:
-    """``(class, source)`` of a finished request in the API-server process (no extra_args there)."""
-    named = class_in_request_id(request_id)
-    if named is not None:
-        if res.knows(named):
-            return named, FROM_REQUEST_ID
-        return res.default_class, UNKNOWN_TO_DEFAULT
-    by_prompt = class_from_prompt(res, prompt_tokens)
-    if by_prompt is not None:
-        return by_prompt, FROM_PROMPT
-    return res.default_class, FROM_DEFAULT
+def class_in_api_server(res: Reservations, prompt_tokens: int) -> tuple[str, str]:
+    """``(class, source)`` of a finished request in the API-server process: the prompt-length rules, else the
+    default (vLLM's finished-request stats carry no header, priority, extra args or LoRA adapter)."""
+    return res.classify(RequestView(prompt_tokens=prompt_tokens))

@@ -19,6 +19,13 @@ let later requests overtake it, which is not the rule.
 The reserve of a request is its class's ``reserveTokens``, capped at what the request can ever hold
 (``min(max_model_len, per-group KV capacity) - P``), so a request whose reservation exceeds the whole cache is not
 blocked forever: with nothing running it is admitted exactly when vLLM would admit it.
+
+A request's class is :func:`kvplan_vllm.classify.class_in_engine` on what the engine sees (``vllm_xargs``, the LoRA
+adapter or else the first served model name, the priority, the prompt length). Where the file publishes ``defaultPriority``, a request whose priority
+is no class's runs with that priority (:func:`kvplan_vllm.classify.engine_priority`, set as vLLM queues it), so
+untagged traffic never runs ahead of a planned class under ``--scheduling-policy priority``. A class channel naming
+nothing the file knows gives the fleet default, counted in ``kvplan_unknown_class_requests_total{channel}``
+(:mod:`kvplan_vllm.metrics`) and logged once per value.
 """
 
 from __future__ import annotations
@@ -31,8 +38,9 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
 from kvcore import gate
-from kvplan_vllm.classify import UNKNOWN_TO_DEFAULT, XARGS_KEY, class_in_engine
+from kvplan_vllm.classify import FROM_XARGS, UNKNOWN_TO_DEFAULT, XARGS_KEY, class_in_engine, engine_priority
 from kvcore import Reservations
+from kvplan_vllm.metrics import unknown_class_counter
 from kvplan_vllm.source import ReservationSource, logger
 
 _ADMITTING = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
@@ -40,6 +48,10 @@ _ADMITTING = (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 _MAX_UNKNOWN_LOGGED = 32
 #: Attribute cached on a vLLM ``Request``: (source version, class, reserve tokens).
 _CACHE_ATTR = "_kvplan_class"
+#: Attribute set on a vLLM ``Request`` as it arrives: the priority it came with (before ``defaultPriority``).
+_OWN_PRIORITY_ATTR = "_kvplan_own_priority"
+#: The channel label of an unknown priority.
+FROM_PRIORITY = "priority"
 
 
 class ReservationGateMixin:
@@ -60,6 +72,8 @@ class ReservationGateMixin:
         #: (running requests counted, sum of their claims) inside a schedule() call, else None.
         self._kvplan_step: tuple[int, int] | None = None
         self._kvplan_unknown: set[str] = set()
+        #: The model a request without a LoRA adapter names, as vLLM keeps it: the first ``--served-model-name``.
+        self.kvplan_model = str(getattr(self, "vllm_config").model_config.served_model_name)
         manager = self.kv_cache_manager
         self._kvplan_groups = [(m.req_to_blocks, int(m.block_size)) for m in manager.coordinator.single_type_managers]
         usable_blocks = manager.block_pool.get_num_free_blocks() // max(1, len(self._kvplan_groups))
@@ -80,6 +94,29 @@ class ReservationGateMixin:
                            "--no-async-scheduling)", type(self).__name__)
 
     # -- the hook ---------------------------------------------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        try:
+            self._kvplan_arrived(request)
+        except Exception:  # noqa: BLE001 - never refuse a request over its class: keep vLLM's priority, say so once
+            self._kvplan_fail_once("class error on arrival; keeping the request's own priority")
+        super().add_request(request)  # type: ignore[misc]
+
+    def _kvplan_arrived(self, request: Request) -> None:
+        """Counts (and logs once) a class channel naming nothing the file knows, then gives a request of no class
+        the file's ``defaultPriority``; the priority it came with is kept for its class."""
+        res = self.kvplan_source.current
+        own = int(request.priority)
+        setattr(request, _OWN_PRIORITY_ATTR, own)
+        extra = request.sampling_params.extra_args if request.sampling_params is not None else None
+        lora = request.lora_request
+        _, how = class_in_engine(res, extra, own, request.num_prompt_tokens,
+                                 lora.lora_name if lora is not None else self.kvplan_model)
+        if how == UNKNOWN_TO_DEFAULT:
+            named = extra is not None and XARGS_KEY in extra
+            self._kvplan_log_unknown(FROM_XARGS if named else FROM_PRIORITY,
+                                     extra.get(XARGS_KEY) if named and extra else own, res)
+        request.priority = engine_priority(res, own)
+
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         try:
             self.kvplan_source.tick()  # no file access: adopts what the reader thread published
@@ -127,9 +164,10 @@ class ReservationGateMixin:
         res = source.current
         params = request.sampling_params
         extra = params.extra_args if params is not None else None
-        klass, how = class_in_engine(res, extra, request.priority, request.num_prompt_tokens)
-        if how == UNKNOWN_TO_DEFAULT:
-            self._kvplan_log_unknown(extra.get(XARGS_KEY) if extra else None, res)
+        lora = request.lora_request
+        model = lora.lora_name if lora is not None else self.kvplan_model
+        klass, _ = class_in_engine(res, extra, getattr(request, _OWN_PRIORITY_ATTR, request.priority),
+                                   request.num_prompt_tokens, model)
         reserve = gate.capped_reserve(res.reserve(klass), request.num_prompt_tokens, self.kvplan_request_capacity)
         setattr(request, _CACHE_ATTR, (source.state.version, klass, reserve))
         return klass, reserve
@@ -191,20 +229,21 @@ class ReservationGateMixin:
                   for _, bs in self._kvplan_groups)
         return gate.admits(free, (self._kvplan_claims_sum(),), own)
 
-    def _kvplan_log_unknown(self, name: object, res: Reservations) -> None:
-        key = repr(name)
+    def _kvplan_log_unknown(self, channel: str, name: object, res: Reservations) -> None:
+        unknown_class_counter().labels(channel).inc()
+        key = f"{channel}={name!r}"
         if key in self._kvplan_unknown:
             return
         if len(self._kvplan_unknown) >= _MAX_UNKNOWN_LOGGED:
             if len(self._kvplan_unknown) == _MAX_UNKNOWN_LOGGED:
                 self._kvplan_unknown.add("(more)")
-                logger.warning("kvplan: more than %d unknown classes in vllm_xargs; no longer logging them",
+                logger.warning("kvplan: more than %d unknown class values; no longer logging them",
                                _MAX_UNKNOWN_LOGGED)
             return
         self._kvplan_unknown.add(key)
-        logger.warning("kvplan: vllm_xargs %s=%s names no class of the reservation file (%s); such requests get "
-                       "the fleet default %r", XARGS_KEY, key, ", ".join(sorted(res.reserve_tokens)) or "none",
-                       res.default_class)
+        what = f"vllm_xargs {XARGS_KEY}={name!r}" if channel == FROM_XARGS else f"priority {name!r}"
+        logger.warning("kvplan: %s names no class of the reservation file (%s); such requests get the fleet "
+                       "default %r", what, ", ".join(sorted(res.reserve_tokens)) or "none", res.default_class)
 
 
 class ReservationScheduler(ReservationGateMixin, Scheduler):

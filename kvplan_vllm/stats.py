@@ -10,8 +10,8 @@ API-server process (``AsyncLLM``); nothing needs to be passed on the command lin
 - ``kvplan_requests_total`` counter: finished requests;
 - ``kvplan_request_preemptions_total`` counter: preemptions, summed over finished requests.
 
-The API-server process never sees ``vllm_xargs``: the class comes from the request id (``X-Request-Id:
-kvplan:<class>:<anything>``), else the reservation file's prompt-length rules, else the fleet default
+vLLM's finished-request stats carry the request id and token counts only (no header, priority, extra args or LoRA
+adapter), so here a request's class is the reservation file's prompt-length rules, else the fleet default
 (:func:`kvplan_vllm.classify.class_in_api_server`). The names avoid ``vllm:``, which vLLM unregisters.
 """
 
@@ -98,7 +98,7 @@ class KVPlanStatLogger(StatLoggerBase):
         res = self.source.current
         for done in iteration_stats.finished_requests:
             try:
-                klass, _ = class_in_api_server(res, done.request_id, int(done.num_prompt_tokens))
+                klass, _ = class_in_api_server(res, int(done.num_prompt_tokens))
                 labels = (klass, self.model_name)
                 self.metrics.output_tokens.labels(*labels).observe(int(done.num_generation_tokens))
                 self.metrics.requests.labels(*labels).inc()

@@ -38,6 +38,7 @@ from . import conditions as C
 from .decide import Decided
 from .desired import ClassTarget, Desired, GroupTarget, LayoutChange, Write, layouts_key, plan_id
 from .observe import Observation
+from .targets.class_rules import class_rules, untagged_priority
 from .decide.policy import target_layouts
 from .decide.pods import pods, pods_note
 from .run import Failure, RunContext
@@ -214,7 +215,9 @@ def restores_layout(spec: KVPlanSpec, obs: Observation, gt: Mapping[str, GroupTa
 def reservation_document(run: RunContext, spec: KVPlanSpec, pid: str, dec: Decided, group: str) -> str:
     """Group ``group``'s ``kvplan.reservations.v1`` document (:mod:`kvcore.reservation_file`): its reservations
     (:mod:`kvplan_operator.decide.gate`), the fleet default class (``fleetDefault``, else the first class), the class
-    priorities and the classes' prompt-length rules, smallest ``maxPromptTokens`` first.
+    priorities, the priority of requests of no class (one past the largest class priority), the classes' ``match``
+    rules (``classify``, :mod:`kvplan_operator.targets.class_rules`) and their prompt-length rules, smallest
+    ``maxPromptTokens`` first.
 
     Only the classes that matter on this group are listed: those the plan routes there, those reserving something
     there, the default and the classes of prompt-length rules (a request of any other class is not planned here; the
@@ -227,12 +230,14 @@ def reservation_document(run: RunContext, spec: KVPlanSpec, pid: str, dec: Decid
     reserve = dec.gate.groups[group].reserve
     routed = {c.name for c in dec.plan.classes if c.admitted and c.routing.get(group, 0.0) > 0}
     listed = [c.name for c in spec.classes if c.name in routed or reserve.get(c.name, 0) > 0 or c.name == default
-              or c.max_prompt_tokens is not None]
+              or c.max_prompt_tokens is not None or c.match is not None]
+    priorities = {c: p for c, p in dec.knobs.class_priority.items() if c in listed}
     return render_reservations(Reservations(
         reserve_tokens={c: int(reserve.get(c, 0)) for c in listed}, default_class=default,
-        priority_classes={p: c for c, p in dec.knobs.class_priority.items() if c in listed},
+        priority_classes={p: c for c, p in priorities.items()},
         prompt_length_rules=tuple(PromptLengthRule(limit, name) for limit, _, name in rules),
-        plan=pid, kvplan=run.owner))
+        plan=pid, kvplan=run.owner, rules=class_rules(spec.classes),
+        default_priority=untagged_priority(dec.knobs.class_priority)))
 
 
 def notes_for(obs: Observation, dec: Decided, desired: Desired) -> list[str]:

@@ -206,7 +206,7 @@ def file_disagreements(*, deployments: Mapping[str, Mapping[str, Any] | None], g
 
 def disagreements(*, deployments: Mapping[str, Mapping[str, Any] | None], groups: Mapping[str, str],
                   router: Mapping[str, Any] | None, route: Mapping[str, Any] | None,
-                  status: Mapping[str, Any], class_header: str = "x-kvplan-class",
+                  status: Mapping[str, Any], class_header: str = "x-gateway-inference-objective",
                   services: Mapping[str, str] | None = None, state: Mapping[str, Any] | None = None,
                   detail: Mapping[str, Any] | None = None) -> list[str]:
     """Every disagreement (see the module docstring). ``groups``: group -> Deployment name; ``router``: the parsed

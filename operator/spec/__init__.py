@@ -180,6 +180,24 @@ class Robustness(SpecModel):
         return self
 
 
+class HeaderMatch(SpecModel):
+    name: str = Field(pattern=HEADER_NAME, max_length=256, description="A request header the gateway matches on.")
+    value: str = Field(min_length=1, max_length=256, pattern=r"^[ -~]+$")
+
+
+class ClassMatch(SpecModel):
+    """What names a request's class, as the ecosystem sends it (each set field is one rule of the reservation
+    file's ``classify`` section, in this order; docs/operator.md, "Request classes")."""
+
+    objective: str | None = Field(None, min_length=1, max_length=256, pattern=r"^[ -~]+$",
+                                  description="x-gateway-inference-objective: an InferenceObjective's name.")
+    fairness_id: str | None = Field(None, min_length=1, max_length=256, pattern=r"^[ -~]+$",
+                                    description="x-gateway-inference-fairness-id: a tenant id.")
+    model: str | None = Field(None, min_length=1, max_length=256, pattern=r"^[ -~]+$",
+                              description="The served model or LoRA adapter the request names (body model).")
+    header: HeaderMatch | None = None
+
+
 class RequestClass(SpecModel):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
     input_tokens: int = Field(ge=0, le=MAX_TOKENS)
@@ -196,6 +214,7 @@ class RequestClass(SpecModel):
                                           "is this class (rules tried from the smallest up).")
     fleet_default: bool = Field(False, description="The class of requests that name none (or an unknown one) and "
                                 "match no prompt-length rule; default: the first class.")
+    match: ClassMatch | None = None
 
 
 class FleetCosts(SpecModel):
@@ -234,7 +253,10 @@ class ConfigMapRef(SpecModel):
 
 class HttpRouteRef(SpecModel):
     name: str = Field(pattern=DNS_SUBDOMAIN, max_length=253)
-    class_header: str = Field("x-kvplan-class", pattern=HEADER_NAME, max_length=256)
+    class_header: str = Field("x-gateway-inference-objective", pattern=HEADER_NAME, max_length=256,
+                              description="A rule matching this header with a class name is that class's rule; "
+                              "default: the inference extension's objective header (an InferenceObjective "
+                              "named like the class).")
 
 
 class Router(SpecModel):

@@ -44,8 +44,32 @@ class Plugin(SpecModel):
                                                         "container's flags or layout turn vLLM's async scheduling off.")
 
 
+#: The Gateway API inference extension's request headers naming an ``InferenceObjective`` and a tenant
+#: (kvcore.reservation_file's ``objective`` and ``fairnessId`` matchers).
+OBJECTIVE_HEADER = "x-gateway-inference-objective"
+FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
+
+
+def match_keys(match: Any) -> list[tuple[str | None, str]]:
+    """``(lower-case header, or None for the model, value)`` of each field set in a class's ``match``, in the order
+    objective, fairness id, model, header."""
+    if match is None:
+        return []
+    keys: list[tuple[str | None, str]] = []
+    if match.objective is not None:
+        keys.append((OBJECTIVE_HEADER, match.objective))
+    if match.fairness_id is not None:
+        keys.append((FAIRNESS_HEADER, match.fairness_id))
+    if match.model is not None:
+        keys.append((None, match.model))
+    if match.header is not None:
+        keys.append((match.header.name.lower(), match.header.value))
+    return keys
+
+
 def class_rule_errors(classes: Sequence[Any]) -> list[tuple[str, str]]:
-    """At most one fleet default; no two classes with one prompt-length rule (the second could never match).
+    """At most one fleet default; no two classes with one prompt-length rule, nor with one match (the second could
+    never match).
     ``classes``: ``spec.classes`` (``fleet_default``, ``max_prompt_tokens``)."""
     errs: list[tuple[str, str]] = []
     defaults = [i for i, c in enumerate(classes) if c.fleet_default]
@@ -59,4 +83,12 @@ def class_rule_errors(classes: Sequence[Any]) -> list[tuple[str, str]]:
             errs.append((f"spec.classes[{i}].maxPromptTokens", f"{c.max_prompt_tokens} is spec.classes"
                          f"[{limits[c.max_prompt_tokens]}]'s too: this rule could never match"))
         limits.setdefault(c.max_prompt_tokens, i)
+    seen: dict[tuple[str | None, str], int] = {}
+    for i, c in enumerate(classes):
+        for key in match_keys(getattr(c, "match", None)):
+            if key in seen:
+                what = "model" if key[0] is None else f"header {key[0]}"
+                errs.append((f"spec.classes[{i}].match", f"{what} = {key[1]!r} is spec.classes[{seen[key]}]'s "
+                             "too: this rule could never match"))
+            seen.setdefault(key, i)
     return errs

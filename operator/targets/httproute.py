@@ -9,12 +9,14 @@ A backendRef stands for a group when it is, in the route's own namespace (no ``n
 - an InferencePool (group ``inference.networking.k8s.io``, kind ``InferencePool``) named
   ``groups[].inferencePool`` (one pool per group; see :mod:`.inferencepool`).
 
-A rule whose match has the header ``router.httpRoute.classHeader`` equal to a class name gets that class's routing;
-every other rule gets the fleet mix (admitted arrival rate routed to each group). Weights are integers out of
+A rule whose match has the header ``router.httpRoute.classHeader`` equal to a class name, or a class's ``match``
+header and value (:func:`.class_rules.route_rule_class`), gets that class's routing; every other rule gets the
+fleet mix (admitted arrival rate routed to each group). Weights are integers out of
 :data:`WEIGHT_SCALE` (largest-remainder rounding; a group's share is split evenly when a rule names it twice).
 Like the router ConfigMap, the route is written twice when Deployments change layout: first with the weights moved
 off the groups about to change, last with the planned weights. Class rules also carry the class's vLLM priority as
-the ``X-Vllm-Priority`` request header while some group runs the priority policy (:mod:`.httproute_priority`).
+the ``X-Vllm-Priority`` request header while some group runs the priority policy, and the other rules the priority
+of requests of no class (:mod:`.httproute_priority`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import HttpRouteRef, KVPlanSpec
 from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
+from .class_rules import class_rules, route_rule_class, untagged_priority
 from .httproute_priority import PRIORITY_HEADER, with_priority_headers
 
 #: HTTPRoute weights are integers; shares are written out of this total (largest remainder, sums exactly).
@@ -60,12 +63,8 @@ def fleet_shares(spec: KVPlanSpec, classes: Mapping[str, ClassTarget], rates: Ma
     return out
 
 
-def _header_class(rule: Mapping[str, Any], header: str) -> str | None:
-    for match in rule.get("matches") or []:
-        for h in match.get("headers") or []:
-            if str(h.get("name", "")).lower() == header.lower() and h.get("type", "Exact") == "Exact":
-                return str(h.get("value"))
-    return None
+def _rule_class(rule: Mapping[str, Any], ref: HttpRouteRef, spec: KVPlanSpec) -> str | None:
+    return route_rule_class(rule, ref.class_header, class_rules(spec.classes), {c.name: c for c in spec.classes})
 
 
 def backend_group(ref: Mapping[str, Any], spec: KVPlanSpec, route_namespace: str | None) -> str | None:
@@ -90,7 +89,7 @@ def reweighted_rules(route: Mapping[str, Any], *, ref: HttpRouteRef, spec: KVPla
     fleet = fleet_shares(spec, classes, rates)
     rules: list[dict[str, Any]] = json.loads(json.dumps(list(route.get("spec", {}).get("rules") or [])))
     for rule in rules:
-        cls = _header_class(rule, ref.class_header)
+        cls = _rule_class(rule, ref, spec)
         shares = dict(classes[cls].routing) if cls is not None and cls in classes else fleet
         owned = [(i, g) for i, b in enumerate(rule.get("backendRefs") or [])
                  if (g := backend_group(b, spec, route_ns)) is not None]
@@ -110,7 +109,8 @@ def build_httproute_patch(route: Mapping[str, Any], *, ref: HttpRouteRef, spec: 
     """Merge patch replacing ``spec.rules`` with owned weights (and class priority headers) set; None when nothing
     would change."""
     rules = reweighted_rules(route, ref=ref, spec=spec, classes=classes, rates=rates, interim=interim)
-    rules = with_priority_headers(rules, lambda r: _header_class(r, ref.class_header), priorities or {})
+    rules = with_priority_headers(rules, lambda r: _rule_class(r, ref, spec), priorities or {},
+                                  untagged_priority(priorities or {}))
     annotations = {ANN_OWNED: "spec.rules[*].backendRefs[*].weight,spec.rules[*].filters[RequestHeaderModifier]"
                               f".set[{PRIORITY_HEADER}]"} | ({ANN_OWNER: owner} if owner else {})
     current_owner = (route.get("metadata", {}).get("annotations") or {}).get(ANN_OWNER)

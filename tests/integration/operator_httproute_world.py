@@ -23,7 +23,7 @@ POOLS = ("inference.networking.k8s.io", "v1")
 ROUTE = "llm"
 
 
-HEADER = "x-kvplan-class"
+HEADER = "x-gateway-inference-objective"
 
 
 SERVICES = ("vllm-a", "vllm-b")  # groups pool-a/pool-b set no `service`: the Deployment name is the Service
@@ -82,7 +82,7 @@ def route_body(namespace: str) -> dict:
                 # code: header name in another case (header names are case-insensitive), a path, a timeout; plus a
                 # non-Service backend (Gateway API Inference Extension InferencePool) named like group pool-b.
                 {"matches": [{"path": {"type": "PathPrefix", "value": "/v1"},
-                              "headers": [{"name": "X-KVPlan-Class", "type": "Exact", "value": "code"}]}],
+                              "headers": [{"name": "X-Gateway-Inference-Objective", "type": "Exact", "value": "code"}]}],
                  "timeouts": {"request": "120s"},
                  "backendRefs": [svc("vllm-a", 500), svc("vllm-b", 500),
                                  {"group": "inference.networking.x-k8s.io", "kind": "InferencePool", "name": "vllm-b",

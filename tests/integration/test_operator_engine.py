@@ -14,7 +14,8 @@ and 4c):
 - an engine too old (vLLM 0.32.1) gets neither ``--watermark`` nor the plugin, and EngineKnobs=False with reason
   KnobUnsupported naming the group, the version and the knob, while the rest of the plan applies;
 - the apiserver itself refuses bad engine and class fields (CEL and patterns);
-- on Gateway API's own HTTPRoute CRD, class rules carry ``X-Vllm-Priority`` while a group runs the priority policy.
+- on Gateway API's own HTTPRoute CRD, class rules carry ``X-Vllm-Priority`` while a group runs the priority policy,
+  and the fleet rule the priority of requests of no class.
 """
 
 from __future__ import annotations
@@ -269,7 +270,8 @@ class PriorityRule:
 def test_priority_header_on_the_upstream_httproute(crds, kube_api, kube, namespace, prometheus, traces_dir):
     """On Gateway API's own HTTPRoute CRD (v1.6.3, standard channel): each class rule gets a RequestHeaderModifier
     setting X-Vllm-Priority to the class's priority, merged into a filter the rule already has; the apiserver
-    accepts it (its CEL allows one such filter per rule); the fleet rule keeps only the user's filter."""
+    accepts it (its CEL allows one such filter per rule); the fleet rule (requests of no class) gets, merged into the
+    user's filter, the priority after every class's (vLLM runs lower first)."""
     from operator_httproute_world import ROUTE, create_services_and_route  # type: ignore[import-not-found]
 
     backfill(prometheus, traces_dir)
@@ -287,7 +289,10 @@ def test_priority_header_on_the_upstream_httproute(crds, kube_api, kube, namespa
         "set": [{"name": "X-Vllm-Priority", "value": "1"}]}}]
     assert rules[1]["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
         "set": [{"name": "X-Vllm-Priority", "value": "2"}]}}]
-    assert rules[2]["filters"] == created["spec"]["rules"][2]["filters"]  # the fleet rule: the user's, untouched
+    user = created["spec"]["rules"][2]["filters"][0]["requestHeaderModifier"]
+    assert rules[2]["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+        **user, "set": [{"name": "X-Vllm-Priority", "value": str(max(classes[c]["priority"] for c in ("chat", "code"))
+                                                                  + 1)}]}}]
     version = kube.get_httproute(namespace, ROUTE)["metadata"]["resourceVersion"]
     assert run(kube, namespace, knobs=PriorityRule()).ok
     assert kube.get_httproute(namespace, ROUTE)["metadata"]["resourceVersion"] == version

@@ -1,5 +1,5 @@
 """kvplan's vLLM plugins in a real ``vllm serve`` (vLLM 0.33.0 on CPU, kvplan's token-fabricating executor),
-receiving ``/v1/completions`` requests with token-id prompts, ``vllm_xargs`` and ``X-Request-Id``.
+receiving ``/v1/completions`` requests with token-id prompts and ``vllm_xargs``.
 
 The server runs ``--scheduler-cls kvplan_dev.vllm_hold.HeldAsyncReservationScheduler``: kvplan's
 ``AsyncReservationScheduler`` (async scheduling switched back on, as on a GPU) behind a test-only burst hold that
@@ -16,7 +16,9 @@ Shown, in order (one server):
 3. invalid files (truncated, unknown class, negative, non-numeric, missing) keep the last good values and are
    logged once each by the engine core;
 4. with nothing reserved vLLM preempts, and the plugin's per-class preemption counter equals vLLM's own;
-5. the plugin's series on ``/metrics`` carry exact counts, sums and buckets per class for every request sent.
+5. the plugin's series on ``/metrics`` carry exact counts, sums and buckets per class for every request sent, the
+   class being what the API-server process can see: the prompt-length rules, else the default (a request the
+   scheduler classes by ``vllm_xargs`` counts under the default there, and an ``X-Request-Id`` names no class).
 """
 
 from __future__ import annotations
@@ -125,11 +127,11 @@ def complete(s: Serve, rid: str, prompt: list[int], tokens: int, xargs: dict[str
 
 @dataclass(frozen=True)
 class Req:
-    rid: str  # X-Request-Id; ends with "x" so no id is a prefix of another
+    rid: str  # X-Request-Id, to find the request in the step log; ends with "x" so no id is a prefix of another
     prompt_len: int
     tokens: int
     xargs: dict[str, Any] | None
-    label: str  # the class the API server must give it (marker, else prompt rules, else default)
+    label: str  # the class the API server must give it (prompt rules, else default)
 
 
 def send(s: Serve, reqs: list[Req], *, burst: bool) -> None:
@@ -199,14 +201,13 @@ def warm_up(s: Serve, tag: str) -> None:
 
 def test_admissions_are_gated_by_the_reservations(serve: Serve) -> None:
     """File r1: chat reserves 160. Seven requests, prompt 32, 160 output tokens: footprint 192 tokens = 12 blocks
-    of the 64, so exactly 5 fit (60) and a sixth would need 72. One names the unknown class "nope" (its request id
-    says kvplan:nope:), one names nothing and its prompt is longer than the tiny rule's 8 tokens: both get the
+    of the 64, so exactly 5 fit (60) and a sixth would need 72. One names the unknown class "nope", one names nothing and its prompt is longer than the tiny rule's 8 tokens: both get the
     default, chat. Whatever order the seven reach the queue in (HTTP requests race), exactly 5 are admitted in
     the burst's first step and the other 2 together once those 5 have finished; nothing is preempted. (Had
     "nope" reserved nothing, 6 would have fitted: 5 x 12 + 2 or 4 x 12 + 2 + 12 <= 64.)"""
     before = scrape(serve)
-    reqs = [Req(f"kvplan:chat:a{i}x", 32, 160, {"kvplan_class": "chat"}, "chat") for i in range(5)]
-    reqs += [Req("kvplan:nope:a5x", 32, 160, {"kvplan_class": "nope"}, "chat"), Req("a6x", 32, 160, None, "chat")]
+    reqs = [Req(f"a{i}x", 32, 160, {"kvplan_class": "chat"}, "chat") for i in range(5)]
+    reqs += [Req("a5x", 32, 160, {"kvplan_class": "nope"}, "chat"), Req("a6x", 32, 160, None, "chat")]
     send(serve, reqs, burst=True)
     admitted = admissions(serve, reqs)
     assert all(len(a) == 1 for a in admitted.values()), admitted
@@ -229,7 +230,7 @@ def test_a_changed_file_takes_effect_without_restart(serve: Serve) -> None:
     serve.write(reservations("r2", chat=32))
     warm_up(serve, "r2")
     wait_until(lambda: bool(engine_log(serve, "plan r2")), timeout_s=600, what="engine core loads plan r2")
-    reqs = [Req(f"kvplan:chat:b{i}x", 32, 32, {"kvplan_class": "chat"}, "chat") for i in range(8)]
+    reqs = [Req(f"b{i}x", 32, 32, {"kvplan_class": "chat"}, "chat") for i in range(8)]
     send(serve, reqs, burst=True)
     admitted = admissions(serve, reqs)
     assert len({a[0] for a in admitted.values()}) == 1 and all(len(a) == 1 for a in admitted.values()), admitted
@@ -264,7 +265,7 @@ def test_a_bad_file_keeps_the_last_good_values_and_is_logged_once(serve: Serve, 
     assert len(lines) == 1, lines
     assert "keeping the last good values (plan r2" in lines[0]
     tag = needle[:4].replace(" ", "")
-    reqs = [Req(f"kvplan:chat:c{tag}{i}x", 32, 32, {"kvplan_class": "chat"}, "chat") for i in range(8)]
+    reqs = [Req(f"c{tag}{i}x", 32, 32, {"kvplan_class": "chat"}, "chat") for i in range(8)]
     send(serve, reqs, burst=True)
     admitted = admissions(serve, reqs)
     assert len({a[0] for a in admitted.values()}) == 1, admitted
@@ -278,7 +279,7 @@ def test_preemption_counters_match_vllm(serve: Serve) -> None:
     warm_up(serve, "r3")
     wait_until(lambda: bool(engine_log(serve, "plan r3")), timeout_s=600, what="engine core loads plan r3")
     before = scrape(serve)
-    reqs = [Req(f"kvplan:chat:d{i}x", 32, 160, {"kvplan_class": "chat"}, "chat") for i in range(8)]
+    reqs = [Req(f"d{i}x", 32, 160, {"kvplan_class": "chat"}, "chat") for i in range(8)]
     send(serve, reqs, burst=True)
     after = scrape(serve)
     vllm_delta = vllm_preemptions(after) - vllm_preemptions(before)
@@ -289,13 +290,14 @@ def test_preemption_counters_match_vllm(serve: Serve) -> None:
 
 
 def test_metrics_carry_exact_per_class_counts(serve: Serve) -> None:
-    """Adds a batch request (request id kvplan:batch:), two short prompts with no class anywhere (the tiny rule:
-    prompt <= 8 tokens) and a request id naming an unknown class (default chat); then every kvplan series on
-    /metrics must equal what the tests sent, per class: request count, output-token count and sum, and every
-    bucket of the kvplan layout up to max_model_len."""
-    reqs = [Req("kvplan:batch:e0x", 40, 300, {"kvplan_class": "batch"}, "batch"),
+    """Adds a batch request (``vllm_xargs`` batch, which the API-server process never sees: it counts under the
+    default chat), two short prompts with no class anywhere (the tiny rule: prompt <= 8 tokens), a request naming an
+    unknown class (default chat) and one whose ``X-Request-Id`` has the old ``kvplan:<class>:`` form (an ordinary id
+    now: default chat); then every kvplan series on /metrics must equal what the tests sent, per class: request
+    count, output-token count and sum, and every bucket of the kvplan layout up to max_model_len."""
+    reqs = [Req("e0x", 40, 300, {"kvplan_class": "batch"}, "chat"),
             Req("e1x", 6, 10, None, "tiny"), Req("e2x", 8, 3, None, "tiny"),
-            Req("kvplan:ghost:e3x", 20, 7, {"kvplan_class": "ghost"}, "chat")]
+            Req("e3x", 20, 7, {"kvplan_class": "ghost"}, "chat"), Req("kvplan:batch:e4x", 20, 5, None, "chat")]
     send(serve, reqs, burst=False)
     m = scrape(serve)
     buckets = series.kvplan_buckets(MAX_MODEL_LEN)

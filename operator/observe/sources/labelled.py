@@ -15,7 +15,7 @@ no class names (another team's classes) are read and ignored.
   ``metric``. Default selector: the KVPlan's namespace (the picker usually runs beside its InferencePool).
 - ``envoy-ai-gateway``: the gateway's OpenTelemetry histogram ``gen_ai_client_token_usage`` with
   ``gen_ai_token_type="output"`` (always added), buckets 1, 4, 16, ... The class comes from a request header the
-  gateway copies into a metric attribute: with ``--metricsRequestHeaderAttributes=x-kvplan-class:kvplan.class``
+  gateway copies into a metric attribute: with ``--metricsRequestHeaderAttributes=x-gateway-inference-objective:kvplan.class``
   (Helm: ``controller.metricsRequestHeaderAttributes``) the label is ``kvplan_class`` (the default). Default
   selector: none (the gateway usually runs in its own namespace).
 - ``custom``: ``metric``, ``classLabel`` and ``selector`` from ``spec.historySources``.

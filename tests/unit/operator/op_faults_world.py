@@ -67,9 +67,9 @@ def route() -> dict:
         return {"group": "", "kind": "Service", "name": name, "port": 8000, "weight": weight}
 
     return {"metadata": {"name": "llm", "namespace": "ns", "annotations": {}}, "spec": {"rules": [
-        {"matches": [{"headers": [{"name": "x-kvplan-class", "value": "chat"}]}],
+        {"matches": [{"headers": [{"name": "x-gateway-inference-objective", "value": "chat"}]}],
          "backendRefs": [svc("vllm-big"), svc("small-svc")]},
-        {"matches": [{"headers": [{"name": "x-kvplan-class", "value": "code-gen"}]}],
+        {"matches": [{"headers": [{"name": "x-gateway-inference-objective", "value": "code-gen"}]}],
          "backendRefs": [svc("vllm-big"), svc("small-svc")]},
         {"backendRefs": [svc("vllm-big"), svc("small-svc"), svc("canary", 5)]}]}}
 

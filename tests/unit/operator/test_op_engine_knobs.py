@@ -255,8 +255,9 @@ def test_the_knob_cache_reuses_an_answer_while_the_situation_holds():
 
 def test_class_rules_of_the_httproute_carry_the_priority_header():
     """With a group under --scheduling-policy priority, each class rule of the HTTPRoute sets X-Vllm-Priority (the
-    header vLLM 0.33 reads) in its RequestHeaderModifier filter, merged into the user's own; the fleet rule is left
-    alone; back to fcfs, kvplan's header (and the filter it created) goes, the user's entries stay."""
+    header vLLM 0.33 reads) in its RequestHeaderModifier filter, merged into the user's own; the fleet rule (requests
+    of no class, or of a class value no rule knows) gets a priority after every class's (vLLM runs lower first); back
+    to fcfs, kvplan's header (and the filter it created) goes, the user's entries stay."""
     from op_faults_world import route  # type: ignore[import-not-found]
 
     w = World()
@@ -271,13 +272,16 @@ def test_class_rules_of_the_httproute_carry_the_priority_header():
         "add": [{"name": "x-team", "value": "a"}], "set": [{"name": "X-Vllm-Priority", "value": str(prio["chat"])}]}}]
     assert rules[1]["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
         "set": [{"name": "X-Vllm-Priority", "value": str(prio["code-gen"])}]}}]
-    assert "filters" not in rules[2]  # the fleet rule
+    untagged = int(rules[2]["filters"][0]["requestHeaderModifier"]["set"][0]["value"])
+    assert rules[2]["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+        "set": [{"name": "X-Vllm-Priority", "value": str(untagged)}]}}]  # the fleet rule
+    assert untagged > max(prio.values())
     assert [b["weight"] for b in rules[0]["backendRefs"]] == [500, 500]  # weights as before
     assert w.run(T0 + 60).ok and [x for x in w.kube.writes if x not in RECORD] == []
     w.rule = ScriptedKnobs()  # every group back to fcfs: no priorities
     assert w.run(T0 + 3700).ok
     rules = w.kube.httproutes["llm"]["spec"]["rules"]
-    assert rules[0]["filters"] == [user] and "filters" not in rules[1]
+    assert rules[0]["filters"] == [user] and "filters" not in rules[1] and "filters" not in rules[2]
 
 
 @pytest.mark.parametrize(("spec_version", "labels", "image", "want"), [

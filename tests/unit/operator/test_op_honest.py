@@ -230,7 +230,7 @@ def test_inferencepool_backendrefs_get_their_groups_weights():
     kube.inferencepools = {"pool-big": pool("pool-big", "vllm-big"), "pool-small": pool("pool-small", "vllm-small")}
     ref = {"group": "inference.networking.k8s.io", "kind": "InferencePool", "weight": 1}
     kube.httproutes["llm"]["spec"]["rules"] = [
-        {"matches": [{"headers": [{"name": "x-kvplan-class", "value": "chat"}]}],
+        {"matches": [{"headers": [{"name": "x-gateway-inference-objective", "value": "chat"}]}],
          "backendRefs": [ref | {"name": "pool-big"}, ref | {"name": "pool-small"}]},
         {"backendRefs": [ref | {"name": "pool-big"}, ref | {"name": "pool-small"},
                          ref | {"name": "pool-big", "namespace": "elsewhere", "weight": 7}]}]

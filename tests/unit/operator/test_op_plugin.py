@@ -24,7 +24,7 @@ from kvplan_operator import conditions as C
 from kvplan_operator.decide.knobs import scheduler_class
 from kvplan_operator.spec import parse_spec
 from kvplan_operator.targets import plugin_mount as PM
-from op_fakes import ScriptedReserves, container, dep  # type: ignore[import-not-found]
+from op_fakes import ScriptedKnobs, ScriptedReserves, container, dep  # type: ignore[import-not-found]
 from op_engine_knobs_world import ASYNC, RECORD, SYNC, T0, World, fixed_plan  # type: ignore[import-not-found]
 from op_targets_world import SPEC  # type: ignore[import-not-found]
 
@@ -228,3 +228,22 @@ def test_kvplans_volume_is_recognised_by_its_one_reservation_file(key, ours):
     two["spec"]["template"]["spec"]["volumes"][0]["configMap"]["items"].append({"key": "x", "path": "x"})
     assert PM.mount_conflict(two, container(two)) is not None  # kvplan's volume projects exactly one file
     assert PM.file_key("big") == "reservations-big.json" and PM.is_file_key(PM.file_key("pool-a"))
+
+
+def test_the_reservation_file_carries_the_match_rules_and_the_untagged_priority():
+    """A class's ``match`` reaches the file as ``classify`` rules, and under the priority policy the file publishes
+    the class priorities and, after them, the priority of requests of no class."""
+    from kvcore.reservation_file import FAIRNESS_HEADER, OBJECTIVE_HEADER, ClassRule
+
+    w = World(plugin={"enabled": True})
+    w.spec["classes"][0]["match"] = {"objective": "premium-chat", "model": "chat-lora"}
+    w.spec["classes"][1]["match"] = {"fairnessId": "team-code"}
+    w.rule = ScriptedKnobs({"big": (256, 0.0, "priority")})
+    w.reserves = ScriptedReserves(reserves={"big": {"chat": 120, "code-gen": 0}})
+    assert w.run(T0).ok
+    res = w.reservations()
+    assert res.rules == (ClassRule(OBJECTIVE_HEADER, "premium-chat", "chat"), ClassRule(None, "chat-lora", "chat"),
+                         ClassRule(FAIRNESS_HEADER, "team-code", "code-gen"))
+    prio = {c: w.classes()[c]["priority"] for c in ("chat", "code-gen")}
+    assert dict(res.priority_classes) == {p: c for c, p in prio.items()}
+    assert res.default_priority is not None and res.default_priority > max(prio.values())

@@ -150,7 +150,7 @@ def test_integer_weights(shares, expected):
 
 def test_httproute_patch_per_class_rule_and_fleet_rule(spec):
     route = {"spec": {"rules": [
-        {"matches": [{"headers": [{"name": "X-KVPlan-Class", "value": "chat"}]}],
+        {"matches": [{"headers": [{"name": "X-Gateway-Inference-Objective", "value": "chat"}]}],
          "backendRefs": [{"name": "vllm-big", "port": 8000, "weight": 1}, {"name": "small-svc", "port": 8000, "weight": 1}]},
         {"backendRefs": [{"name": "vllm-big", "port": 8000}, {"name": "small-svc", "port": 8000},
                          {"name": "canary", "port": 8000, "weight": 5}]},

@@ -17,17 +17,17 @@ from plugin_log import log  # noqa: F401 - the fixture is found by name
 
 from kvplan_dev.mounted_configmap import remove_configmap_key, write_configmap_volume
 from kvplan_vllm.classify import (
-    FROM_DEFAULT,
-    FROM_PRIORITY,
-    FROM_PROMPT,
-    FROM_REQUEST_ID,
     FROM_XARGS,
     UNKNOWN_TO_DEFAULT,
     class_in_api_server,
     class_in_engine,
-    class_in_request_id,
+    engine_priority,
 )
 from kvcore.reservation_file import (
+    FROM_DEFAULT,
+    FROM_MODEL,
+    FROM_PRIORITY,
+    FROM_PROMPT,
     NO_RESERVATIONS,
     PromptLengthRule,
     Reservations,
@@ -45,6 +45,7 @@ GOOD: dict[str, Any] = {
     "defaultClass": "chat",
     "classes": {"chat": {"reserveTokens": 512}, "batch": {"reserveTokens": 2048}, "tiny": {"reserveTokens": 0}},
     "priorityClasses": {"0": "chat", "10": "batch", "-3": "tiny"},
+    "defaultPriority": 11,
     "promptLengthRules": [{"maxPromptTokens": 64, "class": "tiny"}, {"maxPromptTokens": 2048, "class": "chat"},
                           {"class": "batch"}],
 }
@@ -149,44 +150,58 @@ RES = parse_reservations(doc())
     pytest.param({"kvplan_class": 3}, 10, 10, ("chat", UNKNOWN_TO_DEFAULT), id="xargs-not-a-string"),
     pytest.param({"other": 1}, 10, 10, ("batch", FROM_PRIORITY), id="priority"),
     pytest.param(None, -3, 5000, ("tiny", FROM_PRIORITY), id="negative-priority"),
-    pytest.param(None, 99, 64, ("tiny", FROM_PROMPT), id="prompt-rule-inclusive"),
-    pytest.param(None, 99, 65, ("chat", FROM_PROMPT), id="prompt-rule-second"),
-    pytest.param(None, 99, 4096, ("batch", FROM_PROMPT), id="prompt-catch-all"),
-    pytest.param(None, None, 10, ("tiny", FROM_PROMPT), id="no-priority"),
+    pytest.param(None, 99, 64, ("chat", UNKNOWN_TO_DEFAULT), id="priority-no-class-knows"),
+    pytest.param(None, 11, 64, ("tiny", FROM_PROMPT), id="default-priority-prompt-rule"),
+    pytest.param(None, None, 64, ("tiny", FROM_PROMPT), id="prompt-rule-inclusive"),
+    pytest.param(None, None, 65, ("chat", FROM_PROMPT), id="prompt-rule-second"),
+    pytest.param(None, None, 4096, ("batch", FROM_PROMPT), id="prompt-catch-all"),
 ])
 def test_class_in_engine(extra: dict[str, Any] | None, priority: int | None, prompt: int,
                          expected: tuple[str, str]) -> None:
     assert class_in_engine(RES, extra, priority, prompt) == expected
 
 
+@pytest.mark.parametrize(("lora", "priority", "expected"), [
+    pytest.param("sql-lora", 10, ("tiny", FROM_MODEL), id="adapter-rule-before-priority"),
+    pytest.param("other-lora", 10, ("batch", FROM_PRIORITY), id="adapter-no-rule"),
+    pytest.param(None, 10, ("batch", FROM_PRIORITY), id="no-adapter"),
+])
+def test_class_in_engine_from_the_lora_adapter(lora: str | None, priority: int, expected: tuple[str, str]) -> None:
+    res = parse_reservations(doc(classify=[{"model": "sql-lora", "class": "tiny"}]))
+    assert class_in_engine(res, None, priority, 5000, lora) == expected
+
+
 def test_class_without_rules_is_the_default() -> None:
     res = Reservations({"a": 1, "b": 2}, "b")
     assert class_in_engine(res, None, 0, 100) == ("b", FROM_DEFAULT)
-    assert class_in_api_server(res, "cmpl-abc-0", 100) == ("b", FROM_DEFAULT)
+    assert class_in_engine(res, None, 42, 100) == ("b", FROM_DEFAULT)  # no priorityClasses: nothing is unknown
+    assert class_in_api_server(res, 100) == ("b", FROM_DEFAULT)
     assert class_in_engine(NO_RESERVATIONS, {"kvplan_class": "a"}, 0, 1) == ("default", UNKNOWN_TO_DEFAULT)
 
 
-@pytest.mark.parametrize(("request_id", "named"), [
-    pytest.param("kvplan:chat:42", "chat", id="plain"),
-    pytest.param("cmpl-kvplan:long-doc:42-0", "long-doc", id="completions-prefix-suffix"),
-    pytest.param("chatcmpl-kvplan:batch:x:y", "batch", id="chat-prefix-colons-after"),
-    pytest.param("kvplan:chat", None, id="no-closing-colon"),
-    pytest.param("kvplan::x", None, id="empty-class"),
-    pytest.param("cmpl-9f2c-0", None, id="no-marker"),
-    pytest.param("", None, id="empty"),
-    pytest.param(None, None, id="none"),
+@pytest.mark.parametrize(("prompt", "expected"), [
+    pytest.param(10, ("tiny", FROM_PROMPT), id="prompt-rule"),
+    pytest.param(100_000, ("batch", FROM_PROMPT), id="catch-all"),
 ])
-def test_class_in_request_id(request_id: str | None, named: str | None) -> None:
-    assert class_in_request_id(request_id) == named
+def test_class_in_api_server_is_the_prompt_rules(prompt: int, expected: tuple[str, str]) -> None:
+    """The stat logger sees no header, priority or adapter: header and model rules never apply there."""
+    res = parse_reservations(doc(classify=[{"objective": "premium", "class": "batch"}, {"model": "m", "class": "batch"}]))
+    assert class_in_api_server(res, prompt) == expected
 
 
-@pytest.mark.parametrize(("request_id", "prompt", "expected"), [
-    pytest.param("cmpl-kvplan:batch:1-0", 10, ("batch", FROM_REQUEST_ID), id="marker"),
-    pytest.param("cmpl-kvplan:ghost:1-0", 10, ("chat", UNKNOWN_TO_DEFAULT), id="marker-unknown"),
-    pytest.param("cmpl-1-0", 10, ("tiny", FROM_PROMPT), id="prompt-rule"),
+@pytest.mark.parametrize(("default_priority", "priority", "runs_with"), [
+    pytest.param(11, 0, 11, id="untagged-demoted"),
+    pytest.param(11, 10, 10, id="class-priority-kept"),
+    pytest.param(11, -3, -3, id="negative-class-priority-kept"),
+    pytest.param(11, 99, 11, id="unknown-priority-demoted"),
+    pytest.param(None, 0, 0, id="no-default-published"),
 ])
-def test_class_in_api_server(request_id: str, prompt: int, expected: tuple[str, str]) -> None:
-    assert class_in_api_server(RES, request_id, prompt) == expected
+def test_engine_priority(default_priority: int | None, priority: int, runs_with: int) -> None:
+    """vLLM runs lower priorities first: a request of no class (vLLM's default 0 here is no class's) runs after
+    every class."""
+    res = parse_reservations(doc(priorityClasses={"10": "batch", "-3": "tiny"},
+                                 defaultPriority=default_priority if default_priority is not None else ...))
+    assert engine_priority(res, priority) == runs_with
 
 
 def test_source_follows_configmap_updates_and_keeps_last_good(tmp_path: Path, log: Any) -> None:

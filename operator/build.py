@@ -160,7 +160,8 @@ def desired_state(run: RunContext, obs: Observation, dec: Decided) -> Desired:
                                  max_num_active_seqs=k.target.max_num_active_seqs, watermark=k.target.watermark,
                                  scheduling_policy=k.target.scheduling_policy)
         if k is not None:
-            gt[g.name] = replace(gt[g.name], scheduler_cls=k.target.scheduler_cls)
+            gt[g.name] = replace(gt[g.name], scheduler_cls=k.target.scheduler_cls,
+                                 classification_file=k.target.labels)
         dp = obs.groups[g.name].dp_local or 1
         if dp > 1:  # the plan counts engines; a pod runs dp of them (decide/pods.py)
             t = gt[g.name]
@@ -193,7 +194,14 @@ def desired_state(run: RunContext, obs: Observation, dec: Decided) -> Desired:
                    interim_classes=interim_routing(spec, ct, draining, published) if draining else None,
                    current=current, layout_changes=tuple(changes), relayout_generation=relayout_gen,
                    relayout=relayout, class_priority=dict(dec.knobs.class_priority),
-                   reservation_files={g: reservation_document(run, spec, pid, dec, g) for g in dec.gate.groups})
+                   reservation_files={g: reservation_document(run, spec, pid, dec, g) for g in file_groups(dec)})
+
+
+def file_groups(dec: Decided) -> list[str]:
+    """The groups whose pods read a reservation file: kvplan's scheduler's (the gate's), and those mounting it
+    only for the stat logger's class labels (nothing reserved)."""
+    labels = [g for g, k in dec.knobs.groups.items() if k.target.labels and g not in dec.gate.groups]
+    return [*dec.gate.groups, *sorted(labels)]
 
 
 def restores_layout(spec: KVPlanSpec, obs: Observation, gt: Mapping[str, GroupTarget]) -> bool:
@@ -227,7 +235,8 @@ def reservation_document(run: RunContext, spec: KVPlanSpec, pid: str, dec: Decid
     default = next((c.name for c in spec.classes if c.fleet_default), spec.classes[0].name)
     rules = sorted((c.max_prompt_tokens, i, c.name) for i, c in enumerate(spec.classes)
                    if c.max_prompt_tokens is not None)
-    reserve = dec.gate.groups[group].reserve
+    gate = dec.gate.groups.get(group)
+    reserve = gate.reserve if gate is not None else {}  # a classification file only: nothing reserved
     routed = {c.name for c in dec.plan.classes if c.admitted and c.routing.get(group, 0.0) > 0}
     listed = [c.name for c in spec.classes if c.name in routed or reserve.get(c.name, 0) > 0 or c.name == default
               or c.max_prompt_tokens is not None or c.match is not None]

@@ -50,6 +50,14 @@ class GroupTarget:
     scheduler_cls: str | None = None
     #: vLLM engines per pod (``--data-parallel-size-local``; 1 without data parallelism). ``replicas`` counts pods.
     dp_local: int = 1
+    #: The group's classification file mounted without kvplan's scheduler (``scheduler_cls`` None): the stat
+    #: logger labels requests by class for the ``kvplan`` history source (:mod:`kvplan_operator.decide.knobs`).
+    classification_file: bool = False
+
+    @property
+    def mounts_file(self) -> bool:
+        """Whether the pod mounts the group's reservation (classification) file."""
+        return self.scheduler_cls is not None or self.classification_file
 
     @property
     def gpus_per_replica(self) -> int:

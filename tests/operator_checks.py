@@ -11,7 +11,8 @@ Disagreements looked for:
    ConfigMaps) are not the document's or the HTTPRoute's (unless status notes say the HTTPRoute was not found when
    the plan was applied);
 4. (given the state ConfigMap) a half-applied plugin (kvplan's ``--scheduler-cls`` without the reservation file
-   mounted, or the reverse); a Deployment projecting a reservation file the state ConfigMap lacks (its new pods
+   mounted, or the reverse, unless the file mounted reserves nothing: the stat logger's classification file); a
+   Deployment projecting a reservation file the state ConfigMap lacks (its new pods
    could not start), or projecting another group's file, or whose ``KVPLAN_RESERVATIONS_FILE`` names another file
    than it projects; status claiming applied engine knobs a Deployment does not run; status claiming a plan
    applied whose group's reservation file (``reservations-<group>.json``) names another plan, or other
@@ -115,6 +116,17 @@ def _flag(argv: list[str], flag: str, default: str | None) -> str | None:
     return found
 
 
+def _classification_only(dep: Mapping[str, Any], state: Mapping[str, Any] | None) -> bool:
+    """Whether every reservation file ``dep``'s pod projects is in the state ConfigMap and reserves nothing (the
+    file a pod mounts without kvplan's scheduler, for the stat logger's class labels)."""
+    keys = [i.get("key") for v in dep["spec"]["template"]["spec"].get("volumes") or []
+            if v.get("name") == "kvplan-reservations" for i in (v.get("configMap") or {}).get("items") or []]
+    docs = [((state or {}).get("data") or {}).get(k) for k in keys]
+    if not keys or any(d is None for d in docs):
+        return False
+    return all(int(c.get("reserveTokens", 0)) == 0 for d in docs for c in (json.loads(d).get("classes") or {}).values())
+
+
 def knob_disagreements(*, deployments: Mapping[str, Mapping[str, Any] | None], groups: Mapping[str, str],
                        status: Mapping[str, Any], state: Mapping[str, Any] | None,
                        detail: Mapping[str, Any] | None = None) -> list[str]:
@@ -128,7 +140,10 @@ def knob_disagreements(*, deployments: Mapping[str, Mapping[str, Any] | None], g
         c = next(c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm")
         mounted = any(m.get("mountPath") == "/etc/kvplan" for m in c.get("volumeMounts") or []) and any(
             v.get("name") == "kvplan-reservations" for v in dep["spec"]["template"]["spec"].get("volumes") or [])
-        if (sched or "").startswith("kvplan_vllm.") != mounted:
+        ours = (sched or "").startswith("kvplan_vllm.")
+        if mounted and not ours and _classification_only(dep, state):
+            continue  # mounted for the stat logger's class labels: no scheduler reads it, so it reserves nothing
+        if ours != mounted:
             out.append(f"Deployment {name}: plugin half-applied (--scheduler-cls {sched}, reservation file "
                        f"{'mounted' if mounted else 'not mounted'})")
     applied = next((c for c in status.get("conditions") or [] if c.get("type") == "Applied"), None)

@@ -49,6 +49,7 @@ from ..spec.engine import VLLM_VERSION, parse_version
 from ..targets.deployment import find_container
 from ..targets.plugin_mount import ASYNC_SCHEDULER, SYNC_SCHEDULER, is_plugin_scheduler, present
 from ..targets.vllm_async import async_facts, decide_async
+from ..targets.workload import served_by_deployment
 from ..targets.vllm_flags import (ACTIVE_SEQS_FLAG, POLICY_FLAG, SCHEDULER_FLAG, SEQS_FLAG, WATERMARK_FLAG, literal,
                                   read_flags, running)
 
@@ -57,6 +58,12 @@ from ..targets.vllm_flags import (ACTIVE_SEQS_FLAG, POLICY_FLAG, SCHEDULER_FLAG,
 ACTIVE_SEQS_VERSION = (0, 33, 0)
 #: vLLM versions kvplan's plugin supports (``kvplan-vllm`` pins ``vllm>=0.33,<0.34``).
 PLUGIN_VERSIONS = ((0, 33, 0), (0, 34, 0))
+
+
+#: What the disruption budget's record names, in the scheduler's place, for a classification file without it.
+LABELS_KEY = "classification-file"
+#: A held classification file, as :class:`HeldKnob` names it.
+LABELS_KNOB = "classification file"
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,9 @@ class Knobs:
     scheduling_policy: str | None = None
     #: kvplan's scheduler class (the plugin on), else None (the plugin off).
     scheduler_cls: str | None = None
+    #: The group's classification file mounted without kvplan's scheduler, for the stat logger's class labels
+    #: (a history source ``kvplan`` in the spec). Mounting it restarts pods like any knob.
+    labels: bool = False
 
     def admission(self) -> int | None:
         """The running-request cap vLLM applies: ``--max-num-active-seqs`` if set, else ``--max-num-seqs``."""
@@ -80,7 +90,8 @@ class Knobs:
         format of earlier operators, so an attempt they recorded is still recognised)."""
         f = self.flags()
         seqs = None if self.admission() is None else str(self.admission())
-        return "/".join(str(v) for v in (seqs, f[WATERMARK_FLAG], f[POLICY_FLAG], f[SCHEDULER_FLAG]))
+        sched = f[SCHEDULER_FLAG] if f[SCHEDULER_FLAG] is not None or not self.labels else LABELS_KEY
+        return "/".join(str(v) for v in (seqs, f[WATERMARK_FLAG], f[POLICY_FLAG], sched))
 
     def flags(self) -> dict[str, str | None]:
         return {SEQS_FLAG: None if self.max_num_seqs is None else str(self.max_num_seqs),
@@ -159,7 +170,8 @@ def running_knobs(body: Mapping[str, Any] | None, container: str | None) -> Knob
     return Knobs(max_num_seqs=int(seqs) if seqs is not None else None,
                  max_num_active_seqs=int(active) if active is not None else None, watermark=number(WATERMARK_FLAG),
                  scheduling_policy=policy if policy in ("fcfs", "priority") else None,
-                 scheduler_cls=sched if is_plugin_scheduler(sched) and mounted else None)
+                 scheduler_cls=sched if is_plugin_scheduler(sched) and mounted else None,
+                 labels=mounted and not is_plugin_scheduler(sched))
 
 
 def differs(target: Knobs, now: Knobs) -> bool:
@@ -168,7 +180,7 @@ def differs(target: Knobs, now: Knobs) -> bool:
                                                     (target.max_num_active_seqs, now.max_num_active_seqs),
                                                     (target.watermark, now.watermark),
                                                     (target.scheduling_policy, now.scheduling_policy))) \
-        or target.scheduler_cls != now.scheduler_cls
+        or target.scheduler_cls != now.scheduler_cls or target.labels != now.labels
 
 
 def scheduler_class(group: Group, body: Mapping[str, Any] | None, pp: int) -> tuple[str | None, str]:
@@ -291,8 +303,8 @@ def admission_knob(g: Group, body: Mapping[str, Any] | None, cap: int, ver: Engi
     return cap, None
 
 
-def _planned(g: Group, choice: Any, body: Mapping[str, Any] | None, pp: int, ver: EngineVersion
-             ) -> tuple[Knobs, list[str]]:
+def _planned(g: Group, choice: Any, body: Mapping[str, Any] | None, pp: int, ver: EngineVersion,
+             labels: bool = False) -> tuple[Knobs, list[str]]:
     notes: list[str] = []
     knobs = Knobs()
     watermark_ok = ver.at_least(WATERMARK_VERSION)
@@ -321,7 +333,15 @@ def _planned(g: Group, choice: Any, body: Mapping[str, Any] | None, pp: int, ver
                          f"its own scheduler {own}")
         else:
             knobs = replace(knobs, scheduler_cls=cls)
+    if labels and knobs.scheduler_cls is None:
+        knobs = replace(knobs, labels=True)
     return knobs, notes
+
+
+def needs_labels(spec: KVPlanSpec) -> bool:
+    """Whether a class's history comes from kvplan's stat logger (``history.source: kvplan``), whose class labels
+    need the group's classification file in every serving pod (prompt-length rules, the default class)."""
+    return any(c.history.source == "kvplan" for c in spec.classes)
 
 
 def _held(planned: Knobs, now: Knobs) -> tuple[HeldKnob, ...]:
@@ -330,6 +350,9 @@ def _held(planned: Knobs, now: Knobs) -> tuple[HeldKnob, ...]:
         n = now.flags()[flag]
         if (p is not None or flag == SCHEDULER_FLAG) and p != n:
             out.append(HeldKnob(flag, p or "(none)", n or "(none)"))
+    if planned.labels != now.labels:
+        out.append(HeldKnob(LABELS_KNOB, "mounted" if planned.labels else "(none)",
+                            "mounted" if now.labels else "(none)"))
     return tuple(out)
 
 
@@ -348,10 +371,12 @@ def decide_knobs(spec: KVPlanSpec, instance: Instance, choices: Mapping[str, Any
     versions = {g.name: engine_version(g, bodies.get(g.name)) for g in spec.groups}
     planned: dict[str, Knobs] = {}
     notes: dict[str, list[str]] = {}
+    labels = needs_labels(spec)
     for g in spec.groups:
         choice = choices.get(g.name) if g.name not in failed else None
         planned[g.name], notes[g.name] = _planned(g, choice, bodies.get(g.name), layouts.get(g.name, (1, 1))[1],
-                                                  versions[g.name])
+                                                  versions[g.name],
+                                                  labels and served_by_deployment(g, bodies.get(g.name)))
     moving = sorted(g.name for g in spec.groups if g.name in adopted and g.name not in relaid
                     and bodies.get(g.name) is not None and differs(planned[g.name], now[g.name]))
     key = "knobs:" + ",".join(f"{n}={planned[n].budget_key()}" for n in moving)

@@ -7,8 +7,9 @@ Owned fields (everything else the user set is kept; listed in the annotation ``k
   container cannot express is refused (``UnsupportedContainerLayout``), never appended where it is ignored;
 - the engine knobs ``--watermark``, ``--scheduling-policy`` and kvplan's ``--scheduler-cls`` (a knob equal to
   what the container runs already, vLLM's default when the flag is absent, is not written), and with the plugin
-  the volume, mount and env of the group's own reservation file (:mod:`.plugin_mount`); turning the plugin off
-  removes them;
+  the volume, mount and env of the group's own reservation file (:mod:`.plugin_mount`), also without the plugin
+  when the stat logger must label requests (``GroupTarget.classification_file``); when neither holds any more they
+  are removed;
 - container ``resources.limits/requests["nvidia.com/gpu"]`` = DP_local x TP x PP (``--data-parallel-size-local``
   engines per pod, llm-d's layout; 1 without data parallelism; a value known only at run time is refused,
   ``UnsupportedContainerLayout``, and so is a pod larger than one node of the pool or than the group's ``gpuCount``,
@@ -144,13 +145,13 @@ def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, targe
         flags, target))
     gpus = str(target.gpus_per_replica)
     resource = gpu_resource(group)
-    volumes, mounts, plugin_env = plugin_patch(deployment, container, on=plugin, state_configmap=state_configmap,
-                                               group=group.name)
+    volumes, mounts, plugin_env = plugin_patch(deployment, container, on=target.mounts_file,
+                                               state_configmap=state_configmap, group=group.name)
     env: list[dict[str, Any]] = [{"name": name, "$patch": "delete"} for name in stale_env] + plugin_env
     name = container["name"]
     pod_current = deployment.get("spec", {}).get("template", {}).get("spec", {})
     owned = [f"containers[{name}].args", f"containers[{name}].resources.*[{resource}]", "nodeSelector", "tolerations"]
-    if plugin:
+    if target.mounts_file:
         owned += [f"containers[{name}].env[KVPLAN_RESERVATIONS_FILE]", f"containers[{name}].volumeMounts[kvplan]",
                   "volumes[kvplan-reservations]"]
     cpatch: dict[str, Any] = {"name": name, "args": args,
@@ -300,7 +301,7 @@ class DeploymentTarget:
                     f"pp={target.pp} = {target.gpus_per_replica} GPUs per pod exceeds {where}; list only layouts "
                     "that fit in spec.groups[].layouts")
                 continue
-            clash = mount_conflict(body, container) if target.scheduler_cls is not None else None
+            clash = mount_conflict(body, container) if target.mounts_file else None
             if clash:
                 refusals.setdefault(C.UNSUPPORTED_CONTAINER_LAYOUT, []).append(
                     f"Deployment {g.deployment}: {clash}; kvplan's plugin needs it for the reservation file")

@@ -210,7 +210,8 @@ def test_engine_defaults_applied_by_apiserver(crd, kube_api, kube, namespace):
 def test_gate_example_end_to_end(crd, cluster, kube_api, kube, namespace, prometheus):
     """examples/kvplan-70b-gate.yaml over examples/vllm-deployments.yaml, with the plugin's per-class series of the
     example fleet (kvplan_dev.demo_series) in Prometheus: Ready, the gate on the interactive group only, the file's
-    prompt-length rules and fleet default as the example says."""
+    prompt-length rules and fleet default as the example says; the ungated group mounts its classification file
+    (nothing reserved) for the stat logger."""
     import json
     import time
 
@@ -241,9 +242,15 @@ def test_gate_example_end_to_end(crd, cluster, kube_api, kube, namespace, promet
     want = ASYNC  # PP or not: vLLM 0.33's Model Runner V2 schedules asynchronously with PP > 1
     assert f"--scheduler-cls {want}" in args and st["interactive"]["engine"]["schedulerCls"] == want
     assert {"name": "kvplan-reservations", "mountPath": "/etc/kvplan", "readOnly": True} in inter["volumeMounts"]
-    assert "--scheduler-cls" not in " ".join(vllm(kube, namespace, "vllm-llama70b-batch")["args"])
+    batch = vllm(kube, namespace, "vllm-llama70b-batch")
+    assert "--scheduler-cls" not in " ".join(batch["args"])
+    # the example's histories come from the stat logger: the ungated group mounts its classification file too
+    assert {"name": "kvplan-reservations", "mountPath": "/etc/kvplan", "readOnly": True} in batch["volumeMounts"]
     data = kube.get_configmap(namespace, "llama-70b-kvplan")["data"]
-    assert [k for k in data if k.startswith("reservations")] == ["reservations-interactive.json"]  # the gated group's
+    assert sorted(k for k in data if k.startswith("reservations")) == ["reservations-batch.json",
+                                                                       "reservations-interactive.json"]
+    labels = parse_reservations(data["reservations-batch.json"])
+    assert set(labels.reserve_tokens.values()) == {0} and labels.default_class == "batch"  # nothing reserved
     res = parse_reservations(data["reservations-interactive.json"])
     assert res.default_class == "batch"
     assert [(r.max_prompt_tokens, r.klass) for r in res.prompt_length_rules] == [(999, "chat"), (1999, "code")]

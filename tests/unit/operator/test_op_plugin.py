@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from kvcore import RequestView
 from kvplan_operator import conditions as C
 from kvplan_operator.decide.knobs import scheduler_class
 from kvplan_operator.spec import parse_spec
@@ -247,3 +248,51 @@ def test_the_reservation_file_carries_the_match_rules_and_the_untagged_priority(
     prio = {c: w.classes()[c]["priority"] for c in ("chat", "code-gen")}
     assert dict(res.priority_classes) == {p: c for c, p in prio.items()}
     assert res.default_priority is not None and res.default_priority > max(prio.values())
+
+
+def _mounted(d: dict) -> bool:
+    pod, c = d["spec"]["template"]["spec"], container(d)
+    return (any(v["name"] == PM.VOLUME for v in pod.get("volumes") or [])
+            and any(m["mountPath"] == PM.MOUNT_PATH for m in c.get("volumeMounts") or [])
+            and any(e["name"] == PM.ENV_FILE for e in c.get("env") or []))
+
+
+def test_a_stat_logger_history_mounts_the_classification_file_without_the_scheduler():
+    """A class whose history comes from kvplan's stat logger (``history.source: kvplan``) needs the classification
+    file in every serving pod, gate or not: mounted with nothing reserved and no --scheduler-cls; it goes when no
+    class reads that source any more (the file once no pod projects it)."""
+    w = World()
+    w.spec["classes"][0]["history"] = {"source": "kvplan"}
+    w.spec["classes"][1]["maxPromptTokens"] = 4096
+    assert w.run(T0).ok
+    for name, group in (("vllm-big", "big"), ("vllm-small", "small")):
+        d = w.kube.deployments[name]
+        assert _mounted(d) and "--scheduler-cls" not in w.args(name), name
+        assert {"name": PM.ENV_FILE, "value": f"{PM.MOUNT_PATH}/reservations-{group}.json"} in container(d)["env"]
+        doc = w.reservations(group)
+        assert set(doc.reserve_tokens.values()) == {0}  # no gate reads it: nothing reserved
+        assert doc.classify(RequestView(prompt_tokens=1000))[0] == "code-gen"  # the stat logger's view
+        assert doc.classify(RequestView(prompt_tokens=9000))[0] == doc.default_class
+    assert w.files() == ["reservations-big.json", "reservations-small.json"]
+    w.generation, w.spec["classes"][0]["history"] = 2, {"selector": 'model_name="chat"'}
+    assert w.run(T0 + 60).ok
+    assert not any(_mounted(d) for d in w.kube.deployments.values())
+    assert w.files() == ["reservations-big.json", "reservations-small.json"]  # kept while still projected
+    assert w.run(T0 + 120).ok and w.files() == []
+
+
+def test_mounting_the_classification_file_on_managed_pods_draws_on_the_budget():
+    """On Deployments kvplan manages already, mounting the file restarts pods: it is recorded in the disruption
+    budget like a knob change, and held when the hour's budget is spent."""
+    w = World(budget=1)
+    assert w.run(T0).ok and w.run(T0 + 60).ok  # first layout, then managed
+    before = w.budget()
+    w.generation, w.spec["classes"][0]["history"] = 2, {"source": "kvplan"}
+    assert w.run(T0 + 120).ok
+    assert _mounted(w.kube.deployments["vllm-big"])
+    assert len(w.budget()) == len(before) + 1 and "classification-file" in w.budget()[-1]
+    w.generation, w.spec["classes"][0]["history"] = 3, {"selector": 'model_name="chat"'}
+    assert w.run(T0 + 180).ok  # the budget of 1 per hour is spent: the unmount is held
+    assert _mounted(w.kube.deployments["vllm-big"])
+    cond = w.cond(C.ENGINE_KNOBS)
+    assert cond["reason"] == C.KNOBS_HELD and "classification file" in cond["message"], cond

@@ -137,31 +137,66 @@ def apiserver_gomod(version: str, go: Path) -> str:
 
 def build_apiserver(version: str, dest: Path, logs: Path, progress: Progress) -> Path:
     """Build kube-apiserver ``version`` (e.g. ``v1.37.2``) to ``dest`` unless it is already there."""
-    with _Lock(dest.with_suffix(".lock"), progress):
+    src = dest.parent / "src-apiserver"
+    with _Lock(src.with_suffix(".lock"), progress):
         if dest.exists():
             return dest
         go = find_go()
-        src = dest.parent / "src-apiserver"
         src.mkdir(parents=True, exist_ok=True)
         log = logs / f"build-kube-apiserver-{version}.log"
         _stage_wrapper("apiserver", src, f"k8s.io/kubernetes {version}", lambda: apiserver_gomod(version, go))
         progress(f"[kube-apiserver {version}] resolving modules (go mod tidy) ...")
         _run_logged([str(go), "mod", "tidy"], src, log, "kube-apiserver", progress)
         total = _count_packages(go, src)
-        minor = version.lstrip("v").split(".")[1]
-        ldflags = " ".join([
-            "-s -w",
-            f"-X k8s.io/component-base/version.gitVersion={version}",
-            f"-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor={minor}",
-            "-X k8s.io/component-base/version.gitTreeState=clean",
-            f"-X k8s.io/component-base/version.buildDate={time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
-        ])
+        ldflags = _kube_ldflags(version)
         progress(f"[kube-apiserver {version}] compiling {total} packages (cold: tens of minutes on 2 cores) ...")
         tmp = dest.with_name(dest.name + ".tmp")
         _run_logged([str(go), "build", "-v", "-trimpath", "-ldflags", ldflags, "-o", str(tmp), "."],
                     src, log, "kube-apiserver", progress, total)
         tmp.replace(dest)
         return dest
+
+
+KUBE_COMPONENTS = ("kube-controller-manager", "kube-scheduler")
+"""The other control-plane commands of ``k8s.io/kubernetes`` the twin runs, each a ``main`` package of the
+apiserver's wrapper module (``gobuild/apiserver/<component>/main.go``), so all share its go.mod and build cache."""
+
+
+def build_kube_component(component: str, version: str, dest: Path, logs: Path, progress: Progress) -> Path:
+    """Build ``component`` (one of :data:`KUBE_COMPONENTS`) of ``k8s.io/kubernetes@version`` to ``dest`` unless
+    it is there, from the wrapper module staged as for kube-apiserver (it holds every component's main; the pinned
+    go.mod/go.sum cover them all, and ``go mod tidy`` resolves from the same k/k go.mod otherwise)."""
+    if component not in KUBE_COMPONENTS:
+        raise BuildError(f"{component}: not one of {KUBE_COMPONENTS}")
+    src = dest.parent / "src-apiserver"
+    with _Lock(src.with_suffix(".lock"), progress):
+        if dest.exists():
+            return dest
+        go = find_go()
+        src.mkdir(parents=True, exist_ok=True)
+        log = logs / f"build-{component}-{version}.log"
+        _stage_wrapper("apiserver", src, f"k8s.io/kubernetes {version}", lambda: apiserver_gomod(version, go))
+        progress(f"[{component} {version}] resolving modules (go mod tidy) ...")
+        _run_logged([str(go), "mod", "tidy"], src, log, component, progress)
+        total = _count_packages(go, src / component)
+        progress(f"[{component} {version}] compiling {total} packages (shared with kube-apiserver's cache) ...")
+        tmp = dest.with_name(dest.name + ".tmp")
+        _run_logged([str(go), "build", "-v", "-trimpath", "-ldflags", _kube_ldflags(version), "-o", str(tmp),
+                     f"./{component}"], src, log, component, progress, total)
+        tmp.replace(dest)
+        return dest
+
+
+def _kube_ldflags(version: str) -> str:
+    """``-s -w`` plus the version variables k/k's own build sets (``--version`` reports ``version``)."""
+    minor = version.lstrip("v").split(".")[1]
+    return " ".join([
+        "-s -w",
+        f"-X k8s.io/component-base/version.gitVersion={version}",
+        f"-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor={minor}",
+        "-X k8s.io/component-base/version.gitTreeState=clean",
+        f"-X k8s.io/component-base/version.buildDate={time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
+    ])
 
 
 def build_go_main(label: str, module_path: str, version: str, dest: Path, logs: Path, progress: Progress,
@@ -214,6 +249,9 @@ def _stage_wrapper(name: str, src: Path, require: str, generated_gomod: Callable
     pin ``require`` (``module version``), else a generated ``go.mod`` that ``go mod tidy`` completes."""
     shipped = _package_dir(name)
     shutil.copy(shipped / "main.go", src / "main.go")
+    for sub in sorted(shipped.glob("*/main.go")):  # the other mains of the module (kube-controller-manager, ...)
+        (src / sub.parent.name).mkdir(exist_ok=True)
+        shutil.copy(sub, src / sub.parent.name / "main.go")
     pinned = shipped / "go.mod"
     if pinned.exists() and require in pinned.read_text():
         shutil.copy(pinned, src / "go.mod")

@@ -61,11 +61,13 @@ class LocalPrometheus:
 
     def __init__(self, tools: Tools | None = None, workdir: Path | None = None, ready_timeout_s: float = 60.0,
                  retention: str = "100y", die_with_parent: bool = True, tls: ServerCert | None = None,
-                 basic_auth: dict[str, str] | None = None) -> None:
+                 basic_auth: dict[str, str] | None = None, config: str = CONFIG) -> None:
         """``workdir``: data dir, config and log (default: a new temp dir, removed on stop). ``retention``:
         ``--storage.tsdb.retention.time``; 100y keeps backfilled blocks of any age. ``die_with_parent``: see
         :class:`kvplan_dev.process.ManagedProcess` (off for ``kvplan-dev cluster up``). ``tls`` / ``basic_auth``
-        (user -> password): served through ``--web.config.file`` (module docstring)."""
+        (user -> password): served through ``--web.config.file`` (module docstring). ``config``: the whole
+        ``prometheus.yml`` (default: no scrape targets; the twin's scrapes its Pods)."""
+        self.config = config
         self.tls = tls
         self.basic_auth = dict(basic_auth or {})
         self.prometheus_bin = tools.prometheus if tools else PROMETHEUS
@@ -109,7 +111,7 @@ class LocalPrometheus:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(exist_ok=True)
         config = self.workdir / "prometheus.yml"
-        config.write_text(CONFIG)
+        config.write_text(self.config)
         if not self.version:
             self.version = binary_version(self.prometheus_bin)
         self.port = self.port or free_port()

@@ -82,6 +82,20 @@ def vllm_python() -> Any:
 
 
 @pytest.fixture(scope="session")
+def plugin_python(vllm_python: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The overlay's interpreter (a ``pathlib.Path``): the cached vLLM venv + this checkout's kvplan and kvplan-dev
+    installed editable (no deps), as a user installs the plugins (:func:`kvplan_dev.vllm_overlay.make_overlay`)."""
+    from pathlib import Path
+
+    from kvplan_dev.vllm_overlay import OverlayError, make_overlay
+
+    try:
+        return make_overlay(Path(vllm_python), tmp_path_factory.mktemp("vllm-overlay"), Path(__file__).parents[1])
+    except OverlayError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="session")
 def control_plane_tools() -> Tools:
     """Every binary; builds what is missing (the first time this takes tens of minutes)."""
     if _PREBUILD_ERROR:

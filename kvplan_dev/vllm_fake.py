@@ -11,10 +11,12 @@ that computes only part of a prompt (chunked prefill) samples nothing. The token
 :data:`FABRICATED_TOKEN_ID`; requests say how long to run with ``max_tokens`` and ``ignore_eos``. Everything else
 (KV blocks, admission, preemption, stop checks, output processing) is vLLM's own code.
 
-Two switches for tests, by environment variable (read in the engine-core process):
+Three switches for tests, by environment variable (read in the engine-core process):
 
 - ``KVPLAN_FAKE_STEP_LOG=<path>``: append one JSON line per executed step: the step's index, the requests
   admitted (new), resumed after preemption, their scheduled tokens and those finished since the last step;
+- ``KVPLAN_FAKE_STEP_CLOCK=<json>``: sleep each step as long as the step of the layout it names would take
+  (:mod:`kvplan_dev.twin.step_clock`, kvcore's measured step-time model), for the twin's pods;
 - ``KVPLAN_FAKE_ASYNC_SCHEDULING=1``: turn async scheduling back on. vLLM's CPU platform forces it off
   (``vllm/platforms/cpu.py``); a GPU platform leaves it on, and then the engine core runs its batch-queue loop
   (``step_with_batch_queue``) with an ``AsyncScheduler``. The engine core reads the flag after building the
@@ -28,9 +30,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from vllm.v1.attention.backends.utils import record_kv_cache_layout
@@ -39,6 +42,9 @@ from vllm.v1.executor.abstract import Executor
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheSpec
 from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, DraftTokenIds, ModelRunnerOutput
 from vllm.v1.worker.worker_base import CompilationTimes
+
+if TYPE_CHECKING:
+    from kvplan_dev.twin.step_clock import StepClock
 
 #: The token every fabricated step samples (any id below the model's vocabulary size; never an EOS that matters,
 #: since requests set ``ignore_eos``).
@@ -50,6 +56,8 @@ _HEAD_SIZE = 64
 _AVAILABLE_BYTES = 1 << 34
 ENV_STEP_LOG = "KVPLAN_FAKE_STEP_LOG"
 ENV_ASYNC = "KVPLAN_FAKE_ASYNC_SCHEDULING"
+ENV_CLOCK = "KVPLAN_FAKE_STEP_CLOCK"
+"""The same name as :data:`kvplan_dev.twin.step_clock.ENV` (imported only when set: it pulls in kvcore)."""
 
 
 @dataclass
@@ -69,6 +77,10 @@ class TokenFabricator:
     def __init__(self, token_id: int = FABRICATED_TOKEN_ID) -> None:
         self.token_id = token_id
         self.requests: dict[str, _ReqState] = {}
+        self.decode_contexts: list[float] = []
+        """The last step's decoding sequences, each by its context (tokens), for the step clock."""
+        self.prefill_chunks: list[tuple[float, float]] = []
+        """The last step's prefill chunks: (tokens, context before the chunk)."""
 
     def forget(self, finished: set[str]) -> None:
         """Drop finished requests."""
@@ -92,8 +104,13 @@ class TokenFabricator:
                 state.known = state.prompt + cached.num_output_tokens[i]
         req_ids: list[str] = []
         sampled: list[list[int]] = []
+        self.decode_contexts, self.prefill_chunks = [], []
         for req_id, num in out.num_scheduled_tokens.items():
             state = self.requests[req_id]
+            if num == 1 and state.computed >= state.prompt:
+                self.decode_contexts.append(float(state.computed))
+            else:
+                self.prefill_chunks.append((float(num), float(state.computed)))
             state.computed += num
             tokens: list[int] = []
             if state.computed >= state.known:
@@ -181,6 +198,11 @@ class TokenFabricatingExecutor(Executor):
         self._pending: list[SchedulerOutput] = []
         self._steps = 0
         self._step_log = os.environ.get(ENV_STEP_LOG) or None
+        self._clock: StepClock | None = None
+        if os.environ.get(ENV_CLOCK):
+            from kvplan_dev.twin.step_clock import ClockSpec, StepClock
+
+            self._clock = StepClock(ClockSpec.from_env(os.environ[ENV_CLOCK]))
         if os.environ.get(ENV_ASYNC) == "1":
             self.vllm_config.scheduler_config.async_scheduling = True
 
@@ -234,6 +256,8 @@ class TokenFabricatingExecutor(Executor):
         self, grammar_output: GrammarOutput | None, non_block: bool = False
     ) -> Any:
         output = self._fabricator.run(self._pending.pop(0))
+        if self._clock is not None:  # the step takes as long as the layout's would (the twin's pods)
+            time.sleep(self._clock.seconds(self._fabricator.decode_contexts, self._fabricator.prefill_chunks))
         return _done(output) if non_block else output
 
     def take_draft_token_ids(self) -> DraftTokenIds | None:

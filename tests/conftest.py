@@ -24,6 +24,7 @@ from kvplan_dev.pytest_fixtures import (  # noqa: F401 - imported fixtures are r
     control_plane_tools,
     kube_api,
     namespace,
+    plugin_python,
     prebuild_tools,
     prometheus,
     vllm_python,

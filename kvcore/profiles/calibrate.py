@@ -11,7 +11,8 @@ medians as vidur published them (``kvcore/data/profiling/README.md``). Fitted pe
 * all-reduce per GPU count and send/recv: ``alpha + bytes / beta``.
 
 Fitting minimises relative (log) error with scipy's ``least_squares``; the fit runs once per process (cached,
-~0.3 s) and never at planning time per layout.
+~0.3 s) and never at planning time per layout. scipy is imported by the fit only, so a process given fitted
+:class:`Coefficients` (the twin's engines, in vLLM's environment) needs numpy alone.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import least_squares
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "profiling"
 PEAKS = {"a100": (2039e9, 312e12), "h100": (3.35e12, 989e12)}
@@ -81,6 +81,8 @@ def _linear_arrays(gpu: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 @lru_cache(maxsize=4)
 def fit(gpu: str) -> Coefficients:
     """Fit the coefficients of one GPU family ('a100' or 'h100') on the vendored vidur profiles."""
+    from scipy.optimize import least_squares
+
     bw, peak = PEAKS[gpu]
     by, fl, ts, el = _linear_arrays(gpu)
 

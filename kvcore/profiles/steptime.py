@@ -51,8 +51,10 @@ class Layout:
         return self.tp * self.pp
 
 
-def layout(gpu: GpuType, model: ModelArch, tp: int, pp: int, *, field: str = "profile") -> Layout:
-    """Check a layout (TP/PP against the heads, fp8 against the GPU) and bind its calibrated coefficients."""
+def layout(gpu: GpuType, model: ModelArch, tp: int, pp: int, *, field: str = "profile",
+           coeff: Coefficients | None = None) -> Layout:
+    """Check a layout (TP/PP against the heads, fp8 against the GPU) and bind its calibrated coefficients
+    (``coeff``: coefficients already fitted, e.g. in another process; default: the GPU family's fit)."""
     check_arch(model, field=f"{field}.model")
     if tp < 1 or pp < 1:
         raise InputError(f"{field}.tp" if tp < 1 else f"{field}.pp", "must be >= 1")
@@ -65,7 +67,7 @@ def layout(gpu: GpuType, model: ModelArch, tp: int, pp: int, *, field: str = "pr
         raise InputError(f"{field}.kv_dtype", f"fp8 KV cache needs fp8 support; {gpu.name} has none")
     if model.weight_dtype == "fp8" and not gpu.has_fp8:
         raise InputError(f"{field}.model.weight_dtype", f"fp8 weights need fp8 support; {gpu.name} has none")
-    return Layout(gpu, model, tp, pp, fit(gpu.family))
+    return Layout(gpu, model, tp, pp, coeff if coeff is not None else fit(gpu.family))
 
 
 def activation_reserve_bytes(lay: Layout) -> float:

@@ -1,6 +1,6 @@
 """Fixtures for kvplan's vLLM plugin tests (``tests/vllm/test_plugin_*.py``): the cached ``vllm==0.33.0`` venv
-(``vllm_python``, from :mod:`kvplan_dev.pytest_fixtures`) with kvplan installed on top the way a user installs the
-plugins, and a runner for vLLM's engine loop in it (the main ``.venv`` has no vLLM).
+(``vllm_python``) with kvplan installed on top the way a user installs the plugins (``plugin_python``; both from
+:mod:`kvplan_dev.pytest_fixtures`), and a runner for vLLM's engine loop in it (the main ``.venv`` has no vLLM).
 
 The overlay (:func:`kvplan_dev.vllm_overlay.make_overlay`) is made once per session in a temporary directory: a
 venv whose ``.pth`` adds the cached venv's ``site-packages``, plus ``pip install --no-deps -e <repo>``, so pip
@@ -15,18 +15,9 @@ from typing import Any, Callable
 
 import pytest
 
-from kvplan_dev.vllm_overlay import OverlayError, make_overlay, run_engine_driver
+from kvplan_dev.vllm_overlay import OverlayError, run_engine_driver
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="session")
-def plugin_python(vllm_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The overlay's interpreter: the cached vLLM venv + kvplan installed editable (no deps)."""
-    try:
-        return make_overlay(Path(vllm_python), tmp_path_factory.mktemp("vllm-overlay"), REPO)
-    except OverlayError as exc:
-        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture

@@ -32,13 +32,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kvcore import Plan
-from kvcore import PromptLengthRule, Reservations, render_reservations
 
 from . import conditions as C
 from .decide import Decided
 from .desired import ClassTarget, Desired, GroupTarget, LayoutChange, Write, layouts_key, plan_id
 from .observe import Observation
-from .targets.class_rules import class_rules, untagged_priority
+from .targets.class_rules import classification_document
 from .decide.policy import target_layouts
 from .decide.pods import pods, pods_note
 from .run import Failure, RunContext
@@ -232,21 +231,11 @@ def reservation_document(run: RunContext, spec: KVPlanSpec, pid: str, dec: Decid
     plugin gives it the default class's reservation). So a file's size follows the classes routed to its group, not
     the spec's: listing all of 256 classes in each of 64 groups' files would take about 1.3 MiB of the state
     ConfigMap, over a ConfigMap's 1 MiB."""
-    default = next((c.name for c in spec.classes if c.fleet_default), spec.classes[0].name)
-    rules = sorted((c.max_prompt_tokens, i, c.name) for i, c in enumerate(spec.classes)
-                   if c.max_prompt_tokens is not None)
     gate = dec.gate.groups.get(group)
     reserve = gate.reserve if gate is not None else {}  # a classification file only: nothing reserved
     routed = {c.name for c in dec.plan.classes if c.admitted and c.routing.get(group, 0.0) > 0}
-    listed = [c.name for c in spec.classes if c.name in routed or reserve.get(c.name, 0) > 0 or c.name == default
-              or c.max_prompt_tokens is not None or c.match is not None]
-    priorities = {c: p for c, p in dec.knobs.class_priority.items() if c in listed}
-    return render_reservations(Reservations(
-        reserve_tokens={c: int(reserve.get(c, 0)) for c in listed}, default_class=default,
-        priority_classes={p: c for c, p in priorities.items()},
-        prompt_length_rules=tuple(PromptLengthRule(limit, name) for limit, _, name in rules),
-        plan=pid, kvplan=run.owner, rules=class_rules(spec.classes),
-        default_priority=untagged_priority(dec.knobs.class_priority)))
+    return classification_document(spec, owner=run.owner, plan=pid, reserve=reserve, routed=routed,
+                                   priorities=dec.knobs.class_priority)
 
 
 def notes_for(obs: Observation, dec: Decided, desired: Desired) -> list[str]:

@@ -195,6 +195,13 @@ REPLICA_REASONS = (REPLICAS_BY_KVPLAN, REPLICAS_BY_AUTOSCALER, REPLICAS_BY_FIELD
 REASONS = REASONS + (KNOBS_IN_FORCE, KNOB_UNSUPPORTED, KNOBS_HELD, KNOB_RULE_FAILED, RESERVE_RULE_FAILED,
                      RULES_PENDING, ENGINE_VERSION_UNKNOWN)
 
+# --- Applied while no plan can be made (:mod:`kvplan_operator.decide.bootstrap`) ----------------------------------
+#: Observe waits for the history of classes labelled by kvplan's classification file (``history.source: kvplan``),
+#: so there is no plan; the file (nothing reserved) is written and mounted in each Deployment group so that their
+#: history can start. Ready stays False with the observe reason (``TooFewSamples`` / ``MetricAbsent``).
+CLASSIFICATION_FILE_MOUNTED = "ClassificationFileMounted"
+REASONS = REASONS + (CLASSIFICATION_FILE_MOUNTED,)
+
 #: Longest message kept, characters. Long enough for a handful of field errors, short enough for `kubectl get -o wide`.
 MAX_MESSAGE = 1024
 

@@ -8,6 +8,11 @@
    plan is being applied before the first write);
 5. :mod:`record <kvplan_operator.record>`: status, conditions, events and metrics from what apply did.
 
+While observe waits only for the history of classes labelled by kvplan's classification file
+(:class:`~kvplan_operator.observe.HistoryAwaited`), the same phases run for the file alone
+(:func:`_bootstrap`: :mod:`decide.bootstrap <kvplan_operator.decide.bootstrap>`, :mod:`kvplan_operator.build_bootstrap`,
+apply, :mod:`kvplan_operator.record.bootstrap`), so that history can start; the reconcile stays that failure.
+
 A phase that cannot go on returns a :class:`~kvplan_operator.run.Failure` with a condition reason, and record
 writes it; nothing raises out of :func:`reconcile` (an unexpected exception, a bug, is recorded as
 ``InternalError`` with its type), so kopf never sees a traceback. Level-based: everything is recomputed from the
@@ -25,9 +30,12 @@ from . import conditions as C
 from . import cycle
 from .apply import apply, apply_detail
 from .build import build
+from .build_bootstrap import build_bootstrap
 from .decide import decide
-from .observe import observe
+from .decide.bootstrap import decide_bootstrap
+from .observe import HistoryAwaited, observe
 from .record import Outcome, Recorder
+from .record.bootstrap import record_bootstrap
 from .run import Deps, Failure, RunContext
 
 __all__ = ["Deps", "Outcome", "reconcile"]
@@ -53,9 +61,37 @@ def _stopped(run: RunContext, f: Failure) -> Outcome:
     return Outcome(False, f.reason, f.message, None, [], False, run.elapsed())
 
 
+def _bootstrap(run: RunContext, deps: Deps, awaited: HistoryAwaited, clock: _Clock) -> Outcome | None:
+    """The classification file's bootstrap (module docstring); None when it does not apply."""
+    boot = decide_bootstrap(run, awaited)
+    clock.lap("decide")
+    if boot is None or awaited.observation is None:
+        return None
+    rec = Recorder(run, deps, awaited.observation)
+    built = build_bootstrap(run, awaited.observation, boot)
+    clock.lap("build")
+    if isinstance(built, Failure):
+        return record_bootstrap(rec, awaited, boot, built, None)
+    late = cycle.check(run, deps.clock, phase="build", where="before the classification file's writes")
+    if late is not None:
+        return _stopped(run, late) if late.reason == C.OPERATOR_STOPPING else rec.failure(late)
+    if built.writes:
+        refused = rec.intent(built)
+        if refused is not None:
+            return Outcome(False, C.STATUS_WRITE_FAILED, f"{refused}; nothing applied", rec.backoff(), [], False,
+                           run.elapsed())
+    applied = apply(deps.kube, run.namespace, built.writes, built.targets)
+    clock.lap("apply")
+    return record_bootstrap(rec, awaited, boot, None, applied)
+
+
 def _reconcile(run: RunContext, deps: Deps, clock: _Clock) -> Outcome:
     obs = observe(run, deps)
     clock.lap("observe")
+    if isinstance(obs, HistoryAwaited):
+        booted = _bootstrap(run, deps, obs, clock)
+        if booted is not None:
+            return booted
     if isinstance(obs, Failure):
         return _stopped(run, obs) if obs.reason == C.OPERATOR_STOPPING else Recorder(run, deps).failure(obs)
     late = cycle.check(run, deps.clock, phase="observe", where="after observe")

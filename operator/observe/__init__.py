@@ -14,6 +14,12 @@ A failure becomes a :class:`~kvplan_operator.run.Failure` here, at the phase bou
 Kubernetes read other than 404), ``AuthSecretMissing``, every Prometheus reason of :mod:`kvplan_operator.prom`,
 :mod:`kvplan_operator.observe.history` and :mod:`kvplan_operator.observe.sources`, and ``TooFewSamples``. A missing object (404)
 is not a failure: it reads as ``None``.
+
+When the only thing missing is the history of classes whose source is labelled by kvplan's classification file
+(``MetricAbsent`` of :class:`~kvplan_operator.observe.sources.observe.ClassesAbsent`, or ``TooFewSamples`` of
+those classes only), the failure is a :class:`HistoryAwaited`: it carries what was observed of the cluster, so
+that the bootstrap (:mod:`kvplan_operator.decide.bootstrap`) can mount that file, which is what the history waits
+for.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from ..prom.credentials import BadCredential, basic_password, basic_user, bearer
 from ..run import Deps, Failure, RunContext
 from .sources import observe_histories
 from .sources.capacity import capacity_query, engine_capacity
-from .sources.observe import window_seconds
+from .sources.observe import FILE_LABELLED, ClassesAbsent, window_seconds
 from ..spec import InvalidSpec, KVPlanSpec, parse_spec
 from .capacity import GroupCapacity, capacity_view
 from .workloads import group_body, read_llmisvcs
@@ -104,6 +110,15 @@ class Observation:
     def published(self) -> Mapping[str, Mapping[str, Any]]:
         """Per class as last published (``admitted``, ``routing``, ``prefixCacheFraction``; sparse maps)."""
         return self.detail.published() or self.legacy_published
+
+
+@dataclass(frozen=True)
+class HistoryAwaited(Failure):
+    """``MetricAbsent`` / ``TooFewSamples`` of only the classes in ``classes``, whose history source is labelled by
+    kvplan's classification file; ``observation`` is everything else observe read (its ``classes`` empty)."""
+
+    observation: Observation | None = None
+    classes: tuple[str, ...] = ()
 
 
 def _read_objects(run: RunContext, deps: Deps, spec: KVPlanSpec, targets: tuple[Target, ...]
@@ -237,6 +252,15 @@ def connection(spec: KVPlanSpec, namespace: str, kube: KubeApi, policy: UrlPolic
                           bool(tls and tls.insecure_skip_verify), origin)
 
 
+def _partial(run: RunContext, spec: KVPlanSpec, groups: Mapping[str, GroupState], objects: Mapping[str, Observed],
+             owners: Mapping[str, bool], changes: tuple[LayoutChange, ...], relayout_gen: int | None,
+             detail: Detail) -> Observation:
+    """What observe read of the cluster, without the histories (for :class:`HistoryAwaited`)."""
+    return Observation(spec=spec, classes={}, groups=groups, objects=objects, owners_alive=owners,
+                       layout_changes=changes, relayout_generation=relayout_gen, detail=detail,
+                       legacy_plan=run.previous_plan())
+
+
 def observe(run: RunContext, deps: Deps) -> Observation | Failure:
     """Phase 1 (see the module docstring)."""
     try:
@@ -281,14 +305,25 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
         if spec.capacity.from_engine:
             engines = engine_capacity(prom.query(capacity_query(spec, run.namespace, window_seconds(spec)),
                                                  at=run.now), spec, at=run.now)
+    except ClassesAbsent as exc:  # every other source answered: their classes are checked below
+        awaited, absent, classes = exc.classes, str(exc), exc.observed
     except PromError as exc:
         return Failure("observe", exc.reason, str(exc), temporary=exc.reason != C.PROMETHEUS_URL_REFUSED,
                        degraded=True, retry_after_s=exc.retry_after_s)
-    few = [f"{c.name} ({classes[c.name].requests:g} < {c.history.min_samples})" for c in spec.classes
-           if classes[c.name].history is None or classes[c.name].requests < c.history.min_samples]
-    if few:
-        return Failure("observe", C.TOO_FEW_SAMPLES, "too few samples in the lookback for class " + ", ".join(few),
-                       temporary=True, degraded=True)
+    else:
+        awaited, absent = (), ""
+    short = [c for c in spec.classes if c.name in classes
+             and (classes[c.name].history is None or classes[c.name].requests < c.history.min_samples)]
+    if awaited or short:
+        reason = C.METRIC_ABSENT if awaited else C.TOO_FEW_SAMPLES
+        message = absent or "too few samples in the lookback for class " + ", ".join(
+            f"{c.name} ({classes[c.name].requests:g} < {c.history.min_samples})" for c in short)
+        if all(c.history.source in FILE_LABELLED for c in short):
+            return HistoryAwaited("observe", reason, message, temporary=True, degraded=True,
+                                  observation=_partial(run, spec, groups, objects, owners, changes, relayout_gen,
+                                                       detail),
+                                  classes=(*awaited, *(c.name for c in short)))
+        return Failure("observe", reason, message, temporary=True, degraded=True)
     capacity = capacity_view(spec, engines, {k: s.layout for k, s in groups.items()},
                              {g.name: unsettled(groups[g.name].body) for g in spec.groups})
     legacy = (run.old_status.get("plan") or {}).get("classes")

@@ -11,7 +11,10 @@ adapter (:func:`kvplan_operator.observe.history.class_histories`), and its arriv
 
 ``MetricAbsent`` (naming the metric and selector) when a source's query matches no series at all, or none for a
 class (naming the class label value, or the group); every other bad answer raises the reasons of
-:mod:`kvplan_operator.observe.history`.
+:mod:`kvplan_operator.observe.history`. The absence of a source labelled by kvplan's own classification file
+(:data:`FILE_LABELLED`: the stat logger's ``kvplan``) is raised last, after every other source answered, as
+:class:`ClassesAbsent` naming its classes: the one failure the operator's bootstrap
+(:mod:`kvplan_operator.decide.bootstrap`) can end by mounting that file.
 """
 
 from __future__ import annotations
@@ -25,6 +28,21 @@ from ...prom import PromApi, PromError
 from ...spec import KVPlanSpec
 from ... import conditions as C
 from . import SourceQuery, plan_queries
+
+
+#: Sources whose class label comes from the classification file kvplan mounts into the serving pods: without the
+#: file every request is the default class, so their absence may be kvplan's to end.
+FILE_LABELLED = frozenset({"kvplan"})
+
+
+class ClassesAbsent(PromError):
+    """``MetricAbsent`` of a :data:`FILE_LABELLED` source, raised once every other source answered: ``classes``
+    are the classes it left without a series; ``observed``: the observations of every other source's classes."""
+
+    def __init__(self, message: str, classes: tuple[str, ...], observed: dict[str, ClassObservation]) -> None:
+        super().__init__(C.METRIC_ABSENT, message)
+        self.classes = classes
+        self.observed = observed
 
 
 #: Most samples the histories of one reconcile may hold (:mod:`kvplan_operator.budget`).
@@ -62,6 +80,7 @@ def observe_histories(prom: PromApi, spec: KVPlanSpec, namespace: str, *, now: f
     index = {c.name: i for i, c in enumerate(spec.classes)}
     out: dict[str, ClassObservation] = {}
     samples = 0
+    deferred: list[tuple[PromError, tuple[str, ...]]] = []
     for q in plan_queries(spec, namespace, window_s):
         start = now - window_s * (windows - 1)
         data = prom.query_range(q.promql, start=start, end=now, step=window_s)
@@ -70,11 +89,14 @@ def observe_histories(prom: PromApi, spec: KVPlanSpec, namespace: str, *, now: f
         del data  # the compact windows are all that is kept of the answer
         check_range_times((ts for kw in by_key.values() for ts in kw.times), start=start, end=now, step=window_s,
                           what=f"source {q.source} ({q.metric})")
-        if not any(by_key.values()):
-            raise _absent(q, None, 0)
-        for key in q.keys:
-            if key not in by_key:
-                raise _absent(q, key, len(by_key))
+        none = not any(by_key.values())
+        missing = list(q.keys) if none else [k for k in q.keys if k not in by_key]
+        if none or missing:
+            absent = _absent(q, None, 0) if none else _absent(q, missing[0], len(by_key))
+            if q.source not in FILE_LABELLED:
+                raise absent
+            deferred.append((absent, tuple(n for k in missing for n in q.keys[k])))
+            continue
         binned = {}
         for key, names in q.keys.items():  # one class's windows as dicts at a time: memory of one class
             for name in names:
@@ -101,4 +123,6 @@ def observe_histories(prom: PromApi, spec: KVPlanSpec, namespace: str, *, now: f
                     rate_from = "source"
                 b = binned[name]
                 out[name] = ClassObservation(name, b.history, b.requests, b.windows, rate, q.source, rate_from)
+    if deferred:
+        raise ClassesAbsent(str(deferred[0][0]), tuple(n for _, names in deferred for n in names), out)
     return out

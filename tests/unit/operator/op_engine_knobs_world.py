@@ -63,10 +63,13 @@ class World:
         self.planner, self.rule, self.generation, self.cache = Planner(), ScriptedKnobs(), 1, cache
         self.reserves = ScriptedReserves()
         self.deps: dict[str, Any] = {}  # more Deps fields (e.g. rule_work)
+        #: the class label values a labelled source's series carry, and the histories' scale (0: no samples).
+        self.prom_values: tuple[str, ...] = ("chat", "code-gen")
+        self.prom_scale = 20.0
 
     def run(self, t: float) -> Any:
         self.kube.writes.clear()
-        prom = RecordedProm(matrix=busy())
+        prom = RecordedProm(matrix=busy(self.prom_scale), values=self.prom_values)
         deps = Deps(kube=self.kube, prom_factory=lambda *a: prom, planner=self.planner, clock=lambda: t,
                     resolve=lambda host: ["10.0.0.9"], knobs=self.rule, reserves=self.reserves,
                     knob_cache=self.cache, **self.deps)

@@ -13,7 +13,7 @@ DEV_LOCK := requirements/dev.lock
 OPERATOR_LOCK := requirements/operator.lock
 UV_COMPILE = $(VENV)/bin/uv pip compile --universal --python-version 3.11 --generate-hashes --quiet
 
-.PHONY: venv tools vllm-env demo test test-fast test-unit test-integration test-e2e test-vllm test-pythons parity bench \
+.PHONY: venv tools vllm-env demo twin test test-fast test-unit test-integration test-e2e test-vllm test-pythons parity bench \
 	lint-chart typecheck clean lock release
 
 # Installs exactly the lock (--require-hashes: every file checked against its pinned sha256, nothing unpinned, no
@@ -65,6 +65,11 @@ vllm-env: venv
 # the operator, the example KVPlan; prints the plan and what changed; stops everything it started.
 demo: tools
 	$(VENV)/bin/kvplan-dev demo
+
+# The whole loop for real on this machine (kvplan_dev/twin): real controller-manager and scheduler, pods running
+# vllm serve on CPU, Prometheus scraping them, the operator re-laying-out, a trace replayed before and after.
+twin: tools vllm-env
+	$(VENV)/bin/kvplan-dev twin
 
 # The release, really, on this machine: operator image without a Docker daemon (mmdebstrap + crane), a local OCI
 # registry on loopback, the chart pushed there as an OCI artifact, `helm install oci://...` by digest on the local

@@ -8,6 +8,7 @@
 - ``kvplan-dev kubectl -- ARGS`` / ``kvplan-dev helm -- ARGS``: the project's binaries, with ``KUBECONFIG`` set to
   the running local cluster unless already set.
 - ``kvplan-dev demo``: see :mod:`kvplan_dev.demo`.
+- ``kvplan-dev twin``: see :mod:`kvplan_dev.twin.scenario`.
 
 Bad input (an option, the ``--backfill`` trace) is one line ``kvplan-dev <command>: error: <field>: <message>``
 and exit status 2, checked before anything is started.
@@ -228,6 +229,11 @@ def parser() -> argparse.ArgumentParser:
     if callable(add_arguments):
         add_arguments(demo_parser)
     demo_parser.set_defaults(func=_demo)
+    from kvplan_dev.twin import cli as twin_cli
+
+    twin_parser = sub.add_parser("twin", help="the whole loop for real: pods running vLLM, rollouts, re-plans")
+    twin_cli.add_arguments(twin_parser)
+    twin_parser.set_defaults(func=twin_cli.run)
     remember_parsers(top)
     return top
 

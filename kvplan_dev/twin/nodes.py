@@ -30,6 +30,10 @@ class NodePool:
     cpu: str = "96"
     memory: str = "1Ti"
     taint: bool = True
+    labels: tuple[tuple[str, str], ...] = ()
+    """More node labels (a cloud's node-pool label, say)."""
+    taints: tuple[tuple[str, str, str], ...] = ()
+    """More taints, (key, value, effect) (a spot pool's, say)."""
 
     def node_names(self) -> list[str]:
         return [f"{self.name}-{i}" for i in range(self.count)]
@@ -40,10 +44,10 @@ def node_manifest(pool: NodePool, name: str) -> dict[str, Any]:
     gpu = get_gpu(pool.gpu, field=f"pools.{pool.name}.gpu")
     key, _, value = gpu.node_label.partition("=")
     labels = {key: value, POOL_LABEL: pool.name, "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-              "kubernetes.io/arch": "amd64"}
-    spec: dict[str, Any] = {}
-    if pool.taint:
-        spec["taints"] = [{"key": gpu.resource, "value": "present", "effect": "NoSchedule"}]
+              "kubernetes.io/arch": "amd64", **dict(pool.labels)}
+    taints = [{"key": gpu.resource, "value": "present", "effect": "NoSchedule"}] if pool.taint else []
+    taints += [{"key": k, "value": v, "effect": e} for k, v, e in pool.taints]
+    spec: dict[str, Any] = {"taints": taints} if taints else {}
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}, "spec": spec}
 
 

@@ -5,15 +5,6 @@ observe phase), turns the desired state into writes (:meth:`Target.build`, pure,
 sends one write (:meth:`Target.write`, called by the apply phase). Targets import :mod:`kvplan_operator.desired`
 and :mod:`kvplan_operator.run` (the bottom), never a phase.
 
-target                 objects
-=====================  =========================================================================================
-``state-configmap``    ``<kvplan>-kvplan``: the plugin's reservation files and the disruption budget record
-``deployment``         ``groups[].deployment``: vLLM flags (args, command or a shell string), GPUs, pool, env
-``router-configmap``   ``router.configMap``: the ``kvplan.v1`` routing document
-``httproute``          ``router.httpRoute``: backendRef weights of the groups' Services and InferencePools
-``inferencepool``      ``groups[].inferencePool``: read only; each must exist and select its group's pods
-=====================  =========================================================================================
-=======
 =========================  =========================================================================================
 target                     objects
 =========================  =========================================================================================

@@ -146,6 +146,6 @@ def calibrate(obs: Observation, instance: Instance) -> Calibration:
     if summary.classes == 0:
         reason, message = realised.reason, realised.message
         if not reason:
-            why = sorted({v.reason for per in verdicts.values() for v in per.values() if v.reason})
-            reason, message = NOTHING_COMPARED, "no class could be compared: " + (", ".join(why) or "no class")
+            reasons = sorted({v.reason for per in verdicts.values() for v in per.values() if v.reason})
+            reason, message = NOTHING_COMPARED, "no class could be compared: " + (", ".join(reasons) or "no class")
     return Calibration(realised.window_s, verdicts, thresholds, usage, prediction.work, reason, message)

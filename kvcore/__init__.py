@@ -26,6 +26,10 @@ _BY_MODULE: dict[str, str] = {
     "kvcore.errors": "InputError",
     "kvcore.evaluate": ("Cell DEFAULT_METHODS DEFAULT_RHOS DEFAULT_SHIFTS evaluate=run_evaluation Evaluation "
                         "gm_markdown ratio_cells register_policy split_episodes"),
+    "kvcore.evaluate.calibration": ("compare=compare_calibration DRIFT_TOLERANCE FLOORS=CALIBRATION_FLOORS "
+                                    "MIN_REQUESTS=CALIBRATION_MIN_REQUESTS overflow_from_buckets overflow_share "
+                                    "predict_preemptions resolution_bound summarise=summarise_calibration "
+                                    "Verdict=CalibrationVerdict"),
     "kvcore.evaluate.engine": ("capacity_rps EngineEvaluation EngineFleet EngineRow EngineSetup evaluate_engine "
                                "FRONTIER_WATERMARKS measure_row run_variant"),
     "kvcore.evaluate.harness": "request_cost",
@@ -90,7 +94,9 @@ _EXPORTS: dict[str, tuple[str, str]] = {
 """Public name -> (module, attribute) it is read from on first use."""
 
 __all__ = [
-    "BASE_BYTES", "bin_lengths", "binned_history", "BinningBound", "bucket_samples", "Buckets", "build_1_2_5_buckets",
+    "BASE_BYTES", "bin_lengths", "CALIBRATION_FLOORS", "CALIBRATION_MIN_REQUESTS", "CalibrationVerdict",
+    "compare_calibration", "DRIFT_TOLERANCE", "overflow_from_buckets", "overflow_share", "predict_preemptions",
+    "resolution_bound", "summarise_calibration", "binned_history", "BinningBound", "bucket_samples", "Buckets", "build_1_2_5_buckets",
     "capacity_rps", "capped_reserve", "Cell", "choose_knobs", "choose_reserves", "class_histories", "class_rho",
     "ClassHistory", "ClassPlan", "ClassRule", "ClassSpec", "cost_ratio", "CostSpec", "DEFAULT_METHODS", "DEFAULT_MODEL",
     "DEFAULT_RADIUS", "DEFAULT_RHOS", "DEFAULT_SHIFTS", "drift_radius", "engine_rho", "EngineConfig",
@@ -120,6 +126,11 @@ if TYPE_CHECKING:
     from kvcore.evaluate import (
         Cell, DEFAULT_METHODS, DEFAULT_RHOS, DEFAULT_SHIFTS, evaluate as run_evaluation, Evaluation, gm_markdown,
         ratio_cells, register_policy, split_episodes,
+    )
+    from kvcore.evaluate.calibration import (
+        compare as compare_calibration, DRIFT_TOLERANCE, FLOORS as CALIBRATION_FLOORS,
+        MIN_REQUESTS as CALIBRATION_MIN_REQUESTS, overflow_from_buckets, overflow_share, predict_preemptions,
+        resolution_bound, summarise as summarise_calibration, Verdict as CalibrationVerdict,
     )
     from kvcore.evaluate.engine import (
         capacity_rps, EngineEvaluation, EngineFleet, EngineRow, EngineSetup, evaluate_engine, FRONTIER_WATERMARKS,

@@ -59,6 +59,9 @@ def exported_names() -> set[str]:
     metrics.failure("ns/p", "ApplyFailed")
     metrics.conditions("ns", "p", {"Ready": True})
     metrics.disruption("ns", "p", changes_last_hour=1, budget_per_hour=2)
+    from kvcore import CalibrationVerdict
+
+    metrics.calibration("ns", "p", {"c": {"preemptions": CalibrationVerdict(0.1, 0.1, 1.0, False)}})
     names: set[str] = set()
     for family in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
         names |= {sample.name for sample in family.samples}

@@ -25,7 +25,7 @@ DEFAULT_RULE_WORK = 100_000
 #: Top-level status keys the operator owns (kopf keeps its own, e.g. ``status.kopf``).
 OWNED_STATUS = ("observedGeneration", "plannedGeneration", "lastPlanTime", "lastAttemptTime", "mode", "conditions",
                 "plan", "objective", "diff", "summary", "layoutChanges", "lastGoodPlan", "consecutiveFailures",
-                "lastError", "applying")
+                "lastError", "applying", "calibration")
 
 
 @dataclass(frozen=True)

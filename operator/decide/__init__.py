@@ -19,6 +19,8 @@
    engine knobs of each group (:mod:`kvplan_operator.decide.knobs`), with the same disruption budget for a knob
    change that restarts pods; and, per group running kvplan's plugin, the reservations it gates admission with
    (:mod:`kvplan_operator.decide.gate`: the reservations that pay on that group).
+5. Plan calibration (:mod:`.calibration`): the plan in force's predicted overflow share and preemptions per request
+   per class against what the engines realised over the re-plan window; never fails the plan.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from kvcore import Plan
 from .. import conditions as C
 from ..desired import LayoutChange, layouts_key
 from .knobs import KnobDecision, class_priorities, decide_knobs, engine_version, running_knobs
+from .calibration import Calibration, calibrate
 from .rules import KNOBS, RuleAnswers, RuleRun, run_rules
 from .gate import GateDecision, gate_reservations
 from ..observe import Observation
@@ -64,6 +67,8 @@ class Decided:
     gate: GateDecision = GateDecision()
     #: what the engine-model rules answered, spent and left pending this cycle (:mod:`.engine_rules`).
     rules: RuleAnswers = RuleAnswers()
+    #: the plan in force's predictions against what the engines realised (:mod:`.calibration`); None: not run.
+    calibration: Calibration | None = None
 
 
 def _refusal(exc: Exception, spec: KVPlanSpec) -> Failure:
@@ -136,7 +141,7 @@ def decide(run: RunContext, obs: Observation, deps: Deps) -> Decided | Failure:
     state = obs.objects.get("state-configmap", {}).get(run.state_configmap)
     gate = gate_reservations(spec, decision.plan, rules, knobs, state, pending_note=pending_note(rules))
     return Decided(decision.plan, decision, current, pinned, spec_changed, changes, resumed, solve_s, knobs, gate,
-                   rules)
+                   rules, calibrate(obs, instance))
 
 
 def pending_note(rules: RuleAnswers) -> str:

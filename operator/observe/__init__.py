@@ -5,9 +5,11 @@ In order: the spec (:func:`kvplan_operator.spec.parse_spec`); where Prometheus m
 objects (state ConfigMap, Deployments, router ConfigMap, HTTPRoute, InferencePools); the autoscalers (HPAs,
 ScaledObjects, PodAutoscalers) and who owns each group's replicas (:mod:`.replica_owner`);
 the KVPlans named as owner by objects this one wants to write; the Prometheus credentials and CA bundle (Secrets, a ConfigMap, an allowed token file); then
-Prometheus: one range query per history source (:mod:`kvplan_operator.observe.sources`) and one instant query for the
-engines' capacity (:mod:`kvplan_operator.observe.sources.capacity`). With every arrival rate from the sources (or given),
-that is the whole query budget of a re-plan: ``sources + 1``.
+Prometheus: one range query per history source (:mod:`kvplan_operator.observe.sources`), one instant query for the
+engines' capacity (:mod:`kvplan_operator.observe.sources.capacity`) and one for plan calibration
+(:mod:`kvplan_operator.observe.calibration`, when a class has per-class preemption series). With every arrival rate
+from the sources (or given), that is the whole query budget of a re-plan: ``sources + 2``. The calibration query
+never fails the reconcile: its failure is ``Observation.calibration.reason``.
 
 A failure becomes a :class:`~kvplan_operator.run.Failure` here, at the phase boundary: ``InvalidSpec`` /
 ``LayoutExceedsNode`` (permanent), ``PrometheusUrlRefused``, ``PrometheusAuthRefused``, ``ReadFailed`` (a
@@ -35,6 +37,7 @@ from kvcore import Plan
 from .. import conditions as C
 from .. import cycle
 from ..desired import ANN_GENERATION, ANN_LAYOUT_CHANGES, ANN_RELAYOUT_GENERATION, LayoutChange
+from .calibration import RealisedCalibration, observe_calibration
 from .history import ClassObservation
 from ..targets.plandetail import Detail, read_detail
 from ..kube import KubeApi, KubeError
@@ -102,6 +105,8 @@ class Observation:
     #: (None / empty: absent); read only when the detail is absent.
     legacy_plan: Plan | None = None
     legacy_published: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: plan calibration's realised side (None: not asked, e.g. a test world built by hand).
+    calibration: RealisedCalibration | None = None
 
     def previous_plan(self) -> Plan | None:
         """The last plan applied in full: the detail's, else an older operator's ``status.lastGoodPlan``."""
@@ -324,12 +329,14 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
                                                        detail),
                                   classes=(*awaited, *(c.name for c in short)))
         return Failure("observe", reason, message, temporary=True, degraded=True)
+    calibration = observe_calibration(prom, spec, run.namespace, now=run.now, window_s=window_seconds(spec))
     capacity = capacity_view(spec, engines, {k: s.layout for k, s in groups.items()},
                              {g.name: unsettled(groups[g.name].body) for g in spec.groups})
     legacy = (run.old_status.get("plan") or {}).get("classes")
     return Observation(spec=spec, classes=classes, groups=groups, objects=objects, owners_alive=owners,
                        layout_changes=changes, relayout_generation=relayout_gen,
                        query_seconds=time.perf_counter() - t0, capacity=capacity, detail=detail,
+                       calibration=calibration,
                        legacy_plan=run.previous_plan(),
                        legacy_published=legacy if isinstance(legacy, Mapping) and legacy and all(
                            isinstance(v, Mapping) for v in legacy.values()) else {})

@@ -83,6 +83,9 @@ class ClassObservation:
     arrival_rate: float
     source: str = "vllm"
     rate_from: str = "spec"
+    #: the newest window's histogram, ``(bounds, cumulative counts)`` ascending with ``+Inf``, when it has a point
+    #: at the query's end (plan calibration reads its realised overflow share from it; None: no such window).
+    newest: tuple[tuple[float, ...], tuple[float, ...]] | None = None
 
 
 def _number(raw: Any, what: str) -> float:
@@ -280,6 +283,15 @@ def history_from_windows(windows: Sequence[Window], *, max_model_len: float) -> 
     :func:`class_histories`."""
     binned = class_histories({"": [dict(zip(b, c)) for _, b, c in windows]}, max_model_len={"": max_model_len})[""]
     return binned.history, binned.requests
+
+
+def newest_window(windows: Sequence[Window], *, end: float) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """The window stamped ``end`` as ``(bounds, cumulative counts)`` (None when the key has none there)."""
+    last = [w for w in windows if abs(w[0] - end) < 0.5]
+    if not last:
+        return None
+    _, labels, counts = last[0]
+    return tuple(float(b) for b in labels), tuple(float(c) for c in counts)
 
 
 def newest_rate(windows: Sequence[Window], *, end: float, window_s: float, what: str) -> float:

@@ -37,8 +37,8 @@ from ..kube import KubeError
 from ..observe import Observation
 from ..run import OWNED_STATUS, Deps, Failure, RunContext
 from ..targets.plandetail import FORMAT, chunk_name, detail_writes, digest, encode, plan_json, split
-from .status import (class_entries, diff_body, diff_full, iso, objective_body, plan_body, status_patch,
-                     workload_body)
+from .status import (calibration_body, calibration_detail, class_entries, diff_body, diff_full, iso, objective_body,
+                     plan_body, status_patch, workload_body)
 
 
 @dataclass(frozen=True)
@@ -169,6 +169,8 @@ class Recorder:
         self.engine(dec)
         self.st["objective"] = objective_body(plan)
         self.st["diff"] = diff_body(plan)
+        if dec.calibration is not None:
+            self.st["calibration"] = calibration_body(dec.calibration)
         self.st.pop("lastGoodPlan", None)  # an older operator's copy: the detail ConfigMaps hold it now
         self.st["summary"] = {**self.st.get("summary", {}), "refused": sum(1 for c in plan.classes if not c.admitted)}
         self.st["lastPlanTime"] = iso(self.run.now)
@@ -191,6 +193,8 @@ class Recorder:
                                       now=self.run.now)
             self.deps.metrics.disruption(self.run.namespace, self.run.name, len(self.st["layoutChanges"]),
                                          spec.replan.max_layout_changes_per_hour)
+            if dec.calibration is not None:
+                self.deps.metrics.calibration(self.run.namespace, self.run.name, dec.calibration.verdicts)
         written, err = self.finish()
         if err is not None:
             return Outcome(False, C.STATUS_WRITE_FAILED, str(err), self.backoff(), list(applied.done), False,
@@ -210,6 +214,8 @@ class Recorder:
                 classes[c]["priority"] = p
         doc = {"format": FORMAT, "kvplan": self.run.owner, "plan": desired.plan_id, "classes": classes,
                "notes": list(built.notes), "diff": diff_full(plan), "lastGoodPlan": plan_json(stored)}
+        if dec.calibration is not None:
+            doc["calibration"] = calibration_detail(dec.calibration)
         if dec.gate.groups:  # per plugin group and class, what its reservation file gates admission with, and why
             doc["gates"] = {g: gate.detail() for g, gate in dec.gate.groups.items()}
         writes = detail_writes(kvplan=self.run.name, namespace=self.run.namespace, owner=self.run.owner,

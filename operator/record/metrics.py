@@ -24,11 +24,15 @@ select and join on them the way kube-state-metrics labels objects.
 | ``kvplan_group_replicas`` | gauge | group | m_k, replicas |
 | ``kvplan_group_utilisation`` | gauge | group | offered work / service rate, in [0, 1) |
 | ``kvplan_routing_weight`` | gauge | class, group | pi_ik, share of class i routed to group k |
+| ``kvplan_calibration_ratio`` | gauge | class, quantity | floored ratio realised / predicted of the plan in force (quantity ``preemptions``: per finished request; ``overflow``: share of requests above y_i), dimensionless, 1 = as predicted |
+| ``kvplan_calibration_drifting`` | gauge | | classes whose calibration ratio is outside the tolerance (absent while nothing could be compared) |
 
 Plus the standard ``process_*`` (CPU, memory, open fds, start time), ``python_info`` and ``python_gc_*``
 collectors. A registry per operator (not the process-global one), so two operators in one test process never
 collide. :meth:`Metrics.forget` removes every series of a deleted KVPlan; a class or group that leaves a plan loses
-its series at the next :meth:`Metrics.plan_outputs`.
+its series at the next :meth:`Metrics.plan_outputs`, and a class no longer compared its calibration series at the next
+:meth:`Metrics.calibration`. Calibration adds at most 2 series per class (512 at the CRD's 256 classes), fewer than
+``kvplan_routing_weight``.
 """
 
 from __future__ import annotations
@@ -108,7 +112,13 @@ class Metrics:
                                  (*PLAN, "group"), registry=reg)
         self.routing = Gauge("kvplan_routing_weight", "Share of the class's requests routed to the group.",
                              (*PLAN, "class", "group"), registry=reg)
+        self.calibration_ratio = Gauge("kvplan_calibration_ratio", "Plan calibration: realised / predicted of the "
+                                       "plan in force, floored (1 = as predicted).", (*PLAN, "class", "quantity"),
+                                       registry=reg)
+        self.calibration_drifting = Gauge("kvplan_calibration_drifting", "Classes whose calibration ratio is outside "
+                                          "the tolerance.", PLAN, registry=reg)
         self._outputs: dict[tuple[str, str], dict[Gauge, set[tuple[str, ...]]]] = {}
+        self._calibrated: dict[tuple[str, str], set[tuple[str, ...]]] = {}
 
     # -- what the reconcile reports ----------------------------------------------------------------------------------
     def planned(self, kvplan: str, plan: Any, solve_seconds: float, *, relayout: bool,
@@ -172,9 +182,30 @@ class Metrics:
                 gauge.remove(namespace, name, *labels)
         self._outputs[(namespace, name)] = seen
 
+    def calibration(self, namespace: str, name: str, verdicts: Any) -> None:
+        """Plan calibration: per class and quantity the floored ratio (only those compared), and how many classes
+        drift; series of classes no longer compared are removed, and the drifting count while none is."""
+        seen: set[tuple[str, ...]] = set()
+        drifting, compared = 0, 0
+        for cls, per in verdicts.items():
+            ratios = {q: v for q, v in per.items() if v.ratio is not None}
+            compared += bool(ratios)
+            drifting += any(v.drifting for v in ratios.values())
+            for quantity, v in ratios.items():
+                self.calibration_ratio.labels(namespace, name, cls, quantity).set(v.ratio)
+                seen.add((cls, quantity))
+        for labels in self._calibrated.get((namespace, name), set()) - seen:
+            self.calibration_ratio.remove(namespace, name, *labels)
+        self._calibrated[(namespace, name)] = seen
+        if compared:
+            self.calibration_drifting.labels(namespace, name).set(drifting)
+        elif (namespace, name) in _label_sets(self.calibration_drifting):
+            self.calibration_drifting.remove(namespace, name)
+
     def forget(self, namespace: str, name: str) -> None:
         """Remove every series of KVPlan ``namespace/name`` (it was deleted)."""
         self._outputs.pop((namespace, name), None)
+        self._calibrated.pop((namespace, name), None)
         for metric in self._plan_metrics():
             for labels in _label_sets(metric):
                 if labels[:2] == (namespace, name):
@@ -184,7 +215,7 @@ class Metrics:
         return (self.replans, self.failures, self.consecutive_failures, self.solve, self.objective,
                 self.layout_changes, self.layout_changes_last_hour, self.layout_budget, self.last_success,
                 self.condition_state, self.reservation, self.radius, self.admitted, self.tp, self.pp,
-                self.replicas, self.utilisation, self.routing)
+                self.replicas, self.utilisation, self.routing, self.calibration_ratio, self.calibration_drifting)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Expose ``/metrics`` on ``port`` (a daemon thread)."""

@@ -21,7 +21,11 @@ like the plan):
   kind ({layouts, replicas, reservations, admission, routing});
 - ``summary``: {groups, classes, refused} for the printer columns;
 - ``layoutChanges``: unix times of re-layouts attempted in the last hour (a mirror of the disruption budget the
-  state ConfigMap keeps).
+  state ConfigMap keeps);
+- ``calibration``: the plan in force's predictions against what the engines realised over the re-plan window
+  (:mod:`kvplan_operator.decide.calibration`), a fixed-size summary {classes (compared), drifting, worstClass,
+  worstQuantity, worstRatio, windowSeconds, tolerance, reason, message}; per class in the detail document
+  (``calibration.classes.<c>``).
 
 Per class nothing is in status: at 256 classes x 64 groups the per-class maps alone are about a megabyte.
 """
@@ -35,6 +39,10 @@ from typing import Any
 
 from kvcore import Plan
 
+from kvcore import CALIBRATION_FLOORS, summarise_calibration
+
+from ..conditions import truncate
+from ..decide.calibration import Calibration
 from ..desired import ClassTarget, GroupTarget
 from ..observe.history import ClassObservation
 from ..observe.capacity import GroupCapacity
@@ -147,6 +155,42 @@ def plan_body(plan: Plan, *, targets: Mapping[str, GroupTarget], autoscalers: Ma
                                           "refused": len(plan.classes) - admitted},
         "notes": shown,
     }
+
+
+def calibration_body(cal: Calibration | None) -> dict[str, Any] | None:
+    """``status.calibration``: fixed size whatever the number of classes (the 64 KiB fleet status bound)."""
+    if cal is None:
+        return None
+    s = summarise_calibration(cal.verdicts)
+    return {"classes": s.classes, "drifting": s.drifting, "worstClass": s.worst_class,
+            "worstQuantity": s.worst_quantity,
+            "worstRatio": _num(s.worst_ratio, 4) if s.worst_ratio is not None else None,
+            "windowSeconds": _num(cal.window_s, 0), "tolerance": _num(cal.tolerance, 4), "reason": cal.reason,
+            "message": truncate(cal.message, 256) if cal.message else ""}
+
+
+def calibration_detail(cal: Calibration | None) -> dict[str, Any] | None:
+    """The detail document's ``calibration``: per class and quantity predicted, realised, floored ratio, drift and
+    reason; per class the overflow threshold t (tokens); per group the engines' mean KV-cache usage."""
+    if cal is None:
+        return None
+
+    def one(v: Any) -> dict[str, Any]:
+        return {"predicted": _num(v.predicted, 6) if v.predicted is not None else None,
+                "realised": _num(v.realised, 6) if v.realised is not None else None,
+                "ratio": _num(v.ratio, 4) if v.ratio is not None else None, "drifting": v.drifting,
+                "reason": v.reason}
+
+    classes = {}
+    for name, per in sorted(cal.verdicts.items()):
+        body: dict[str, Any] = {q: one(v) for q, v in per.items()}
+        if name in cal.thresholds:
+            body["thresholdTokens"] = _num(cal.thresholds[name], 0)
+        classes[name] = body
+    return {"windowSeconds": _num(cal.window_s, 0), "tolerance": cal.tolerance, "floors": dict(CALIBRATION_FLOORS),
+            "work": cal.work, "reason": cal.reason, "message": cal.message, "classes": classes,
+            "groups": {g: {"kvCacheUsage": _num(u, 4) if u is not None else None}
+                       for g, u in sorted(cal.kv_usage.items())}}
 
 
 def objective_body(plan: Plan) -> dict[str, Any] | None:

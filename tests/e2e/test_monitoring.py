@@ -2,7 +2,8 @@
 
 - The PrometheusRule (``prometheusRule.enabled=true``) at its default values passes ``promtool check rules`` and the
   unit tests in ``tests/e2e/data/kvplan-alerts.test.yml`` (``promtool test rules``): not Ready, Degraded for longer
-  than the threshold, stale plan, repeated re-plan failures, layout churn near the disruption budget, operator absent,
+  than the threshold, stale plan, repeated re-plan failures, layout churn near the disruption budget, calibration
+  drift, operator absent,
   each firing for the KVPlan that should and not for the one that should not, with the rendered annotations.
 - A threshold value reaches the rule; a bad value is refused by the values schema, naming the key.
 - Every rule's expression reads only metrics the operator exports.
@@ -48,7 +49,7 @@ def test_rules_pass_promtool_unit_tests(tools: Any, tmp_path: Path) -> None:
     (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     shutil.copy(TESTS, tmp_path / TESTS.name)
     checked = promtool(tools, "check", "rules", "rules.yml", cwd=tmp_path)
-    assert checked.returncode == 0 and "SUCCESS: 6 rules found" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "SUCCESS: 7 rules found" in checked.stdout, checked.stdout + checked.stderr
     tested = promtool(tools, "test", "rules", TESTS.name, cwd=tmp_path)
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
 

@@ -166,7 +166,7 @@ def test_queries_do_not_grow_with_the_classes_and_the_record_stays_small(world, 
         out, sent[n], body = world.reconcile(n)
         assert out.ok, (n, out.reason, out.message)
         assert body["status"]["plan"]["classCounts"]["total"] == n
-    assert sent == {SMALL: 2, CLASSES: 2}  # the kvplan source and capacity, whatever the number of classes
+    assert sent == {SMALL: 3, CLASSES: 3}  # the kvplan source, capacity and calibration, whatever the classes
     ns = world.ns(CLASSES)
     body = world.kube.get_kvplan(ns, "fleet")
     status = body["status"]

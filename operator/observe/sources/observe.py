@@ -23,7 +23,7 @@ from ...prom.answer_time import check_range_times
 from kvcore import History
 
 from ... import budget
-from ..history import ClassObservation, class_histories, newest_rate, rate_value, windows_by_key
+from ..history import ClassObservation, class_histories, newest_rate, newest_window, rate_value, windows_by_key
 from ...prom import PromApi, PromError
 from ...spec import KVPlanSpec
 from ... import conditions as C
@@ -122,7 +122,8 @@ def observe_histories(prom: PromApi, spec: KVPlanSpec, namespace: str, *, now: f
                                        what=f"{what}: source {q.source}, {q.where[key]}")
                     rate_from = "source"
                 b = binned[name]
-                out[name] = ClassObservation(name, b.history, b.requests, b.windows, rate, q.source, rate_from)
+                out[name] = ClassObservation(name, b.history, b.requests, b.windows, rate, q.source, rate_from,
+                                             newest_window(by_key[key], end=now))
     if deferred:
         raise ClassesAbsent(str(deferred[0][0]), tuple(n for _, names in deferred for n in names), out)
     return out

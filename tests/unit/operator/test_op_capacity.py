@@ -201,5 +201,5 @@ def test_reconcile_status_shows_both_numbers_usage_and_preemptions():
     assert b["source"] == "profile" and b["engineKvCapacityTokens"] is None and "using the profile" in b["note"]
     assert any("group batch capacity" in n for n in kube.status["plan"]["notes"])
     ranges = [c for c in prom.calls if c[0] == "range"]
-    assert len(ranges) == 1 and len(prom.calls) == 2  # one history source + one capacity query
+    assert len(ranges) == 1 and len(prom.calls) == 3  # one history source + one capacity + one calibration query
     assert C.find(kube.status["conditions"], C.READY)["status"] == "True"

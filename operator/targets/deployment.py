@@ -44,6 +44,7 @@ from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import Group, KVPlanSpec
 from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
+from .container_drift import container_drift
 from .legacy_reserve import legacy_env
 from .workload import served_by_deployment
 from .plugin_mount import is_plugin_scheduler, mount_conflict, plugin_drift, plugin_patch
@@ -219,23 +220,7 @@ def deployment_drift(current: Mapping[str, Any], patch: Mapping[str, Any]) -> li
     if (cur_pod.get("tolerations") or []) != pod["tolerations"]:
         out.append("tolerations")
     for c in pod["containers"]:
-        cur = _container(current, c["name"])
-        for key in ("command", "args"):
-            if key in c and list(cur.get(key) or []) != c[key]:
-                out.append(f"containers[{c['name']}].{key}")
-        res = cur.get("resources") or {}
-        for kind in ("limits", "requests"):
-            (key, want), = c["resources"][kind].items()
-            if str((res.get(kind) or {}).get(key)) != want:
-                out.append(f"containers[{c['name']}].resources.{kind}")
-        env = {e.get("name"): e for e in cur.get("env") or []}
-        for e in c["env"]:
-            if e.get("$patch") == "delete":
-                if e["name"] in env:
-                    out.append(f"containers[{c['name']}].env[{e['name']}]")
-            elif "valueFrom" in e and (env.get(e["name"], {}).get("valueFrom") != e["valueFrom"]
-                                       or "value" in env.get(e["name"], {})):
-                out.append(f"containers[{c['name']}].env[{e['name']}]")
+        out += container_drift(_container(current, c["name"]), c, "")
     return out
 
 

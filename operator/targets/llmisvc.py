@@ -36,6 +36,7 @@ from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import Group, KVPlanSpec
 from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
+from .container_drift import container_drift
 from .deployment import gpu_resource, knob_values
 from .workload import LLMISVC_GROUP, LLMISVC_KIND, llmisvc_name
 from .vllm_flags import PP_FLAG, TP_FLAG, Unexpressible, literal, read_flags, write_flags
@@ -151,14 +152,7 @@ def llmisvc_drift(current: Mapping[str, Any], patch: Mapping[str, Any]) -> list[
         out.append("spec.template.tolerations")
     for c in tmpl["containers"]:
         now: Mapping[str, Any] = next((x for x in cur_tmpl.get("containers") or [] if x.get("name") == c["name"]), {})
-        for key in ("command", "args"):
-            if key in c and list(now.get(key) or []) != c[key]:
-                out.append(f"spec.template.containers[{c['name']}].{key}")
-        res = now.get("resources") or {}
-        for kind in ("limits", "requests"):
-            (key, want), = c["resources"][kind].items()
-            if str((res.get(kind) or {}).get(key)) != want:
-                out.append(f"spec.template.containers[{c['name']}].resources.{kind}")
+        out += container_drift(now, c, "spec.template.")
     return out
 
 

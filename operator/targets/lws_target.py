@@ -18,6 +18,7 @@ from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import KVPlanSpec
 from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
+from .container_drift import container_drift
 from .deployment import gpu_resource, knob_values
 from .lws import KIND, build_lws_patch, lws_shape
 from .vllm_flags import PP_FLAG, TP_FLAG, Unexpressible, read_flags
@@ -62,13 +63,7 @@ def _drift(current: Mapping[str, Any], patch: Mapping[str, Any]) -> list[str]:
         have = ((cur_lwt.get(key) or {}).get("spec") or {}).get("containers") or []
         for c in lwt[key]["spec"]["containers"]:
             now: Mapping[str, Any] = next((x for x in have if x.get("name") == c["name"]), {})
-            for field in ("command", "args"):
-                if field in c and list(now.get(field) or []) != c[field]:
-                    out.append(f"spec.leaderWorkerTemplate.{key}.containers[{c['name']}].{field}")
-            res = now.get("resources") or {}
-            if any(str((res.get(kind) or {}).get(r)) != v for kind in ("limits", "requests")
-                   for r, v in c["resources"][kind].items()):
-                out.append(f"spec.leaderWorkerTemplate.{key}.containers[{c['name']}].resources")
+            out += container_drift(now, c, f"spec.leaderWorkerTemplate.{key}.", per_kind=False)
     return out
 
 

@@ -43,7 +43,7 @@ from ..desired import (ANN_GENERATION, ANN_LAYOUT, ANN_OWNED, ANN_OWNER, ANN_RES
 from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import Group, KVPlanSpec
-from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
+from . import BuildInput, TargetPlan, owner_conflict, raise_refusals
 from .container_drift import container_drift
 from .legacy_reserve import legacy_env
 from .workload import served_by_deployment
@@ -310,11 +310,9 @@ class DeploymentTarget:
                 moves = flags_layout(body, g.container) != target.layout
                 writes.append(Write(Stage.LAYOUT, self.name, "Deployment", g.deployment, "patch", patch,
                                     tuple(drift), relayout=adopted and moves))
-        for reason in (C.OWNED_BY_OTHER, C.OWNED_BY_CONTROLLER, C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND,
-                       C.UNREADABLE_ENGINE_CONFIG, C.UNSUPPORTED_CONTAINER_LAYOUT, C.LAYOUT_EXCEEDS_NODE):
-            if reason in refusals:
-                others = [m for r, ms in refusals.items() if r != reason for m in ms]
-                raise TargetRefused(reason, "; ".join(refusals[reason] + others))
+        raise_refusals(refusals, (C.OWNED_BY_OTHER, C.OWNED_BY_CONTROLLER, C.DEPLOYMENT_MISSING,
+                                  C.CONTAINER_NOT_FOUND, C.UNREADABLE_ENGINE_CONFIG, C.UNSUPPORTED_CONTAINER_LAYOUT,
+                                  C.LAYOUT_EXCEEDS_NODE))
         return TargetPlan(tuple(writes))
 
     def write(self, kube: KubeApi, namespace: str, w: Write) -> None:

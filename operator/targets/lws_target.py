@@ -17,12 +17,12 @@ from ..desired import ANN_LAYOUT, Stage, Write
 from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import KVPlanSpec
-from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
+from . import BuildInput, TargetPlan, raise_refusals
 from .container_drift import container_drift
 from .deployment import gpu_resource, knob_values
 from .lws import KIND, build_lws_patch, lws_shape
 from .vllm_flags import PP_FLAG, TP_FLAG, Unexpressible, read_flags
-from .workload import lws_name
+from .workload import claimed_workload, lws_name
 
 TARGET = "leaderworkerset"
 
@@ -87,14 +87,8 @@ class LwsTarget:
             name = lws_name(g)
             if name is None:
                 continue
-            body = observed.get(name)
+            body = claimed_workload(KIND, name, g, observed, inp, refusals)
             if body is None:
-                refusals.setdefault(C.WORKLOAD_MISSING, []).append(
-                    f"{KIND} {name} (group {g.name}) not found in namespace {inp.run.namespace}")
-                continue
-            conflict = owner_conflict(KIND, name, body, inp)
-            if conflict:
-                refusals.setdefault(C.OWNED_BY_OTHER, []).append(conflict)
                 continue
             target = inp.desired.groups[g.name]
             containers = (leader_template(body).get("spec") or {}).get("containers") or []
@@ -123,10 +117,7 @@ class LwsTarget:
                 adopted = ANN_LAYOUT in ((body.get("metadata") or {}).get("annotations") or {})
                 writes.append(Write(Stage.LAYOUT, self.name, KIND, name, "patch", patch, tuple(drift),
                                     relayout=adopted and runs != target.layout))
-        for reason in (C.OWNED_BY_OTHER, C.WORKLOAD_MISSING, C.UNSUPPORTED_CONTAINER_LAYOUT):
-            if reason in refusals:
-                others = [m for r, ms in refusals.items() if r != reason for m in ms]
-                raise TargetRefused(reason, "; ".join(refusals[reason] + others))
+        raise_refusals(refusals, (C.OWNED_BY_OTHER, C.WORKLOAD_MISSING, C.UNSUPPORTED_CONTAINER_LAYOUT))
         return TargetPlan(tuple(writes), tuple(notes))
 
     def write(self, kube: KubeApi, namespace: str, w: Write) -> None:

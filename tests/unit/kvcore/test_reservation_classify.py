@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kvcore.reservation_file import (
+from kvcore.classification import (
     FAIRNESS_HEADER,
     FROM_DEFAULT,
     FROM_HEADER,
@@ -21,6 +21,8 @@ from kvcore.reservation_file import (
     UNKNOWN_VALUE,
     ClassRule,
     RequestView,
+)
+from kvcore.reservation_file import (
     ReservationsError,
     parse_reservations,
     render_reservations,

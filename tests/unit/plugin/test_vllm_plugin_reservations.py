@@ -23,13 +23,9 @@ from kvplan_vllm.classify import (
     class_in_engine,
     engine_priority,
 )
+from kvcore.classification import FROM_DEFAULT, FROM_MODEL, FROM_PRIORITY, FROM_PROMPT, PromptLengthRule
 from kvcore.reservation_file import (
-    FROM_DEFAULT,
-    FROM_MODEL,
-    FROM_PRIORITY,
-    FROM_PROMPT,
     NO_RESERVATIONS,
-    PromptLengthRule,
     Reservations,
     ReservationsError,
     parse_reservations,

@@ -11,7 +11,7 @@ modules those names live in; ``docs/architecture.md``, "Distributions"). The pac
 (``docs/architecture.md``; an import-linter contract in ``pyproject.toml`` holds the order):
 
 - ``cli`` > ``evaluate`` > ``rules`` > ``sim`` | ``planner`` > ``reservation`` > ``history`` >
-  ``profiles`` | ``reservation_file`` > ``errors`` | ``bounds`` | ``catalogue`` | ``highs`` | ``classification``.
+  ``profiles`` | ``reservation_file`` > ``classification`` > ``errors`` | ``bounds`` | ``catalogue`` | ``highs``.
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from kvcore.reservation_file import MAX_CLASSES, PromptLengthRule, Reservations, render_reservations
+from kvcore.classification import PromptLengthRule
+from kvcore.reservation_file import MAX_CLASSES, Reservations, render_reservations
 from kvplan_dev.mounted_configmap import write_configmap_volume
 import kvplan_vllm.source as source_module
 from kvplan_vllm.source import ReservationSource

@@ -11,7 +11,7 @@ modules those names live in; ``docs/architecture.md``, "Distributions"). The pac
 (``docs/architecture.md``; an import-linter contract in ``pyproject.toml`` holds the order):
 
 - ``cli`` > ``evaluate`` > ``rules`` > ``sim`` | ``planner`` > ``reservation`` > ``history`` >
-  ``profiles`` | ``reservation_file`` > ``errors`` | ``bounds`` | ``catalogue`` | ``highs``.
+  ``profiles`` | ``reservation_file`` > ``classification`` > ``errors`` | ``bounds`` | ``catalogue`` | ``highs``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ __version__ = "0.1.0"
 
 _BY_MODULE: dict[str, str] = {
     "kvcore.catalogue": "GpuType HistorySource",
+    "kvcore.classification": "ClassRule PromptLengthRule RequestView UNKNOWN_VALUE=UNKNOWN_CLASS_SOURCE",
     "kvcore.errors": "InputError",
     "kvcore.evaluate": ("Cell DEFAULT_METHODS DEFAULT_RHOS DEFAULT_SHIFTS evaluate=run_evaluation Evaluation "
                         "gm_markdown ratio_cells register_policy split_episodes"),
@@ -67,9 +68,8 @@ _BY_MODULE: dict[str, str] = {
     "kvcore.reservation.lp": "solve_dro_lp",
     "kvcore.reservation.radius": "DEFAULT_RADIUS RadiusChoice RadiusPolicy with_horizon",
     "kvcore.reservation.radius_drift": "drift_radius exposed_side Side wasserstein1_side",
-    "kvcore.reservation_file": ("ClassRule MAX_BYTES=MAX_RESERVATION_FILE_BYTES NO_RESERVATIONS "
-                                "parse_reservations PromptLengthRule render_reservations RequestView Reservations "
-                                "ReservationsError UNKNOWN_VALUE=UNKNOWN_CLASS_SOURCE"),
+    "kvcore.reservation_file": ("MAX_BYTES=MAX_RESERVATION_FILE_BYTES NO_RESERVATIONS parse_reservations "
+                                "render_reservations Reservations ReservationsError"),
     "kvcore.rules.classes": "KnobClass",
     "kvcore.rules.knobs": "choose_knobs knobs_for_plan plan_groups WATERMARK_MIN_VERSION",
     "kvcore.rules.replay_set": "ReplaySet",
@@ -122,6 +122,9 @@ __all__ = [
 
 if TYPE_CHECKING:
     from kvcore.catalogue import GpuType, HistorySource
+    from kvcore.classification import (
+        ClassRule, PromptLengthRule, RequestView, UNKNOWN_VALUE as UNKNOWN_CLASS_SOURCE,
+    )
     from kvcore.errors import InputError
     from kvcore.evaluate import (
         Cell, DEFAULT_METHODS, DEFAULT_RHOS, DEFAULT_SHIFTS, evaluate as run_evaluation, Evaluation, gm_markdown,
@@ -173,8 +176,8 @@ if TYPE_CHECKING:
     from kvcore.reservation.radius import DEFAULT_RADIUS, RadiusChoice, RadiusPolicy, with_horizon
     from kvcore.reservation.radius_drift import drift_radius, exposed_side, Side, wasserstein1_side
     from kvcore.reservation_file import (
-        ClassRule, MAX_BYTES as MAX_RESERVATION_FILE_BYTES, NO_RESERVATIONS, parse_reservations, PromptLengthRule,
-        render_reservations, RequestView, Reservations, ReservationsError, UNKNOWN_VALUE as UNKNOWN_CLASS_SOURCE,
+        MAX_BYTES as MAX_RESERVATION_FILE_BYTES, NO_RESERVATIONS, parse_reservations, render_reservations,
+        Reservations, ReservationsError,
     )
     from kvcore.rules.classes import KnobClass
     from kvcore.rules.knobs import choose_knobs, knobs_for_plan, plan_groups, WATERMARK_MIN_VERSION

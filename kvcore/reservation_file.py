@@ -21,12 +21,8 @@ no I/O (``kvplan_vllm.source`` reads the file).
      "promptLengthRules": [{"maxPromptTokens": 2048, "class": "chat"}, {"class": "batch"}]
     }
 
-The class rule lives here once (:meth:`Reservations.classify`) and is evaluated on what each component sees of a
-request (:class:`RequestView`): the gateway sees headers (the operator writes the header rules as HTTPRoute
-matches, :meth:`Reservations.header_rules`), vLLM's scheduler sees the priority, the LoRA adapter and the prompt
-length, the stat logger only the prompt length. ``classify`` is tried first, in order, then ``priorityClasses``,
-then ``promptLengthRules``, then ``defaultClass``. ``defaultPriority`` is the vLLM priority (lower runs first) of
-requests of no class: larger than every class's, so untagged traffic never outranks a planned class.
+The class rules and their evaluation are :mod:`kvcore.classification` (:meth:`Reservations.classify`); this
+module reads and writes them.
 
 Every problem is reported with its field path, all at once (:class:`ReservationsError`, at most
 :data:`MAX_PROBLEMS` of them, each quoting at most :data:`SHOWN_CHARS` characters of the value).
@@ -47,6 +43,8 @@ from typing import Any, Callable, Collection, Mapping
 
 from kvcore.bounded_json import BoundedJsonError, load_bounded_json
 from kvcore.bounds import MAX_TOKENS
+from kvcore.classification import (HEADER_NAME, HEADER_VALUE_MAX, MATCH_KEYS, SHORTHANDS, ClassRule,
+                                   PromptLengthRule, RequestView, classify, matched_headers, render_rule)
 from kvcore.errors import InputError
 
 #: The document's format and version; another value is refused (the plugin keeps its last good values).
@@ -80,25 +78,6 @@ _MAX_LABEL = 512
 #: Entries validated between two calls of ``parse_reservations``'s ``pause``.
 _PAUSE_EVERY = 8
 _RULE_KEYS = {"maxPromptTokens", "class"}
-#: The Gateway API inference extension's request headers: the name of an ``InferenceObjective``, and a tenant
-#: (fairness) id. A ``classify`` entry ``{"objective": v}`` is ``{"header": OBJECTIVE_HEADER, "value": v}``.
-OBJECTIVE_HEADER = "x-gateway-inference-objective"
-FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
-_SHORTHANDS = {"objective": OBJECTIVE_HEADER, "fairnessId": FAIRNESS_HEADER}
-_MATCH_KEYS = {"objective", "fairnessId", "model", "header"}
-#: A request header name (RFC 7230 token; Gateway API's HTTPHeaderName), and a header value kvplan matches.
-_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]{1,256}$")
-_HEADER_VALUE_MAX = 256
-#: Where :meth:`Reservations.classify` found a request's class.
-FROM_HEADER = "header"
-FROM_MODEL = "model"
-FROM_PRIORITY = "priority"
-FROM_PROMPT = "prompt-length"
-FROM_DEFAULT = "default"
-#: A header that some rule matches on, or a priority, carries a value no rule knows: the default class.
-UNKNOWN_VALUE = "unknown-class"
-#: vLLM's priority of a request that names none (the body's ``priority`` default, no ``X-Vllm-Priority``).
-VLLM_DEFAULT_PRIORITY = 0
 
 
 class ReservationsError(InputError):
@@ -115,38 +94,6 @@ class ReservationsError(InputError):
 
     def __str__(self) -> str:
         return "; ".join(self.problems)
-
-
-@dataclass(frozen=True)
-class PromptLengthRule:
-    """Requests whose prompt has at most ``max_prompt_tokens`` tokens (any prompt when None) get ``klass``."""
-
-    max_prompt_tokens: int | None
-    klass: str
-
-
-@dataclass(frozen=True)
-class ClassRule:
-    """One ``classify`` entry: requests whose header ``header`` (lower-case; None for a model rule) or served
-    model / LoRA adapter name (``header`` None) equals ``value`` get ``klass``."""
-
-    header: str | None
-    value: str
-    klass: str
-
-
-@dataclass(frozen=True)
-class RequestView:
-    """What one component sees of a request; None where that component cannot see it.
-
-    ``headers``: lower-case name -> value (the gateway). ``model``: the served model or LoRA adapter the request
-    names (the scheduler: ``lora_request.lora_name``). ``priority``: vLLM's request priority (the scheduler).
-    ``prompt_tokens``: prompt length (the scheduler and the stat logger)."""
-
-    headers: Mapping[str, str] | None = None
-    model: str | None = None
-    priority: int | None = None
-    prompt_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -175,35 +122,14 @@ class Reservations:
 
     def matched_headers(self) -> frozenset[str]:
         """Lower-case names of the headers some rule matches on."""
-        return frozenset(r.header for r in self.rules if r.header is not None)
+        return matched_headers(self.rules)
 
     def classify(self, view: RequestView) -> tuple[str, str]:
-        """``(class, source)`` of a request from what a component sees of it (:class:`RequestView`).
-
-        ``classify`` rules first (a rule is skipped where its header or model is not visible), then
-        ``priorityClasses``, then ``promptLengthRules``, then the default. A visible header that some rule
-        matches on, carrying a value no rule knows, gives the default class with source :data:`UNKNOWN_VALUE`; so
-        does a priority that is neither a class's, vLLM's default nor ``defaultPriority`` where the file maps
-        priorities at all."""
-        headers = view.headers
-        for rule in self.rules:
-            if rule.header is None:
-                if view.model is not None and view.model == rule.value:
-                    return rule.klass, FROM_MODEL
-            elif headers is not None and headers.get(rule.header) == rule.value:
-                return rule.klass, FROM_HEADER
-        if headers is not None and any(h in headers for h in self.matched_headers()):
-            return self.default_class, UNKNOWN_VALUE
-        if view.priority is not None and self.priority_classes:
-            if view.priority in self.priority_classes:
-                return self.priority_classes[view.priority], FROM_PRIORITY
-            if view.priority not in (VLLM_DEFAULT_PRIORITY, self.default_priority):
-                return self.default_class, UNKNOWN_VALUE
-        if view.prompt_tokens is not None:
-            for p in self.prompt_length_rules:
-                if p.max_prompt_tokens is None or view.prompt_tokens <= p.max_prompt_tokens:
-                    return p.klass, FROM_PROMPT
-        return self.default_class, FROM_DEFAULT
+        """``(class, source)`` of a request from what a component sees of it: :func:`kvcore.classification.classify`
+        on this document's rules."""
+        return classify(view, rules=self.rules, priority_classes=self.priority_classes,
+                        prompt_length_rules=self.prompt_length_rules, default_class=self.default_class,
+                        default_priority=self.default_priority)
 
     def reserve(self, klass: str) -> int:
         """Reserved output tokens of ``klass``; an unknown class gets the default class's."""
@@ -366,9 +292,9 @@ def _rules(raw: Any, classes: Collection[str], problems: list[str], pause: Calla
 
 
 def _header_value(value: Any, path: str, problems: list[str]) -> str | None:
-    if not isinstance(value, str) or not value or len(value) > _HEADER_VALUE_MAX \
+    if not isinstance(value, str) or not value or len(value) > HEADER_VALUE_MAX \
             or any(not (" " <= ch <= "~") for ch in value):
-        problems.append(f"{path}: must be a non-empty printable ASCII string of at most {_HEADER_VALUE_MAX} "
+        problems.append(f"{path}: must be a non-empty printable ASCII string of at most {HEADER_VALUE_MAX} "
                         f"characters, got {_show(value)}")
         return None
     return value
@@ -376,15 +302,15 @@ def _header_value(value: Any, path: str, problems: list[str]) -> str | None:
 
 def _matcher(rule: Mapping[str, Any], path: str, problems: list[str]) -> tuple[str | None, str] | None:
     """``(header or None for a model rule, value)`` of one ``classify`` entry, or None (problems recorded)."""
-    kinds = sorted(set(rule) & _MATCH_KEYS)
+    kinds = sorted(set(rule) & MATCH_KEYS)
     if len(kinds) != 1:
-        problems.append(f"{path}: needs exactly one of {', '.join(sorted(_MATCH_KEYS))}, got "
+        problems.append(f"{path}: needs exactly one of {', '.join(sorted(MATCH_KEYS))}, got "
                         f"{', '.join(kinds) or 'none'}")
         return None
     kind = kinds[0]
     if kind == "header":
         name = rule["header"]
-        if not isinstance(name, str) or not _HEADER_NAME.match(name):
+        if not isinstance(name, str) or not HEADER_NAME.match(name):
             problems.append(f"{path}.header: must be an HTTP header name, got {_show(name)}")
             return None
         if "value" not in rule:
@@ -398,7 +324,7 @@ def _matcher(rule: Mapping[str, Any], path: str, problems: list[str]) -> tuple[s
     value = _header_value(rule[kind], f"{path}.{kind}", problems)
     if value is None:
         return None
-    return (_SHORTHANDS[kind], value) if kind in _SHORTHANDS else (None, value)
+    return (SHORTHANDS[kind], value) if kind in SHORTHANDS else (None, value)
 
 
 def _classify(raw: Any, classes: Collection[str], problems: list[str], pause: Callable[[], None]
@@ -418,7 +344,7 @@ def _classify(raw: Any, classes: Collection[str], problems: list[str], pause: Ca
         if not isinstance(rule, dict):
             problems.append(f"{path}: must be an object with one matcher and a class")
             continue
-        _unknown_keys(rule, _MATCH_KEYS | {"value", "class"}, path + ".", problems)
+        _unknown_keys(rule, MATCH_KEYS | {"value", "class"}, path + ".", problems)
         match = _matcher(rule, path, problems)
         if "class" not in rule:
             problems.append(f"{path}.class: required")
@@ -494,15 +420,6 @@ def parse_reservations(text: str | bytes, *, pause: Callable[[], None] = _no_pau
     )
 
 
-def _render_rule(rule: ClassRule) -> dict[str, str]:
-    if rule.header is None:
-        return {"model": rule.value, "class": rule.klass}
-    short = next((k for k, h in _SHORTHANDS.items() if h == rule.header), None)
-    if short is not None:
-        return {short: rule.value, "class": rule.klass}
-    return {"header": rule.header, "value": rule.value, "class": rule.klass}
-
-
 def render_reservations(res: Reservations) -> str:
     """The document for ``res`` (sorted keys, one trailing newline); ``parse_reservations`` inverts it."""
     doc: dict[str, Any] = {
@@ -517,7 +434,7 @@ def render_reservations(res: Reservations) -> str:
         ],
     }
     if res.rules:
-        doc["classify"] = [_render_rule(r) for r in res.rules]
+        doc["classify"] = [render_rule(r) for r in res.rules]
     if res.default_priority is not None:
         doc["defaultPriority"] = res.default_priority
     if res.plan is not None:

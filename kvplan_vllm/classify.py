@@ -1,5 +1,5 @@
 """Which kvplan class a request belongs to, on what each vLLM process sees of it. Pure: the scheduler and the stat
-logger call these with plain values; the rule itself is :meth:`kvcore.Reservations.classify`, the same rule the
+logger call these with plain values; the rule itself is :func:`kvcore.classification.classify`, the same rule the
 operator writes into the gateway's route.
 
 What reaches each process in vLLM 0.33 (``vllm/entrypoints``): the OpenAI server passes no request header into the
@@ -29,7 +29,7 @@ from kvcore import RequestView, Reservations, UNKNOWN_CLASS_SOURCE
 #: The ``vllm_xargs`` key naming a request's class, for clients that talk to vLLM directly.
 XARGS_KEY = "kvplan_class"
 
-#: Where a class came from (for logs, metrics and tests); the rest are :mod:`kvcore.reservation_file`'s.
+#: Where a class came from (for logs, metrics and tests); the rest are :mod:`kvcore.classification`'s.
 FROM_XARGS = "vllm_xargs"
 UNKNOWN_TO_DEFAULT = UNKNOWN_CLASS_SOURCE
 

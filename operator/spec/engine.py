@@ -45,7 +45,7 @@ class Plugin(SpecModel):
 
 
 #: The Gateway API inference extension's request headers naming an ``InferenceObjective`` and a tenant
-#: (kvcore.reservation_file's ``objective`` and ``fairnessId`` matchers).
+#: (kvcore.classification's ``objective`` and ``fairnessId`` matchers).
 OBJECTIVE_HEADER = "x-gateway-inference-objective"
 FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
 

@@ -44,6 +44,15 @@ class TargetRefused(Exception):
         super().__init__(message)
 
 
+def raise_refusals(refusals: Mapping[str, list[str]], order: tuple[str, ...]) -> None:
+    """Raise :class:`TargetRefused` for the first reason of ``order`` that ``refusals`` (reason -> messages) holds,
+    its messages first, then every other reason's; return when it holds none of them."""
+    for reason in order:
+        if reason in refusals:
+            others = [m for r, ms in refusals.items() if r != reason for m in ms]
+            raise TargetRefused(reason, "; ".join(refusals[reason] + others))
+
+
 @dataclass(frozen=True)
 class BuildInput:
     """What a target's build sees: the run, the spec, the desired state, every target's observed objects, and

@@ -43,7 +43,8 @@ from ..desired import (ANN_GENERATION, ANN_LAYOUT, ANN_OWNED, ANN_OWNER, ANN_RES
 from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import Group, KVPlanSpec
-from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
+from . import BuildInput, TargetPlan, owner_conflict, raise_refusals
+from .container_drift import container_drift
 from .legacy_reserve import legacy_env
 from .workload import served_by_deployment
 from .plugin_mount import is_plugin_scheduler, mount_conflict, plugin_drift, plugin_patch
@@ -219,23 +220,7 @@ def deployment_drift(current: Mapping[str, Any], patch: Mapping[str, Any]) -> li
     if (cur_pod.get("tolerations") or []) != pod["tolerations"]:
         out.append("tolerations")
     for c in pod["containers"]:
-        cur = _container(current, c["name"])
-        for key in ("command", "args"):
-            if key in c and list(cur.get(key) or []) != c[key]:
-                out.append(f"containers[{c['name']}].{key}")
-        res = cur.get("resources") or {}
-        for kind in ("limits", "requests"):
-            (key, want), = c["resources"][kind].items()
-            if str((res.get(kind) or {}).get(key)) != want:
-                out.append(f"containers[{c['name']}].resources.{kind}")
-        env = {e.get("name"): e for e in cur.get("env") or []}
-        for e in c["env"]:
-            if e.get("$patch") == "delete":
-                if e["name"] in env:
-                    out.append(f"containers[{c['name']}].env[{e['name']}]")
-            elif "valueFrom" in e and (env.get(e["name"], {}).get("valueFrom") != e["valueFrom"]
-                                       or "value" in env.get(e["name"], {})):
-                out.append(f"containers[{c['name']}].env[{e['name']}]")
+        out += container_drift(_container(current, c["name"]), c, "")
     return out
 
 
@@ -325,11 +310,9 @@ class DeploymentTarget:
                 moves = flags_layout(body, g.container) != target.layout
                 writes.append(Write(Stage.LAYOUT, self.name, "Deployment", g.deployment, "patch", patch,
                                     tuple(drift), relayout=adopted and moves))
-        for reason in (C.OWNED_BY_OTHER, C.OWNED_BY_CONTROLLER, C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND,
-                       C.UNREADABLE_ENGINE_CONFIG, C.UNSUPPORTED_CONTAINER_LAYOUT, C.LAYOUT_EXCEEDS_NODE):
-            if reason in refusals:
-                others = [m for r, ms in refusals.items() if r != reason for m in ms]
-                raise TargetRefused(reason, "; ".join(refusals[reason] + others))
+        raise_refusals(refusals, (C.OWNED_BY_OTHER, C.OWNED_BY_CONTROLLER, C.DEPLOYMENT_MISSING,
+                                  C.CONTAINER_NOT_FOUND, C.UNREADABLE_ENGINE_CONFIG, C.UNSUPPORTED_CONTAINER_LAYOUT,
+                                  C.LAYOUT_EXCEEDS_NODE))
         return TargetPlan(tuple(writes))
 
     def write(self, kube: KubeApi, namespace: str, w: Write) -> None:

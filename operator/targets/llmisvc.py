@@ -35,9 +35,10 @@ from ..desired import ANN_GENERATION, ANN_LAYOUT, ANN_OWNED, ANN_OWNER, GroupTar
 from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import Group, KVPlanSpec
-from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
+from . import BuildInput, TargetPlan, raise_refusals
+from .container_drift import container_drift
 from .deployment import gpu_resource, knob_values
-from .workload import LLMISVC_GROUP, LLMISVC_KIND, llmisvc_name
+from .workload import LLMISVC_GROUP, LLMISVC_KIND, claimed_workload, llmisvc_name
 from .vllm_flags import PP_FLAG, TP_FLAG, Unexpressible, literal, read_flags, write_flags
 
 KIND = LLMISVC_KIND
@@ -151,14 +152,7 @@ def llmisvc_drift(current: Mapping[str, Any], patch: Mapping[str, Any]) -> list[
         out.append("spec.template.tolerations")
     for c in tmpl["containers"]:
         now: Mapping[str, Any] = next((x for x in cur_tmpl.get("containers") or [] if x.get("name") == c["name"]), {})
-        for key in ("command", "args"):
-            if key in c and list(now.get(key) or []) != c[key]:
-                out.append(f"spec.template.containers[{c['name']}].{key}")
-        res = now.get("resources") or {}
-        for kind in ("limits", "requests"):
-            (key, want), = c["resources"][kind].items()
-            if str((res.get(kind) or {}).get(key)) != want:
-                out.append(f"spec.template.containers[{c['name']}].resources.{kind}")
+        out += container_drift(now, c, "spec.template.")
     return out
 
 
@@ -200,14 +194,8 @@ class LlmisvcTarget:
             name = llmisvc_name(g, deployments.get(g.deployment))
             if name is None:
                 continue
-            body = observed.get(name)
+            body = claimed_workload(KIND, name, g, observed, inp, refusals)
             if body is None:
-                refusals.setdefault(C.WORKLOAD_MISSING, []).append(
-                    f"{KIND} {name} (group {g.name}) not found in namespace {inp.run.namespace}")
-                continue
-            conflict = owner_conflict(KIND, name, body, inp)
-            if conflict:
-                refusals.setdefault(C.OWNED_BY_OTHER, []).append(conflict)
                 continue
             fields = unexpressible_fields(body)
             target = inp.desired.groups[g.name]
@@ -237,11 +225,8 @@ class LlmisvcTarget:
                 adopted = ANN_LAYOUT in ((body.get("metadata") or {}).get("annotations") or {})
                 writes.append(Write(Stage.LAYOUT, self.name, KIND, name, "patch", patch, tuple(drift),
                                     relayout=adopted and llmisvc_layout(body, g.container) != target.layout))
-        for reason in (C.OWNED_BY_OTHER, C.WORKLOAD_MISSING, C.CONTAINER_NOT_FOUND, C.UNSUPPORTED_WORKLOAD_FIELD,
-                       C.UNSUPPORTED_CONTAINER_LAYOUT):
-            if reason in refusals:
-                others = [m for r, ms in refusals.items() if r != reason for m in ms]
-                raise TargetRefused(reason, "; ".join(refusals[reason] + others))
+        raise_refusals(refusals, (C.OWNED_BY_OTHER, C.WORKLOAD_MISSING, C.CONTAINER_NOT_FOUND,
+                                  C.UNSUPPORTED_WORKLOAD_FIELD, C.UNSUPPORTED_CONTAINER_LAYOUT))
         return TargetPlan(tuple(writes), tuple(notes))
 
     def write(self, kube: KubeApi, namespace: str, w: Write) -> None:

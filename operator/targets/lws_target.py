@@ -17,11 +17,12 @@ from ..desired import ANN_LAYOUT, Stage, Write
 from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import KVPlanSpec
-from . import BuildInput, TargetPlan, TargetRefused, owner_conflict
+from . import BuildInput, TargetPlan, raise_refusals
+from .container_drift import container_drift
 from .deployment import gpu_resource, knob_values
 from .lws import KIND, build_lws_patch, lws_shape
 from .vllm_flags import PP_FLAG, TP_FLAG, Unexpressible, read_flags
-from .workload import lws_name
+from .workload import claimed_workload, lws_name
 
 TARGET = "leaderworkerset"
 
@@ -62,13 +63,7 @@ def _drift(current: Mapping[str, Any], patch: Mapping[str, Any]) -> list[str]:
         have = ((cur_lwt.get(key) or {}).get("spec") or {}).get("containers") or []
         for c in lwt[key]["spec"]["containers"]:
             now: Mapping[str, Any] = next((x for x in have if x.get("name") == c["name"]), {})
-            for field in ("command", "args"):
-                if field in c and list(now.get(field) or []) != c[field]:
-                    out.append(f"spec.leaderWorkerTemplate.{key}.containers[{c['name']}].{field}")
-            res = now.get("resources") or {}
-            if any(str((res.get(kind) or {}).get(r)) != v for kind in ("limits", "requests")
-                   for r, v in c["resources"][kind].items()):
-                out.append(f"spec.leaderWorkerTemplate.{key}.containers[{c['name']}].resources")
+            out += container_drift(now, c, f"spec.leaderWorkerTemplate.{key}.", per_kind=False)
     return out
 
 
@@ -92,14 +87,8 @@ class LwsTarget:
             name = lws_name(g)
             if name is None:
                 continue
-            body = observed.get(name)
+            body = claimed_workload(KIND, name, g, observed, inp, refusals)
             if body is None:
-                refusals.setdefault(C.WORKLOAD_MISSING, []).append(
-                    f"{KIND} {name} (group {g.name}) not found in namespace {inp.run.namespace}")
-                continue
-            conflict = owner_conflict(KIND, name, body, inp)
-            if conflict:
-                refusals.setdefault(C.OWNED_BY_OTHER, []).append(conflict)
                 continue
             target = inp.desired.groups[g.name]
             containers = (leader_template(body).get("spec") or {}).get("containers") or []
@@ -128,10 +117,7 @@ class LwsTarget:
                 adopted = ANN_LAYOUT in ((body.get("metadata") or {}).get("annotations") or {})
                 writes.append(Write(Stage.LAYOUT, self.name, KIND, name, "patch", patch, tuple(drift),
                                     relayout=adopted and runs != target.layout))
-        for reason in (C.OWNED_BY_OTHER, C.WORKLOAD_MISSING, C.UNSUPPORTED_CONTAINER_LAYOUT):
-            if reason in refusals:
-                others = [m for r, ms in refusals.items() if r != reason for m in ms]
-                raise TargetRefused(reason, "; ".join(refusals[reason] + others))
+        raise_refusals(refusals, (C.OWNED_BY_OTHER, C.WORKLOAD_MISSING, C.UNSUPPORTED_CONTAINER_LAYOUT))
         return TargetPlan(tuple(writes), tuple(notes))
 
     def write(self, kube: KubeApi, namespace: str, w: Write) -> None:

@@ -3,7 +3,7 @@ LeaderWorkerSet ``groups[].workloadRef`` names. Pure.
 
 The Deployment target writes the groups served by their Deployment; the LLMInferenceService target
 (:mod:`.llmisvc`) writes those whose Deployment belongs to KServe's controller (never written), and the
-LeaderWorkerSet target (:mod:`.lws`) those served by one.
+LeaderWorkerSet target (:mod:`.lws`) those served by one; both start from :func:`claimed_workload`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .. import conditions as C
 from ..spec import Group
+from . import BuildInput, Observed, owner_conflict
 
 LLMISVC_KIND = "LLMInferenceService"
 LLMISVC_GROUP = "serving.kserve.io"
@@ -45,3 +47,19 @@ def llmisvc_name(group: Group, deployment: Mapping[str, Any] | None) -> str | No
     if group.workload_ref is not None and group.workload_ref.kind == LLMISVC_KIND:
         return group.workload_ref.name
     return controller_llmisvc(deployment)
+
+
+def claimed_workload(kind: str, name: str, group: Group, observed: Observed, inp: BuildInput,
+                     refusals: dict[str, list[str]]) -> Mapping[str, Any] | None:
+    """The observed ``kind`` ``name`` serving ``group``, for its target to write; None, with the refusal added to
+    ``refusals``, when it is missing (``WorkloadMissing``) or another live KVPlan manages it (``OwnedByOther``)."""
+    body = observed.get(name)
+    if body is None:
+        refusals.setdefault(C.WORKLOAD_MISSING, []).append(
+            f"{kind} {name} (group {group.name}) not found in namespace {inp.run.namespace}")
+        return None
+    conflict = owner_conflict(kind, name, body, inp)
+    if conflict:
+        refusals.setdefault(C.OWNED_BY_OTHER, []).append(conflict)
+        return None
+    return body

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 import pytest
 from kvplan_operator import conditions as C
@@ -41,26 +42,37 @@ def control_plane_tools():
     return tools
 
 
-@pytest.fixture(scope="module")
-def crds(cluster):
-    """The KVPlan CRD and the upstream HTTPRoute and InferencePool CRDs, Established. They stay installed for the
-    rest of the session (an absent route still reads as 404, as without the CRD)."""
+def install_upstream_crds(cluster, fetch: Callable[[], dict[str, Path]], established: list[str],
+                          what: str) -> dict[str, Path]:
+    """The KVPlan CRD and the upstream CRDs ``fetch`` downloads (``what`` names them in a failure), applied
+    server-side until ``established`` are Established; the files, by name. They stay installed for the rest of
+    the session."""
     from kvplan_dev.demo import wait_established
     from kvplan_dev.gobuild import BuildError
-    from kvplan_dev.gomodules import upstream_crds
 
     try:
-        files = upstream_crds()
+        files = fetch()
     except BuildError as exc:
-        pytest.fail(f"upstream Gateway API / Inference Extension CRDs could not be fetched: {exc}")
+        pytest.fail(f"upstream {what} CRDs could not be fetched: {exc}")
     apply_crds(cluster, REPO / "crds" / "kvplans.kvplan.io.yaml")
     for path in files.values():
         cluster.kubectl("apply", "--server-side", "-f", str(path))
     try:
-        wait_established(cluster, ["httproutes.gateway.networking.k8s.io", "inferencepools.inference.networking.k8s.io"])
+        wait_established(cluster, established)
     except RuntimeError as exc:
         pytest.fail(str(exc))
     return files
+
+
+@pytest.fixture(scope="module")
+def crds(cluster):
+    """The KVPlan CRD and the upstream HTTPRoute and InferencePool CRDs, Established (an absent route still reads
+    as 404, as without the CRD)."""
+    from kvplan_dev.gomodules import upstream_crds
+
+    return install_upstream_crds(cluster, upstream_crds, ["httproutes.gateway.networking.k8s.io",
+                                                          "inferencepools.inference.networking.k8s.io"],
+                                 "Gateway API / Inference Extension")
 
 
 def route_body(namespace: str) -> dict:

@@ -28,7 +28,8 @@ import pytest
 from kvplan_operator import conditions as C
 from kvplan_operator.kube import Kube
 from kvplan_operator.targets.vllm_flags import PP_FLAG, TP_FLAG, read_flags
-from operator_world import REPO, apply_crds, backfill, cond, create_kvplan, deployment, fetch, kvplan_spec, run
+from operator_httproute_world import install_upstream_crds
+from operator_world import backfill, cond, create_kvplan, deployment, fetch, kvplan_spec, run
 
 pytestmark = pytest.mark.integration
 
@@ -40,22 +41,11 @@ KSERVE_DEPLOYMENT = f"{ISVC}-kserve"
 @pytest.fixture(scope="module")
 def workload_crds(cluster):
     """The KVPlan CRD and the upstream LLMInferenceService and LeaderWorkerSet CRDs, Established."""
-    from kvplan_dev.demo import wait_established
-    from kvplan_dev.gobuild import BuildError
     from kvplan_dev.gomodules import workload_crds as fetch_crds
 
-    try:
-        files = fetch_crds()
-    except BuildError as exc:
-        pytest.fail(f"upstream KServe / LeaderWorkerSet CRDs could not be fetched: {exc}")
-    apply_crds(cluster, REPO / "crds" / "kvplans.kvplan.io.yaml")
-    for path in files.values():
-        cluster.kubectl("apply", "--server-side", "-f", str(path))
-    try:
-        wait_established(cluster, ["llminferenceservices.serving.kserve.io", "leaderworkersets.leaderworkerset.x-k8s.io"])
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
-    return files
+    return install_upstream_crds(cluster, fetch_crds, ["llminferenceservices.serving.kserve.io",
+                                                       "leaderworkersets.leaderworkerset.x-k8s.io"],
+                                 "KServe / LeaderWorkerSet")
 
 
 def llmisvc_body(extra: dict | None = None) -> dict:

@@ -234,7 +234,7 @@ def test_kvplans_volume_is_recognised_by_its_one_reservation_file(key, ours):
 def test_the_reservation_file_carries_the_match_rules_and_the_untagged_priority():
     """A class's ``match`` reaches the file as ``classify`` rules, and under the priority policy the file publishes
     the class priorities and, after them, the priority of requests of no class."""
-    from kvcore.reservation_file import FAIRNESS_HEADER, OBJECTIVE_HEADER, ClassRule
+    from kvcore.classification import FAIRNESS_HEADER, OBJECTIVE_HEADER, ClassRule
 
     w = World(plugin={"enabled": True})
     w.spec["classes"][0]["match"] = {"objective": "premium-chat", "model": "chat-lora"}

@@ -156,7 +156,8 @@ def test_documents_at_the_limits_still_parse(text: str) -> None:
 def test_the_largest_document_the_operator_writes_fits_the_limits() -> None:
     """256 classes with 40-character names, a priority and a rule each, and the largest numbers: within
     MAX_BYTES and MAX_SEPARATORS with room to spare, and it round-trips."""
-    from kvcore.reservation_file import MAX_SEPARATORS, PromptLengthRule, render_reservations
+    from kvcore.classification import PromptLengthRule
+    from kvcore.reservation_file import MAX_SEPARATORS, render_reservations
 
     names = [f"c{i:03d}-" + "x" * 35 for i in range(MAX_CLASSES)]
     res = Reservations({k: 10**9 for k in names}, names[0], {-(10**17) + i: k for i, k in enumerate(names)},

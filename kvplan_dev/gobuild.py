@@ -137,24 +137,8 @@ def apiserver_gomod(version: str, go: Path) -> str:
 
 def build_apiserver(version: str, dest: Path, logs: Path, progress: Progress) -> Path:
     """Build kube-apiserver ``version`` (e.g. ``v1.37.2``) to ``dest`` unless it is already there."""
-    src = dest.parent / "src-apiserver"
-    with _Lock(src.with_suffix(".lock"), progress):
-        if dest.exists():
-            return dest
-        go = find_go()
-        src.mkdir(parents=True, exist_ok=True)
-        log = logs / f"build-kube-apiserver-{version}.log"
-        _stage_wrapper("apiserver", src, f"k8s.io/kubernetes {version}", lambda: apiserver_gomod(version, go))
-        progress(f"[kube-apiserver {version}] resolving modules (go mod tidy) ...")
-        _run_logged([str(go), "mod", "tidy"], src, log, "kube-apiserver", progress)
-        total = _count_packages(go, src)
-        ldflags = _kube_ldflags(version)
-        progress(f"[kube-apiserver {version}] compiling {total} packages (cold: tens of minutes on 2 cores) ...")
-        tmp = dest.with_name(dest.name + ".tmp")
-        _run_logged([str(go), "build", "-v", "-trimpath", "-ldflags", ldflags, "-o", str(tmp), "."],
-                    src, log, "kube-apiserver", progress, total)
-        tmp.replace(dest)
-        return dest
+    return _build_kube("kube-apiserver", ".", version, dest, logs, progress,
+                       "cold: tens of minutes on 2 cores")
 
 
 KUBE_COMPONENTS = ("kube-controller-manager", "kube-scheduler")
@@ -168,21 +152,27 @@ def build_kube_component(component: str, version: str, dest: Path, logs: Path, p
     go.mod/go.sum cover them all, and ``go mod tidy`` resolves from the same k/k go.mod otherwise)."""
     if component not in KUBE_COMPONENTS:
         raise BuildError(f"{component}: not one of {KUBE_COMPONENTS}")
+    return _build_kube(component, f"./{component}", version, dest, logs, progress, "shared with kube-apiserver's cache")
+
+
+def _build_kube(label: str, package: str, version: str, dest: Path, logs: Path, progress: Progress,
+                note: str) -> Path:
+    """``go build`` ``package`` of the staged wrapper module into ``dest`` (one lock for the module's directory)."""
     src = dest.parent / "src-apiserver"
     with _Lock(src.with_suffix(".lock"), progress):
         if dest.exists():
             return dest
         go = find_go()
         src.mkdir(parents=True, exist_ok=True)
-        log = logs / f"build-{component}-{version}.log"
+        log = logs / f"build-{label}-{version}.log"
         _stage_wrapper("apiserver", src, f"k8s.io/kubernetes {version}", lambda: apiserver_gomod(version, go))
-        progress(f"[{component} {version}] resolving modules (go mod tidy) ...")
-        _run_logged([str(go), "mod", "tidy"], src, log, component, progress)
-        total = _count_packages(go, src / component)
-        progress(f"[{component} {version}] compiling {total} packages (shared with kube-apiserver's cache) ...")
+        progress(f"[{label} {version}] resolving modules (go mod tidy) ...")
+        _run_logged([str(go), "mod", "tidy"], src, log, label, progress)
+        total = _count_packages(go, src / package)
+        progress(f"[{label} {version}] compiling {total} packages ({note}) ...")
         tmp = dest.with_name(dest.name + ".tmp")
         _run_logged([str(go), "build", "-v", "-trimpath", "-ldflags", _kube_ldflags(version), "-o", str(tmp),
-                     f"./{component}"], src, log, component, progress, total)
+                     package], src, log, label, progress, total)
         tmp.replace(dest)
         return dest
 

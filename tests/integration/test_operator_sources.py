@@ -133,7 +133,7 @@ def test_stock_example_is_ready_on_stock_vllm_metrics_alone(crd, cluster, kube_a
     counting = Counting()
     out, sent, body = _reconcile(kube, namespace, counting)
     assert out.ok, (out, body.get("status"))
-    assert sent == 2  # one history source (vllm) + one capacity query
+    assert sent == 3  # one history source (vllm), the capacity query and plan calibration's
     assert cond(body, C.READY)["status"] == "True"
     st = body["status"]["plan"]
     classes = detail(kube, namespace, "llama-70b")["classes"]
@@ -173,7 +173,7 @@ def test_plugin_example_over_tls_and_basic_auth_then_a_missing_metric(crd, clust
     counting = Counting()
     out, sent, body = _reconcile(kube, namespace, counting)
     assert out.ok, (out, body.get("status"))
-    assert sent == 2  # the kvplan source + capacity, for three classes
+    assert sent == 3  # the kvplan source, capacity and calibration, for three classes
     for name, c in detail(kube, namespace, "llama-70b")["classes"].items():
         assert (c["source"], c["arrivalRateFrom"]) == ("kvplan", "source")
         assert c["arrivalRate"] == pytest.approx(TRACE_RATE[name], rel=0.06)
@@ -185,7 +185,7 @@ def test_plugin_example_over_tls_and_basic_auth_then_a_missing_metric(crd, clust
                                             {"spec": {"classes": spec["classes"]}})
     out, sent, body = _reconcile(kube, namespace, counting)
     assert out.ok, (out, body.get("status"))
-    assert sent == 3  # kvplan + vllm + capacity
+    assert sent == 4  # kvplan + vllm + capacity + calibration
     assert detail(kube, namespace, "llama-70b")["classes"]["batch"]["source"] == "vllm"
     good = copy.deepcopy(body["status"])
     good_detail = detail(kube, namespace, "llama-70b")

@@ -78,14 +78,14 @@ def test_collisions_on_the_real_apiserver(crd, kube_api, kube, namespace, promet
 
     # a KVPlan whose plan-detail name is another KVPlan's ConfigMap (written by an operator before the fix)
     client.CoreV1Api(kube_api).create_namespaced_config_map(namespace, {
-        "metadata": {"name": "shared-plan", "annotations": {"kvplan.io/owner": f"{namespace}/other"}},
+        "metadata": {"name": "pooled-plan", "annotations": {"kvplan.io/owner": f"{namespace}/other"}},
         "data": {"routing.json": "{}"}})
-    held = versions(kube, namespace, ["shared-plan"])
-    add(kube_api, namespace, "shared", prometheus.url, "shared-router")
-    out = run(kube, namespace, "shared")
-    assert out.reason == C.OWNED_BY_OTHER and "ConfigMap shared-plan" in out.message, out
-    assert versions(kube, namespace, ["shared-plan"]) == held
-    assert kube.get_configmap(namespace, "shared-kvplan") is None  # nothing applied, not even the state
+    held = versions(kube, namespace, ["pooled-plan"])
+    add(kube_api, namespace, "pooled", prometheus.url, "pooled-router")
+    out = run(kube, namespace, "pooled")
+    assert out.reason == C.OWNED_BY_OTHER and "ConfigMap pooled-plan" in out.message, out
+    assert versions(kube, namespace, ["pooled-plan"]) == held
+    assert kube.get_configmap(namespace, "pooled-kvplan") is None  # nothing applied, not even the state
 
     # suffix-overlapping names side by side: each writes only its own
     for name in ("x", "x-plan", "x-kvplan"):

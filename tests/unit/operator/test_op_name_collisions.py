@@ -2,8 +2,8 @@
 cluster, the raw client unused).
 
 Before issue 26, ``router.configMap`` set to ``<other>-kvplan`` overwrote another KVPlan's state ConfigMap with a
-routing document, and a KVPlan named ``shared`` wrote its plan detail into another KVPlan's ConfigMap
-``shared-plan``. Now every ConfigMap kvplan writes carries ``kvplan.io/owner`` and is checked before writing
+routing document, and a KVPlan named ``pooled`` wrote its plan detail into another KVPlan's ConfigMap
+``pooled-plan``. Now every ConfigMap kvplan writes carries ``kvplan.io/owner`` and is checked before writing
 (annotation and ownerReference; a create that meets an object re-reads and re-checks it), and router names of
 the generated forms (``*-kvplan``, ``*-plan``, ``*-plan-<n>``) are refused in the spec.
 
@@ -120,8 +120,8 @@ CASES = {
     "own-state-is-a-legacy-router-of-a-live-kvplan": (
         legacy_object_named("mine-kvplan", "ns/other"), C.OWNED_BY_OTHER, "managed by KVPlan ns/other"),
     "own-plan-detail-is-a-legacy-router-of-a-live-kvplan": (
-        legacy_object_named("shared-plan", "ns/other", subject="shared"), C.OWNED_BY_OTHER,
-        "ConfigMap shared-plan (this KVPlan's plan detail ConfigMap by name) is managed by KVPlan ns/other"),
+        legacy_object_named("pooled-plan", "ns/other", subject="pooled"), C.OWNED_BY_OTHER,
+        "ConfigMap pooled-plan (this KVPlan's plan detail ConfigMap by name) is managed by KVPlan ns/other"),
     "own-state-is-a-configmap-nobody-owns": (legacy_object_named("mine-kvplan", None), C.OWNED_BY_OTHER,
                                              "is not this KVPlan's"),
     "own-plan-detail-is-a-configmap-nobody-owns": (legacy_object_named("mine-plan", None), C.OWNED_BY_OTHER,

@@ -11,7 +11,8 @@ The plan compared is the one **in force during the window**: the last plan appli
   each group of the plan in force (its layout, replicas and KV capacity; the engines' running ``--max-num-seqs``,
   watermark and policy; kvplan's gate where its scheduler is mounted, with the plan's ``y`` as reservations),
   bounded by :data:`kvcore.evaluate.calibration.MAX_WORK` simulated requests; realised from the plugin's or vLLM's
-  counters (:mod:`kvplan_operator.observe.calibration`).
+  counters (:mod:`kvplan_operator.observe.calibration`). The engine model runs only when some class has enough
+  realised requests to compare; otherwise no preemption prediction is made (``work`` 0).
 
 Each quantity gets the floored ratio and the drift verdict of :func:`kvcore.compare_calibration`. Nothing here
 fails the plan: every problem is a reason (:class:`Calibration.reason` for the whole, ``Verdict.reason`` per
@@ -112,8 +113,14 @@ def calibrate(obs: Observation, instance: Instance) -> Calibration:
     if plan is None:
         return Calibration(realised.window_s, kv_usage=usage, reason=NO_PLAN_IN_FORCE,
                            message="no plan was in force during the window")
-    try:
-        prediction = predict_preemptions(_groups(obs, plan, instance))
+    comparable = any(not rc.reason and (rc.requests or 0.0) >= CALIBRATION_MIN_REQUESTS
+                     for rc in realised.classes.values())
+    try:  # the engine replay is the cycle's costliest step after the solve: only when a class can be compared
+        predicted: Mapping[str, float] = {}
+        work = 0
+        if comparable:
+            prediction = predict_preemptions(_groups(obs, plan, instance))
+            predicted, work = prediction.per_request, prediction.work
     except Exception as exc:  # InputError from kvcore, or a bug: the plan goes on, calibration says why
         why = f"{exc.field}: {exc.message}" if isinstance(exc, InputError) else type(exc).__name__
         return Calibration(realised.window_s, kv_usage=usage, reason=PREDICTION_FAILED,
@@ -125,7 +132,7 @@ def calibrate(obs: Observation, instance: Instance) -> Calibration:
             continue
         per: dict[str, CalibrationVerdict] = {}
         rc = realised.classes.get(cp.name)
-        predicted_p = prediction.per_request.get(cp.name)
+        predicted_p = predicted.get(cp.name)
         if rc is None:
             per["preemptions"] = CalibrationVerdict(predicted_p, None, reason=realised.reason or "NoRealisedData")
         elif rc.reason:
@@ -148,4 +155,4 @@ def calibrate(obs: Observation, instance: Instance) -> Calibration:
         if not reason:
             reasons = sorted({v.reason for per in verdicts.values() for v in per.values() if v.reason})
             reason, message = NOTHING_COMPARED, "no class could be compared: " + (", ".join(reasons) or "no class")
-    return Calibration(realised.window_s, verdicts, thresholds, usage, prediction.work, reason, message)
+    return Calibration(realised.window_s, verdicts, thresholds, usage, work, reason, message)

@@ -28,15 +28,14 @@ numbers are missing, NaN or negative gets a reason of its own.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvcore import KVPLAN_CLASS_LABEL, VLLM_PREEMPTIONS
 
-from .. import conditions as C
 from ..prom import PromApi, PromError
-from ..prom.answer_time import check_instant_time
+from ..prom.instant import instant_samples
 from ..spec import KVPlanSpec
 from .history import KEY_LABEL
 from .sources import settings_of
@@ -148,27 +147,15 @@ def realised_classes(data: Mapping[str, Any], spec: KVPlanSpec, *, at: float | N
     """The calibration query's answer -> per class :class:`RealisedClass` (every class present). Raises
     :class:`PromError` (``PrometheusBadResponse``, ``TooManySeries``, ``StaleSamples``) on an answer that is not
     one; a NaN or negative count is the class's ``NotANumber``, a missing one its ``NoRealisedData``."""
-    result = data.get("result")
-    if data.get("resultType") not in (None, "vector") or not isinstance(result, list):
-        raise PromError(C.PROMETHEUS_BAD_RESPONSE, "calibration query: expected a vector")
-    if len(result) > MAX_SERIES:
-        raise PromError(C.TOO_MANY_SERIES, f"calibration query: {len(result)} series (more than {MAX_SERIES})")
     labelled, groups, none = _keys(spec)
     label = KVPLAN.class_label(settings_of(spec, "kvplan")) or KVPLAN_CLASS_LABEL
     got: dict[str, dict[str, float]] = {}
-    for s in result:
-        labels = s.get("metric") if isinstance(s, Mapping) else None
-        point = s.get("value") if isinstance(s, Mapping) else None
-        if not isinstance(labels, Mapping) or not isinstance(point, Sequence) or len(point) != 2:
-            raise PromError(C.PROMETHEUS_BAD_RESPONSE, "calibration query: a sample is not {metric, value}")
-        if at is not None:
-            stamp = _value(point[0])
-            check_instant_time(stamp if stamp is not None else float("nan"), at=at, what="calibration query")
+    for labels, raw in instant_samples(data, "calibration query", max_series=MAX_SERIES, at=at):
         key = str(labels.get(KEY_LABEL, ""))
         name = groups.get(key.removeprefix("group/")) if key.startswith("group/") else labelled.get(
             str(labels.get(label, "")))
         series = str(labels.get(SERIES_LABEL, ""))
-        value = _value(point[1])
+        value = _value(raw)
         if name is None or series not in ("preemptions", "requests"):
             continue  # another team's class on a shared label
         got.setdefault(name, {})[series] = value if value is not None else float("nan")

@@ -23,17 +23,14 @@ before profiling) leaves the group on its profile, and status says so.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kvcore import VLLM_CACHE_CONFIG_INFO, VLLM_KV_CACHE_USAGE, VLLM_PREEMPTIONS
 
-from ... import conditions as C
 from ..history import KEY_LABEL
-from ...prom.answer_time import check_instant_time
-from ...prom import PromError
-from ...prom.response_text import result_type_text
+from ...prom.instant import instant_samples
 from ...spec import KVPlanSpec
 from .vllm import group_selector
 
@@ -99,29 +96,16 @@ def engine_capacity(data: Mapping[str, Any], spec: KVPlanSpec, *, at: float | No
                     ) -> dict[str, EngineCapacity]:
     """The capacity query's answer -> per group :class:`EngineCapacity` (every group present). With ``at`` (the
     time asked), a sample stamped elsewhere is ``StaleSamples`` (:mod:`kvplan_operator.prom.answer_time`)."""
-    result = data.get("result")
-    if data.get("resultType") not in (None, "vector") or not isinstance(result, list):
-        raise PromError(C.PROMETHEUS_BAD_RESPONSE, "capacity query: expected a vector, got "
-                        f"{result_type_text(data.get('resultType'))}")
-    if len(result) > MAX_SERIES:
-        raise PromError(C.TOO_MANY_SERIES, f"capacity query: {len(result)} series (more than {MAX_SERIES}); narrow "
-                        "the groups' metricsSelector")
     tokens: dict[str, list[float]] = {}
     unset: dict[str, int] = {}
     usage: dict[str, list[float]] = {}
     preempt: dict[str, list[float]] = {}
-    for s in result:
-        labels = s.get("metric") if isinstance(s, Mapping) else None
-        point = s.get("value") if isinstance(s, Mapping) else None
-        if not isinstance(labels, Mapping) or not isinstance(point, Sequence) or len(point) != 2:
-            raise PromError(C.PROMETHEUS_BAD_RESPONSE, "capacity query: a sample is not {metric, value}")
-        if at is not None:
-            stamp = _float(point[0])
-            check_instant_time(stamp if stamp is not None else float("nan"), at=at, what="capacity query")
+    for labels, raw in instant_samples(data, "capacity query", max_series=MAX_SERIES, at=at,
+                                       too_many_hint="; narrow the groups' metricsSelector"):
         group = str(labels.get(KEY_LABEL, ""))
         name = str(labels.get("__name__", ""))
         name = "vllm:" + name[5:] if name.startswith("vllm_") else name
-        value = _float(point[1])
+        value = _float(raw)
         if labels.get(SERIES_LABEL) == "preemptions":
             if value is not None and value >= 0:
                 preempt.setdefault(group, []).append(value)

@@ -20,6 +20,9 @@ ANN_LAYOUT = "kvplan.io/layout"
 ANN_RESERVATIONS = "kvplan.io/reservations"
 ANN_OWNED = "kvplan.io/owned-fields"
 ANN_GENERATION = "kvplan.io/generation"
+#: On a Deployment while kvplan holds ``maxUnavailable`` for a re-layout (:mod:`.targets.rollout_room`): JSON
+#: ``{"user": <the user's value>, "held": <kvplan's>}``.
+ANN_ROLLOUT = "kvplan.io/rollout-max-unavailable"
 #: On the state ConfigMap: the re-layouts attempted in the last hour (the disruption budget, JSON list of
 #: ``{"t": unix seconds, "layouts": "<group>=<tp>x<pp>,..."}``), kept on the cluster so failures and restarts
 #: cannot reset it.

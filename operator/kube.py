@@ -16,6 +16,8 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar, cast
 
+from .desired import ANN_ROLLOUT
+
 FIELD_MANAGER = "kvplan-operator"
 APPLY = "application/apply-patch+yaml"
 """Server-side apply (the body is JSON, which is YAML)."""
@@ -25,6 +27,33 @@ def _intent(api_version: str, kind: str, namespace: str, name: str, body: Mappin
     """An apply configuration: ``body`` with its type and identity."""
     return {"apiVersion": api_version, "kind": kind, **body,
             "metadata": {**body.get("metadata", {}), "name": name, "namespace": namespace}}
+
+
+def split_updates(patch: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A Deployment patch -> (the rest, the fields sent as a strategic-merge update instead of applied, or None):
+    ``spec.strategy`` and the annotation :data:`~kvplan_operator.desired.ANN_ROLLOUT`, which kvplan holds only
+    while a re-layout rolls (:mod:`kvplan_operator.targets.rollout_room`). Applied, they would belong to kvplan's
+    apply, and its next apply without them would remove them; updated, they belong to no apply and the user's next
+    write takes them back."""
+    rest = json.loads(json.dumps(patch))
+    update: dict[str, Any] = {}
+    strategy = rest.get("spec", {}).pop("strategy", None)
+    if strategy is not None:
+        update["spec"] = {"strategy": strategy}
+    annotations = rest.get("metadata", {}).get("annotations") or {}
+    if ANN_ROLLOUT in annotations:
+        update["metadata"] = {"annotations": {ANN_ROLLOUT: annotations.pop(ANN_ROLLOUT)}}
+    return rest, (update or None)
+
+
+def _merged(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Two patches of disjoint fields as one (maps merged key by key)."""
+    if a is None or b is None:
+        return a if b is None else b
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = _merged(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) else value
+    return out
 
 
 def split_removals(patch: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -321,20 +350,23 @@ class Kube:
     # values) is removed by a separate patch first, since an apply removes only fields the same manager applied
     # before, and fields written by kvplan-operator's earlier patches (operation Update) are not among them.
     def _remove_then_apply(self, kind: str, api_version: str, namespace: str, name: str, patch: Mapping[str, Any],
-                           send: Callable[..., Any], removal_type: str) -> None:
-        """The removals ``patch`` marks (a patch of content type ``removal_type``), then the apply of the rest.
-        ``send(body, **kw)`` makes the object's patch call as kvplan-operator."""
+                           send: Callable[..., Any], removal_type: str,
+                           update: dict[str, Any] | None = None) -> None:
+        """The removals ``patch`` marks (a patch of content type ``removal_type``, with the fields of ``update``),
+        then the apply of the rest. ``send(body, **kw)`` makes the object's patch call as kvplan-operator."""
         body, removals = split_removals(patch)
+        removals = _merged(removals, update)
         if removals is not None:
             self._write(f"patch {kind}/{name} (removals)", lambda: send(removals, _content_type=removal_type))
         intent = _intent(api_version, kind, namespace, name, body)
         self._write(f"apply {kind}/{name}", lambda: send(intent, force=True, _content_type=APPLY))
 
     def patch_deployment(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        self._remove_then_apply("Deployment", "apps/v1", namespace, name, patch, lambda body, **kw: (
+        rest, update = split_updates(patch)
+        self._remove_then_apply("Deployment", "apps/v1", namespace, name, rest, lambda body, **kw: (
             self.apps.patch_namespaced_deployment(name, namespace, body, field_manager=FIELD_MANAGER,
                                                   _request_timeout=self.timeout_s, _preload_content=False, **kw)),
-            "application/strategic-merge-patch+json")
+            "application/strategic-merge-patch+json", update)
 
     def create_configmap(self, namespace: str, body: Mapping[str, Any]) -> None:
         name = body.get("metadata", {}).get("name")

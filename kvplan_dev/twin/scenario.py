@@ -16,7 +16,8 @@
 
 Each phase also holds, per pod, the preemptions vLLM counted (``vllm:num_preemptions_total``) and the tokens it
 generated, against what the replayer received. ``calibration`` is the operator's own ``status.calibration``
-(predicted against realised per class). A rollout that cannot finish (a Deployment past its progress deadline, a
+(predicted against realised per class); ``revisions`` each Deployment's rollout revision once settled (1: never
+rolled). A rollout that cannot finish (a Deployment past its progress deadline, a
 Pod the scheduler finds no room for) ends the run with ``rollout`` and ``error`` saying which, and no ``after``.
 """
 
@@ -286,6 +287,8 @@ def run_scenario(python: Path, cfg: ScenarioConfig | None = None, progress: Prog
                             cfg.guard_s, progress)
             report["background"] = load.stop()
             report["rollout"] = outcome
+            report["revisions"] = {d["metadata"]["name"]: int((d["metadata"].get("annotations") or {}).get(
+                "deployment.kubernetes.io/revision", 0)) for d in world.get("deployments")["items"]}
             if outcome == "settled":
                 progress(f"after: plan {report['plan']}; replaying the same segment ...")
                 report["after"] = _phase(world, requests, world.routes("llama-70b-router", "routing.json",

@@ -17,6 +17,9 @@ Owned fields (everything else the user set is kept; listed in the annotation ``k
 - the env ``KVPLAN_RESERVE_<CLASS>`` that earlier releases set (read by nothing) is deleted (:mod:`.legacy_reserve`);
 - pod ``nodeSelector`` (merged) and ``tolerations`` (the user's kept, the pool's added);
 - ``spec.replicas`` unless an HPA or KEDA ScaledObject targets the Deployment;
+- ``spec.strategy.rollingUpdate.maxUnavailable`` only while a rollout it starts could not finish otherwise on the
+  group's full GPUs (:mod:`.rollout_room`; the user's value is kept in ``kvplan.io/rollout-max-unavailable`` and
+  written back once the rollout is complete);
 - annotations ``kvplan.io/owner``, ``kvplan.io/generation``, ``kvplan.io/layout``, ``kvplan.io/owned-fields`` on
   the Deployment (not the pod template: they never trigger a rollout). The reservations themselves are only in the
   state ConfigMap: a per-Deployment copy (``kvplan.io/reservations``, written by earlier releases and removed when
@@ -38,14 +41,15 @@ from typing import Any
 from kvcore import GPU_CATALOGUE
 
 from .. import conditions as C
-from ..desired import (ANN_GENERATION, ANN_LAYOUT, ANN_OWNED, ANN_OWNER, ANN_RESERVATIONS, GroupTarget, Stage,
-                       Write)
+from ..desired import (ANN_GENERATION, ANN_LAYOUT, ANN_OWNED, ANN_OWNER, ANN_RESERVATIONS, ANN_ROLLOUT,
+                       GroupTarget, Stage, Write)
 from ..kube import KubeApi
 from ..run import RunContext
 from ..spec import Group, KVPlanSpec
 from . import BuildInput, TargetPlan, owner_conflict, raise_refusals
 from .container_drift import container_drift
 from .legacy_reserve import legacy_env
+from .rollout_room import hold, nodes_of, strategy_drift
 from .workload import served_by_deployment
 from .plugin_mount import is_plugin_scheduler, mount_conflict, plugin_drift, plugin_patch
 from .workload_owner import controller_ref, owner_target, refusal
@@ -117,6 +121,16 @@ def flags_layout(body: Mapping[str, Any] | None, container: str | None) -> tuple
     return _int(flags[TP_FLAG]) or 1, _int(flags[PP_FLAG]) or 1
 
 
+def pod_gpus(body: Mapping[str, Any], container: Mapping[str, Any], *, resource: str) -> int:
+    """GPUs one pod of the Deployment holds now: the container's limit of ``resource``, else DP_local x TP x PP
+    from its flags."""
+    limit = str((container.get("resources") or {}).get("limits", {}).get(resource, ""))
+    if limit.isdigit():
+        return int(limit)
+    tp, pp = flags_layout(body, container.get("name")) or (1, 1)
+    return (read_dp_local(body, container.get("name")) or 1) * tp * pp
+
+
 def _merge_tolerations(current: Iterable[Mapping[str, Any]], pool: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     out = [dict(t) for t in current]
     for t in pool:
@@ -183,6 +197,20 @@ def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, targe
     if ANN_RESERVATIONS in (deployment.get("metadata", {}).get("annotations") or {}):
         annotations[ANN_RESERVATIONS] = None  # an older operator's copy of the reservations
     return {"metadata": {"annotations": annotations}, "spec": spec}
+
+
+def hold_room(body: Mapping[str, Any], patch: dict[str, Any], container: Mapping[str, Any], *, group: Group,
+              target: GroupTarget, manage_replicas: bool, rolls: bool) -> None:
+    """Adds to ``patch`` (in place) the ``maxUnavailable`` a rollout needs on the group's full GPUs, or the user's
+    value back once it is complete (:mod:`.rollout_room`). ``rolls``: the patch changes the pod template."""
+    strategy = hold(body, rolls=rolls, old_gpus=pod_gpus(body, container, resource=gpu_resource(group)),
+                    new_replicas=target.replicas if manage_replicas else int(body.get("spec", {}).get("replicas", 1)),
+                    new_gpus=target.gpus_per_replica,
+                    nodes=nodes_of(group.node_pool.gpu_count, group.node_pool.gpus_per_node))
+    if strategy.annotation.get(ANN_ROLLOUT):  # held for this re-layout
+        annotations = patch["metadata"]["annotations"]
+        annotations[ANN_OWNED] += ",strategy.rollingUpdate.maxUnavailable"
+    strategy.apply(patch)
 
 
 def knob_values(flags: Mapping[str, str | None], target: GroupTarget) -> dict[str, str | None]:
@@ -302,9 +330,12 @@ class DeploymentTarget:
             except Unexpressible as exc:
                 refusals.setdefault(C.UNSUPPORTED_CONTAINER_LAYOUT, []).append(f"Deployment {g.deployment}: {exc}")
                 continue
-            drift = deployment_drift(body, patch) + plugin_changes(body, patch, container,
-                                                                    state_configmap=inp.run.state_configmap,
-                                                                    group=g.name)
+            plugin = plugin_changes(body, patch, container, state_configmap=inp.run.state_configmap, group=g.name)
+            hold_room(body, patch, container, group=g, target=target,
+                      manage_replicas=inp.desired.manage_replicas.get(g.name, True),
+                      rolls=any(not d.startswith(("metadata.", "spec.replicas"))
+                                for d in deployment_drift(body, patch) + plugin))
+            drift = deployment_drift(body, patch) + strategy_drift(body, patch) + plugin
             if drift:
                 adopted = read_layout(body, g.container)[1]
                 moves = flags_layout(body, g.container) != target.layout

@@ -102,3 +102,49 @@ def test_an_earlier_releases_reserve_env_goes(crd, kube_api, namespace, promethe
     assert run(kube, namespace).ok
     state = kube.get_configmap(namespace, "fleet-kvplan")
     assert state is not None and not [k for k in state.get("data") or {} if k.startswith("KVPLAN_RESERVE_")]
+
+
+def test_a_held_max_unavailable_is_an_update_and_survives_the_next_apply(kube_api, namespace):
+    """kvplan's hold of ``maxUnavailable`` (operator/targets/rollout_room.py) goes as a strategic-merge update, not
+    in the apply: an apply that omits a field its manager applied before removes it, so kvplan's next reconcile
+    (which writes no strategy while the rollout goes on) would drop the held value mid-rollout."""
+    kube = Kube(kube_api)
+    body = deployment("vllm-held")
+    body["spec"]["strategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    client.AppsV1Api(kube_api).create_namespaced_deployment(namespace, body)
+    note = json.dumps({"held": 2, "user": 1}, sort_keys=True)
+    args = {"spec": {"template": {"spec": {"containers": [{"name": "vllm", "args": ["--tensor-parallel-size", "4"]}]}}}}
+
+    def rolling_update() -> dict:
+        return kube.get_deployment(namespace, "vllm-held")["spec"]["strategy"]["rollingUpdate"]
+
+    def annotations() -> dict:
+        return kube.get_deployment(namespace, "vllm-held")["metadata"].get("annotations") or {}
+
+    held = copy.deepcopy(args)
+    held["spec"]["strategy"] = {"rollingUpdate": {"maxUnavailable": 2}}
+    held["metadata"] = {"annotations": {"kvplan.io/rollout-max-unavailable": note, "kvplan.io/owner": "p"}}
+    kube.patch_deployment(namespace, "vllm-held", held)
+    assert rolling_update() == {"maxSurge": 0, "maxUnavailable": 2}
+    assert annotations()["kvplan.io/rollout-max-unavailable"] == note
+    managers = _managers(kube.get_deployment(namespace, "vllm-held"))
+    assert '"f:maxUnavailable"' in managers[(FIELD_MANAGER, "Update")]
+    assert '"f:maxUnavailable"' not in managers[(FIELD_MANAGER, "Apply")]
+    assert '"f:kvplan.io/owner"' in managers[(FIELD_MANAGER, "Apply")]
+
+    # Next reconcile, still rolling: the same note, no strategy. The held value stays.
+    keep = copy.deepcopy(args)
+    keep["metadata"] = {"annotations": {"kvplan.io/rollout-max-unavailable": note, "kvplan.io/owner": "p"}}
+    kube.patch_deployment(namespace, "vllm-held", keep)
+    assert rolling_update()["maxUnavailable"] == 2
+
+    # Complete: the user's value back, the note gone; then a plain apply leaves the user's value alone.
+    back = copy.deepcopy(args)
+    back["spec"]["strategy"] = {"rollingUpdate": {"maxUnavailable": 1}}
+    back["metadata"] = {"annotations": {"kvplan.io/rollout-max-unavailable": None, "kvplan.io/owner": "p"}}
+    kube.patch_deployment(namespace, "vllm-held", back)
+    assert rolling_update()["maxUnavailable"] == 1
+    assert "kvplan.io/rollout-max-unavailable" not in annotations()
+    kube.patch_deployment(namespace, "vllm-held", {**copy.deepcopy(args), "metadata": {"annotations": {
+        "kvplan.io/owner": "p"}}})
+    assert rolling_update() == {"maxSurge": 0, "maxUnavailable": 1}

@@ -43,3 +43,16 @@ def test_intent_carries_type_and_identity() -> None:
                                                               "spec": {"replicas": 1}})
     assert body == {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": 1},
                     "metadata": {"annotations": {"a": "1"}, "name": "vllm-a", "namespace": "llm"}}
+
+
+def test_split_updates_moves_the_strategy_and_the_hold_note_out_of_the_apply() -> None:
+    from kvplan_operator.kube import split_updates
+
+    patch = {"metadata": {"annotations": {"kvplan.io/owner": "p", "kvplan.io/rollout-max-unavailable": None}},
+             "spec": {"replicas": 2, "strategy": {"rollingUpdate": {"maxUnavailable": 1}}}}
+    rest, update = split_updates(patch)
+    assert rest == {"metadata": {"annotations": {"kvplan.io/owner": "p"}}, "spec": {"replicas": 2}}
+    assert update == {"spec": {"strategy": {"rollingUpdate": {"maxUnavailable": 1}}},
+                      "metadata": {"annotations": {"kvplan.io/rollout-max-unavailable": None}}}
+    assert split_updates({"spec": {"replicas": 2}}) == ({"spec": {"replicas": 2}}, None)
+    assert patch["spec"]["strategy"]  # the caller's patch is left as it was

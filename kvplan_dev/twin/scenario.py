@@ -18,7 +18,8 @@ Each phase also holds, per pod, the preemptions vLLM counted (``vllm:num_preempt
 generated, against what the replayer received. ``calibration`` is the operator's own ``status.calibration``
 (predicted against realised per class); ``revisions`` each Deployment's rollout revision once settled (1: never
 rolled). A rollout that cannot finish (a Deployment past its progress deadline, a
-Pod the scheduler finds no room for) ends the run with ``rollout`` and ``error`` saying which, and no ``after``.
+Pod the scheduler finds no room for once nothing else can move: :mod:`.rollout_state`) ends the run with
+``rollout`` and ``error`` saying which, and no ``after``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from kvplan_dev.demo_series import class_of
 from kvplan_dev.openmetrics import read_trace
 from kvplan_dev.twin.nodes import NodePool
 from kvplan_dev.twin.replay import ReplayRequest, WeightedRoutes, replay, summarize
+from kvplan_dev.twin.rollout_state import stuck_reason
 from kvplan_dev.twin.twin import Twin, TwinConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -129,21 +131,16 @@ class _World:
                 return False
         return True
 
-    def stuck(self, pending_s: float = 120.0) -> str:
-        """Why the rollout cannot finish ('' while it can): a Deployment past its progress deadline, or a Pod the
-        scheduler has found no room for over ``pending_s`` (e.g. new pods need GPUs the old ones hold)."""
-        for dep in self.get("deployments")["items"]:
+    def stuck(self) -> str:
+        """Why the rollout cannot finish ('' while it can): a Deployment past its progress deadline, or the
+        rollout's fixed point with a Pod the scheduler has no room for (:mod:`.rollout_state`; e.g. new pods that
+        need GPUs the old ones hold)."""
+        deployments = self.get("deployments")["items"]
+        for dep in deployments:
             for c in dep.get("status", {}).get("conditions", []):
                 if c["type"] == "Progressing" and c["status"] == "False":
                     return f"Deployment {dep['metadata']['name']}: {c.get('reason')}: {c.get('message')}"
-        now = time.time()
-        for pod in self.get("pods")["items"]:
-            for c in pod.get("status", {}).get("conditions", []):
-                if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == "Unschedulable":
-                    since = time.mktime(time.strptime(c["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
-                    if now - since > pending_s:
-                        return f"Pod {pod['metadata']['name']} unschedulable for {now - since:.0f} s: {c.get('message')}"
-        return ""
+        return stuck_reason(deployments, self.get("replicasets")["items"], self.get("pods")["items"])
 
     def routes(self, router: str, key: str, class_map: dict[str, str], seed: int) -> WeightedRoutes:
         """The router ConfigMap's weights (kvplan.v1: class -> group weights; group -> Service) over each Service's

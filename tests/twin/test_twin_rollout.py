@@ -22,6 +22,7 @@ import pytest
 from kvplan_dev.tools import Tools
 from kvplan_dev.twin.nodes import POOL_LABEL, NodePool, register_pools
 from kvplan_dev.twin.pod_status import ContainerView, pod_status
+from kvplan_dev.twin.rollout_state import at_rest
 from kvplan_operator.targets.rollout_room import completes, hold, resolve
 
 pytestmark = [pytest.mark.integration]
@@ -76,32 +77,10 @@ def _complete(cluster: Any, ns: str, name: str) -> bool:
             and st.get("updatedReplicas") == want == st.get("availableReplicas") == st.get("replicas") == len(pods))
 
 
-def _fixed_point(cluster: Any, ns: str, name: str) -> bool:
-    """Nothing left for any controller to do: ReplicaSets and the Deployment's status caught up with the Pods, no
-    Pod terminating, every unbound Pod reported Unschedulable."""
-    dep = _get(cluster, "-n", ns, "get", "deployment", name)
-    sets = _get(cluster, "-n", ns, "get", "replicasets")["items"]
-    pods = _get(cluster, "-n", ns, "get", "pods")["items"]
-    st = dep.get("status", {})
-    if st.get("observedGeneration") != dep["metadata"]["generation"]:
-        return False
-    for rs in sets:
-        rst = rs.get("status", {})
-        if rst.get("observedGeneration") != rs["metadata"]["generation"] or rst.get("replicas", 0) != rs["spec"]["replicas"]:
-            return False
-    if st.get("replicas", 0) != sum(rs.get("status", {}).get("replicas", 0) for rs in sets) or st.get(
-            "availableReplicas", 0) != sum(rs.get("status", {}).get("availableReplicas", 0) for rs in sets):
-        return False
-    for pod in pods:
-        if pod["metadata"].get("deletionTimestamp"):
-            return False
-        if not pod["spec"].get("nodeName") and not any(
-                c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
-                for c in pod.get("status", {}).get("conditions", [])):
-            return False
-        if pod["spec"].get("nodeName") and pod.get("status", {}).get("phase") != "Running":
-            return False
-    return len(pods) == sum(rs["spec"]["replicas"] for rs in sets)
+def _fixed_point(cluster: Any, ns: str) -> bool:
+    """Nothing left for any controller to do (:func:`kvplan_dev.twin.rollout_state.at_rest`)."""
+    return at_rest(_get(cluster, "-n", ns, "get", "deployments")["items"],
+                   _get(cluster, "-n", ns, "get", "replicasets")["items"], _get(cluster, "-n", ns, "get", "pods")["items"])
 
 
 def _until(cluster: Any, ns: str, check: Any) -> str:
@@ -150,7 +129,7 @@ def _relayout(cluster: Any, *, nodes: int, old: tuple[int, int], new: tuple[int,
         strategy.apply(patch)
     cluster.kubectl("-n", ns, "patch", "deployment", name, "--type=strategic", "-p", json.dumps(patch))
     outcome = _until(cluster, ns, lambda: "complete" if _complete(cluster, ns, name)
-                     else "stuck" if _fixed_point(cluster, ns, name) else "")
+                     else "stuck" if _fixed_point(cluster, ns) else "")
     waiting = [c.get("message", "") for pod in _get(cluster, "-n", ns, "get", "pods")["items"]
                for c in pod.get("status", {}).get("conditions", []) if c.get("reason") == "Unschedulable"]
     return outcome, {"hold": strategy.max_unavailable, "unschedulable": waiting}

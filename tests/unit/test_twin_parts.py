@@ -219,3 +219,38 @@ def test_summary_counts_percentiles_stalls_and_goodput() -> None:
     assert s["ttft_p50_s"] == pytest.approx(0.5) and s["ttft_p99_s"] == pytest.approx(1.0)
     assert s["stalled_share"] == pytest.approx(0.1)
     assert s["within_slo"] == 5 and s["goodput_per_gpu_s"] == pytest.approx(5 / 10 / 2)
+
+
+def _rs(uid: str, replicas: int, status_replicas: int, available: int = 0) -> dict:
+    return {"metadata": {"generation": 1, "ownerReferences": [{"uid": uid}]}, "spec": {"replicas": replicas},
+            "status": {"observedGeneration": 1, "replicas": status_replicas, "availableReplicas": available}}
+
+
+def _pod(name: str, *, node: str | None, ready: bool = False, unschedulable: bool = False,
+         deleting: bool = False) -> dict:
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    if unschedulable:
+        conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                           "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."})
+    meta: dict = {"name": name, **({"deletionTimestamp": "2026-12-02T00:00:00Z"} if deleting else {})}
+    return {"metadata": meta, "spec": {"nodeName": node} if node else {}, "status": {"conditions": conditions}}
+
+
+def test_rollout_state_stuck_only_at_the_fixed_point():
+    from kvplan_dev.twin.rollout_state import at_rest, stuck_reason
+
+    dep = [{"metadata": {"generation": 2, "uid": "d"}, "status": {"observedGeneration": 2, "replicas": 2,
+                                                                   "availableReplicas": 1}}]
+    sets = [_rs("d", 1, 1, 1), _rs("d", 1, 1, 0)]
+    old, new = _pod("old", node="n0", ready=True), _pod("new", node=None, unschedulable=True)
+    assert at_rest(dep, sets, [old, new])
+    assert "Insufficient nvidia.com/gpu" in stuck_reason(dep, sets, [old, new])
+    # Anything still moving: a Pod terminating, a Pod starting, a Pod not yet tried, a ReplicaSet behind its spec.
+    assert stuck_reason(dep, sets, [_pod("old", node="n0", ready=True, deleting=True), new]) == ""
+    assert stuck_reason(dep, sets, [_pod("old", node="n0", ready=False), new]) == ""
+    assert stuck_reason(dep, sets, [old, _pod("new", node=None)]) == ""
+    assert stuck_reason(dep, [_rs("d", 1, 1, 1), _rs("d", 2, 1, 0)], [old, new]) == ""
+    # At rest with nothing unschedulable: finished, not stuck.
+    done = [_rs("d", 0, 0), _rs("d", 1, 1, 1)]
+    assert stuck_reason([{"metadata": {"generation": 2, "uid": "d"}, "status": {
+        "observedGeneration": 2, "replicas": 1, "availableReplicas": 1}}], done, [old]) == ""

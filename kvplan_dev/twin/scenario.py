@@ -140,7 +140,8 @@ class _World:
             for c in dep.get("status", {}).get("conditions", []):
                 if c["type"] == "Progressing" and c["status"] == "False":
                     return f"Deployment {dep['metadata']['name']}: {c.get('reason')}: {c.get('message')}"
-        return stuck_reason(deployments, self.get("replicasets")["items"], self.get("pods")["items"])
+        return stuck_reason(deployments, self.get("replicasets")["items"], self.get("pods")["items"],
+                            self.get("nodes")["items"])
 
     def routes(self, router: str, key: str, class_map: dict[str, str], seed: int) -> WeightedRoutes:
         """The router ConfigMap's weights (kvplan.v1: class -> group weights; group -> Service) over each Service's

@@ -5,8 +5,8 @@ with the user's own value it stops exactly where the model says it stops.
 No vLLM here: the test itself plays the kubelet for the Pods the scheduler binds (Ready at once, final delete of a
 Pod being deleted), so the only parts under test are the Deployment, ReplicaSet and scheduling logic, which are the
 real ones. Every wait is for a condition: the rollout complete, or its fixed point (every ReplicaSet and the
-Deployment's status caught up, no Pod terminating, each unbound Pod reported Unschedulable by the scheduler), after
-which nothing in the cluster changes any more. Nothing asserts on time."""
+Deployment's status caught up, no Pod terminating or starting, an unbound Pod reported Unschedulable that no node of
+its pool has room for), after which nothing in the cluster changes any more. Nothing asserts on time."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import pytest
 from kvplan_dev.tools import Tools
 from kvplan_dev.twin.nodes import POOL_LABEL, NodePool, register_pools
 from kvplan_dev.twin.pod_status import ContainerView, pod_status
-from kvplan_dev.twin.rollout_state import at_rest
+from kvplan_dev.twin.rollout_state import stuck_reason
 from kvplan_operator.targets.rollout_room import completes, hold, resolve
 
 pytestmark = [pytest.mark.integration]
@@ -77,10 +77,10 @@ def _complete(cluster: Any, ns: str, name: str) -> bool:
             and st.get("updatedReplicas") == want == st.get("availableReplicas") == st.get("replicas") == len(pods))
 
 
-def _fixed_point(cluster: Any, ns: str) -> bool:
-    """Nothing left for any controller to do (:func:`kvplan_dev.twin.rollout_state.at_rest`)."""
-    return at_rest(_get(cluster, "-n", ns, "get", "deployments")["items"],
-                   _get(cluster, "-n", ns, "get", "replicasets")["items"], _get(cluster, "-n", ns, "get", "pods")["items"])
+def _stuck(cluster: Any, ns: str) -> str:
+    """Why nothing can move any more ('' while something can: :func:`kvplan_dev.twin.rollout_state.stuck_reason`)."""
+    return stuck_reason(*(_get(cluster, "-n", ns, "get", kind)["items"]
+                          for kind in ("deployments", "replicasets", "pods", "nodes")))
 
 
 def _until(cluster: Any, ns: str, check: Any) -> str:
@@ -129,7 +129,7 @@ def _relayout(cluster: Any, *, nodes: int, old: tuple[int, int], new: tuple[int,
         strategy.apply(patch)
     cluster.kubectl("-n", ns, "patch", "deployment", name, "--type=strategic", "-p", json.dumps(patch))
     outcome = _until(cluster, ns, lambda: "complete" if _complete(cluster, ns, name)
-                     else "stuck" if _fixed_point(cluster, ns) else "")
+                     else "stuck" if _stuck(cluster, ns) else "")
     waiting = [c.get("message", "") for pod in _get(cluster, "-n", ns, "get", "pods")["items"]
                for c in pod.get("status", {}).get("conditions", []) if c.get("reason") == "Unschedulable"]
     return outcome, {"hold": strategy.max_unavailable, "unschedulable": waiting}

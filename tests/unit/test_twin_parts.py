@@ -227,17 +227,27 @@ def _rs(uid: str, replicas: int, status_replicas: int, available: int = 0) -> di
 
 
 def _pod(name: str, *, node: str | None, ready: bool = False, unschedulable: bool = False,
-         deleting: bool = False) -> dict:
+         deleting: bool = False, gpus: int = 8) -> dict:
     conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
     if unschedulable:
         conditions.append({"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                            "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."})
     meta: dict = {"name": name, **({"deletionTimestamp": "2026-12-02T00:00:00Z"} if deleting else {})}
-    return {"metadata": meta, "spec": {"nodeName": node} if node else {}, "status": {"conditions": conditions}}
+    spec: dict = {"containers": [{"name": "vllm", "resources": {"requests": {"nvidia.com/gpu": str(gpus),
+                                                                            "cpu": "1"}}}],
+                  "nodeSelector": {"pool": "a"}, **({"nodeName": node} if node else {})}
+    return {"metadata": meta, "spec": spec, "status": {"conditions": conditions}}
+
+
+NODES = [{"metadata": {"name": "n0", "labels": {"pool": "a"}}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}},
+         {"metadata": {"name": "n1", "labels": {"pool": "b"}}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}]
 
 
 def test_rollout_state_stuck_only_at_the_fixed_point():
-    from kvplan_dev.twin.rollout_state import at_rest, stuck_reason
+    from kvplan_dev.twin.rollout_state import at_rest, stuck_reason as reason
+
+    def stuck_reason(dep, sets, pods):
+        return reason(dep, sets, pods, NODES)
 
     dep = [{"metadata": {"generation": 2, "uid": "d"}, "status": {"observedGeneration": 2, "replicas": 2,
                                                                    "availableReplicas": 1}}]
@@ -250,6 +260,9 @@ def test_rollout_state_stuck_only_at_the_fixed_point():
     assert stuck_reason(dep, sets, [_pod("old", node="n0", ready=False), new]) == ""
     assert stuck_reason(dep, sets, [old, _pod("new", node=None)]) == ""
     assert stuck_reason(dep, [_rs("d", 1, 1, 1), _rs("d", 2, 1, 0)], [old, new]) == ""
+    # The scheduler's verdict is stale when the allowed node has room again (the old Pod just went): not stuck.
+    assert stuck_reason(dep, sets, [_pod("other", node="n1", ready=True), new]) == ""
+    assert stuck_reason(dep, sets, [old, _pod("new", node=None, unschedulable=True, gpus=0)]) == ""
     # At rest with nothing unschedulable: finished, not stuck.
     done = [_rs("d", 0, 0), _rs("d", 1, 1, 1)]
     assert stuck_reason([{"metadata": {"generation": 2, "uid": "d"}, "status": {

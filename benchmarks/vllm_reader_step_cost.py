@@ -10,9 +10,11 @@ the reader reads and parses a new version at every check: far more often than an
 
 Two figures per kind. The step's wall time (p50, p99, max; ``+p50`` against the same loop on an unchanging file
 in the same run) shows the whole effect but carries the machine's scheduling noise. The reader's **slices**: the
-thread CPU time the reader runs between two of its pauses (recorded by wrapping the source module's own pause and
-refresh), i.e. the longest it can keep the engine's thread waiting for the interpreter at a time, whatever the
-machine's load; ``tick()`` alone is timed too.
+thread CPU time the reader runs between two of its sleeps (recorded by wrapping the source module's own sleep and
+refresh), i.e. the longest it can keep the engine's thread waiting for the interpreter at a time; ``tick()`` alone
+is timed too. The garbage collector's passes that run on the reader thread are inside its slices, and are also
+reported alone (``gc max ms``). As in vLLM's engine core, the heap built at start-up is frozen first
+(``gc.freeze()``), so a pass scans only what was allocated since.
 
 Usage: ``python benchmarks/vllm_reader_step_cost.py [--steps 3000] [--every 16]``. Prints a table and one JSON
 line. Needs no vLLM (the source is pure).
@@ -21,6 +23,7 @@ line. Needs no vLLM (the source is pure).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -86,14 +89,16 @@ def _work(n: int) -> int:
 
 
 class ReaderSlices:
-    """The reader thread's CPU time between two of its pauses (the longest it holds the interpreter at a time),
-    recorded by wrapping the source module's own pause and refresh; thread CPU time, so the machine's load does
-    not inflate it."""
+    """The reader thread's CPU time between two of its sleeps (the longest it holds the interpreter at a time),
+    recorded by wrapping the source module's own sleep (``_pause``, which its slicer calls) and refresh; thread CPU
+    time, so time the reader spends preempted by the machine's load does not count."""
 
     def __init__(self) -> None:
         self.slices: list[float] = []
+        self.collections: list[float] = []  # the garbage collector's passes run on the reader thread, seconds
         self._start = 0.0
         self._reader = 0
+        self._gc_start = 0.0
 
     def install(self) -> None:
         inner_pause, inner_refresh = source_module._pause, ReservationSource._refresh
@@ -106,7 +111,7 @@ class ReaderSlices:
             me._start = time.thread_time()
 
         def refresh(self: ReservationSource, p: Callable[[], None]) -> None:
-            on_reader = p is source_module._pause
+            on_reader = isinstance(p, source_module._Slices)  # the reader thread, not check() or longest_stretch
             if on_reader:
                 me._reader, me._start = threading.get_ident(), time.thread_time()
             try:
@@ -115,12 +120,67 @@ class ReaderSlices:
                 if on_reader:
                     me.slices.append(time.thread_time() - me._start)
 
+        def collecting(phase: str, info: dict[str, int]) -> None:
+            if threading.get_ident() != me._reader:
+                return
+            if phase == "start":
+                me._gc_start = time.thread_time()
+            else:
+                me.collections.append(time.thread_time() - me._gc_start)
+
         source_module._pause = pause
         ReservationSource._refresh = refresh  # type: ignore[method-assign]
+        gc.callbacks.append(collecting)
 
-    def take(self) -> list[float]:
+    def take(self) -> tuple[list[float], list[float]]:
         out, self.slices = self.slices, []
-        return out
+        collected, self.collections = self.collections, []
+        return out, collected
+
+
+def place(volume: Path, version: int, make: Callable[[int], str | bytes] | None, special: str | None) -> None:
+    """Version ``version`` of the file kind at the path (kubelet-style for a file, a swap for a FIFO or symlink)."""
+    if make is not None:
+        write_configmap_volume(volume, {KEY: make(version)})
+    elif special is not None:
+        tmp = volume / f".tmp{version}"
+        if special == "FIFO":
+            os.mkfifo(tmp)
+        else:
+            tmp.symlink_to("/dev/zero")
+        os.replace(tmp, volume / KEY)
+
+
+def longest_stretch(volume: Path, make: Callable[[int], str | bytes] | None, special: str | None,
+                    runs: int = 21) -> dict[str, float]:
+    """The longest stretch of one read and parse with no yield point in it: the reader's refresh run with a
+    ``pause`` that records the thread CPU time since its last call and never sleeps, once per new version, on this
+    thread with nothing competing. The median over ``runs`` versions of each run's longest stretch is the work's
+    own figure (a stretch's length is set by the code, not by the load: the median drops the runs a preemption or an
+    interrupt inflated); the reader can hold the interpreter for at most :data:`~kvplan_vllm.source.SLICE_S` plus
+    this at a time."""
+    write_configmap_volume(volume, {KEY: largest_valid(0)})
+    source = ReservationSource(volume / KEY)
+    source.check()
+    longest: list[float] = []
+    for version in range(1, runs + 1):
+        if make is not None or special is not None:
+            place(volume, version, make, special)
+        stretches: list[float] = []
+        last = [time.thread_time()]
+
+        def pause() -> None:
+            now = time.thread_time()
+            stretches.append(now - last[0])
+            last[0] = time.thread_time()
+
+        last[0] = time.thread_time()
+        source._refresh(pause)
+        stretches.append(time.thread_time() - last[0])
+        longest.append(max(stretches))
+    source.close()
+    longest.sort()
+    return {"stretch_median_ms": 1e3 * statistics.median(longest), "stretch_max_ms": 1e3 * longest[-1]}
 
 
 def run(volume: Path, steps: int, every: int, units: int, make: Callable[[int], str | bytes] | None,
@@ -133,16 +193,7 @@ def run(volume: Path, steps: int, every: int, units: int, make: Callable[[int], 
     durations = []
     for step in range(steps):
         if step % every == 0 and step:
-            version = step // every
-            if make is not None:
-                write_configmap_volume(volume, {KEY: make(version)})
-            elif special is not None:
-                tmp = volume / f".tmp{version}"
-                if special == "FIFO":
-                    os.mkfifo(tmp)
-                else:
-                    tmp.symlink_to("/dev/zero")
-                os.replace(tmp, path)
+            place(volume, step // every, make, special)
         t0 = time.perf_counter()
         source.tick()
         _work(units)
@@ -151,11 +202,12 @@ def run(volume: Path, steps: int, every: int, units: int, make: Callable[[int], 
     problems = source.problems_logged
     source.close()
     durations.sort()
-    held = slices.take()
+    held, collected = slices.take()
     return {"p50_ms": 1e3 * statistics.median(durations), "p99_ms": 1e3 * durations[int(0.99 * len(durations))],
             "max_ms": 1e3 * durations[-1], "versions": steps // every, "problems_logged": problems,
             "reader_slice_max_ms": 1e3 * max(held, default=0.0),
-            "reader_slice_p99_ms": 1e3 * sorted(held)[int(0.99 * len(held))] if held else 0.0}
+            "reader_slice_p99_ms": 1e3 * sorted(held)[int(0.99 * len(held))] if held else 0.0,
+            "reader_gc_passes": len(collected), "reader_gc_max_ms": 1e3 * max(collected, default=0.0)}
 
 
 def tick_cost(every: int, n: int = 1_000_000) -> float:
@@ -181,6 +233,12 @@ def main() -> int:
     logging.getLogger("vllm.kvplan").propagate = False
     slices = ReaderSlices()
     slices.install()
+    # As vLLM 0.33's EngineCore does once it has started (vllm/utils/gc_utils.py freeze_gc_heap, called from
+    # EngineCore.__init__): the start-up heap is frozen, so a collection scans only what was allocated since.
+    gc.collect(0)
+    gc.collect(1)
+    gc.collect(2)
+    gc.freeze()
     rows: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="kvplan-reader-bench-") as tmp:
         cases: list[tuple[str, Callable[[int], str | bytes] | None, str | None]] = [("unchanging file", None, None)]
@@ -189,13 +247,19 @@ def main() -> int:
         for i, (name, make, special) in enumerate(cases):
             volume = Path(tmp) / f"v{i}"
             rows[name] = run(volume, args.steps, args.every, units, make, special, slices)
+            rows[name] |= longest_stretch(Path(tmp) / f"s{i}", make, special)
     base = rows["unchanging file"]
     print(f"{'file at the path':38} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'+p50 ms':>8} "
-          f"{'slice p99 ms':>13} {'slice max ms':>13}")
+          f"{'slice p99 ms':>13} {'slice max ms':>13} {'gc max ms':>10} {'stretch ms':>11}")
     for name, r in rows.items():
         r["added_p50_ms"] = r["p50_ms"] - base["p50_ms"]
         print(f"{name:38} {r['p50_ms']:8.3f} {r['p99_ms']:8.3f} {r['max_ms']:8.3f} {r['added_p50_ms']:8.3f} "
-              f"{r['reader_slice_p99_ms']:13.3f} {r['reader_slice_max_ms']:13.3f}")
+              f"{r['reader_slice_p99_ms']:13.3f} {r['reader_slice_max_ms']:13.3f} {r['reader_gc_max_ms']:10.3f} "
+              f"{r['stretch_median_ms']:11.3f}")
+    worst = max(r["stretch_median_ms"] for r in rows.values())
+    print(f"longest stretch without a yield point (median of 21 versions), worst kind: {worst:.3f} ms; a reader "
+          f"slice is at most SLICE_S ({1e3 * source_module.SLICE_S:g} ms) plus that: "
+          f"{worst + 1e3 * source_module.SLICE_S:.3f} ms")
     ns = tick_cost(args.every)
     print(f"tick() alone: {ns:.0f} ns per step (check every {args.every} steps)")
     print(json.dumps({"steps": args.steps, "every": args.every, "step_ms": args.step_ms, "tick_ns": ns,

@@ -7,13 +7,13 @@ limit:
 
 * more than ``max_bytes`` bytes, or bytes that are not UTF-8 (a leading byte-order mark is allowed);
 * more than ``max_separators`` commas and colons (a bound on the number of values, counted in C before parsing);
-* nesting deeper than ``max_depth`` arrays and objects (counted by C string passes on the text with its strings
-  removed, so the parser never recurses deeper);
+* nesting deeper than ``max_depth`` arrays and objects (counted on the text with its strings removed, so the
+  parser never recurses deeper);
 * ``NaN``, ``Infinity`` and ``-Infinity`` (not JSON);
 * an object with a duplicate key.
 
-Every check before the parse is a handful of passes of C code over the text, so the cost of refusing a hostile
-document is proportional to its (bounded) size, never to its nesting.
+Every check before the parse is a pass of C code over the text, in pieces, so the cost of refusing a hostile
+document is proportional to its (bounded) size, never to its nesting, and ``pause`` is offered between pieces.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from itertools import accumulate
 from typing import Any
 
 #: A JSON string (escapes included), in UTF-8 bytes; the text between two quotes is what nesting must not be
@@ -28,6 +29,10 @@ from typing import Any
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 #: Every byte but the four brackets, deleted (``bytes.translate``) before the depth is counted.
 _NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+#: Each bracket's change of the nesting level.
+_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+#: Bytes (or brackets) one C pass handles between two calls of ``pause``: 2 KiB is a few microseconds of work.
+_CHUNK = 2048
 
 
 class BoundedJsonError(ValueError):
@@ -49,22 +54,54 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _brackets(data: bytes, pause: Callable[[], None]) -> bytes:
+    """The brackets of ``data`` outside its strings, in order: one string match, and at most :data:`_CHUNK` bytes
+    translated, between two calls of ``pause`` (a reader thread yields the interpreter there)."""
+    out: list[bytes] = []
+    at = 0
+    for match in _STRING.finditer(data):
+        out += _chunked_translate(data, at, match.start(), pause)
+        at = match.end()
+        pause()
+    out += _chunked_translate(data, at, len(data), pause)
+    return b"".join(out)
+
+
+def _chunked_translate(data: bytes, start: int, end: int, pause: Callable[[], None]) -> list[bytes]:
+    pieces = []
+    for at in range(start, end, _CHUNK):
+        pieces.append(data[at:min(end, at + _CHUNK)].translate(None, _NOT_BRACKET))
+        pause()
+    return pieces
+
+
 def nesting_exceeds(data: bytes, max_depth: int, pause: Callable[[], None] = lambda: None) -> bool:
-    """Whether the arrays and objects of the UTF-8 text ``data`` may nest deeper than ``max_depth``. Each pass
-    removes the innermost bracket pairs (at most ``max_depth + 1`` passes); brackets left unpaired (a truncated
-    document) count one level each, so shallow broken text is left to the parser to report and deep broken text is
-    refused here."""
-    unquoted = _STRING.sub(b"", data)
-    pause()
-    brackets = unquoted.translate(None, _NOT_BRACKET)
-    for passes in range(max_depth + 1):
-        if not brackets:
+    """Whether the arrays and objects of the UTF-8 text ``data`` may nest deeper than ``max_depth``: the most
+    brackets open at once, outside strings, counted left to right :data:`_CHUNK` brackets at a time. Brackets left
+    open (a truncated document) count, so deep broken text is refused here. A closing bracket with nothing open
+    ends the count: the parser, which reads left to right too, stops at that byte, at no deeper level than
+    counted so far."""
+    brackets = _brackets(data, pause)
+    level = 0
+    for at in range(0, len(brackets), _CHUNK):
+        pause()
+        levels = list(accumulate(map(_STEP.__getitem__, brackets[at:at + _CHUNK]), initial=level))
+        if max(levels) > max_depth:
+            return True
+        if min(levels) < 0:
             return False
-        shorter = brackets.replace(b"[]", b"").replace(b"{}", b"")
-        if shorter == brackets:
-            return passes + len(brackets) > max_depth
-        brackets = shorter
-    return True
+        level = levels[-1]
+    return False
+
+
+def _separators(raw: bytes, pause: Callable[[], None]) -> int:
+    """Commas and colons in ``raw``, :data:`_CHUNK` bytes between two calls of ``pause``."""
+    count = 0
+    for at in range(0, len(raw), _CHUNK):
+        piece = raw[at:at + _CHUNK]
+        count += piece.count(b",") + piece.count(b":")
+        pause()
+    return count
 
 
 def _no_pause() -> None:
@@ -74,7 +111,9 @@ def _no_pause() -> None:
 def load_bounded_json(data: str | bytes, *, max_bytes: int, max_separators: int, max_depth: int,
                       pause: Callable[[], None] = _no_pause) -> Any:
     """The JSON value in ``data`` (see the module docstring for what is refused). ``pause`` is called between the
-    checks and the parse (a reader thread yields the interpreter there)."""
+    checks, between the strings the depth check skips, and for every object and number the parser builds: often
+    (every few microseconds of work), so a caller that yields the interpreter when its own slice is spent (the
+    plugin's reader thread) never holds it for long in one piece."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
     if len(raw) > max_bytes:
         raise BoundedJsonError(f"{len(raw):,} bytes, more than the {max_bytes:,} allowed")
@@ -82,7 +121,7 @@ def load_bounded_json(data: str | bytes, *, max_bytes: int, max_separators: int,
         text = raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         raise BoundedJsonError(f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})") from None
-    separators = raw.count(b",") + raw.count(b":")
+    separators = _separators(raw, pause)
     if separators > max_separators:
         raise BoundedJsonError(f"{separators:,} commas and colons, more than the {max_separators:,} allowed "
                                "(too many values)")
@@ -90,8 +129,20 @@ def load_bounded_json(data: str | bytes, *, max_bytes: int, max_separators: int,
     if nesting_exceeds(raw, max_depth, pause):
         raise BoundedJsonError(f"arrays and objects nest deeper than {max_depth} levels")
     pause()
-    try:
-        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        pause()
+        return _no_duplicates(items)
+
+    def number(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+        def parsed(text: str) -> Any:
+            pause()
+            return parse(text)
+        return parsed
+
+    try:  # the hooks run once per object and number, so ``pause`` is also called throughout the parse itself
+        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=pairs, parse_int=number(int),
+                          parse_float=number(float))
     except BoundedJsonError:
         raise
     except (ValueError, RecursionError) as exc:  # JSONDecodeError; an integer past Python's digit limit

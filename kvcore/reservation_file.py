@@ -75,8 +75,6 @@ _CLASS_KEYS = {"reserveTokens"}
 _PRIORITY = re.compile(r"[+-]?[0-9]{1,18}")
 #: Longest ``plan`` / ``kvplan`` (shown in logs): a namespace/name is at most 253 + 1 + 253 characters.
 _MAX_LABEL = 512
-#: Entries validated between two calls of ``parse_reservations``'s ``pause``.
-_PAUSE_EVERY = 8
 _RULE_KEYS = {"maxPromptTokens", "class"}
 
 
@@ -202,9 +200,8 @@ def _classes(raw: Any, problems: list[str], pause: Callable[[], None]) -> dict[s
     if _too_many(raw, "classes", problems):
         return {}
     out: dict[str, int] = {}
-    for i, (name, entry) in enumerate(raw.items()):
-        if i % _PAUSE_EVERY == _PAUSE_EVERY - 1:
-            pause()
+    for name, entry in raw.items():
+        pause()
         if _class_name(name, f"classes key {_show(name)}", problems) is None:
             continue
         path = f"classes.{name}"
@@ -239,9 +236,8 @@ def _priorities(raw: Any, classes: Collection[str], problems: list[str], pause: 
     if _too_many(raw, "priorityClasses", problems):
         return {}
     out: dict[int, str] = {}
-    for i, (key, name) in enumerate(raw.items()):
-        if i % _PAUSE_EVERY == _PAUSE_EVERY - 1:
-            pause()
+    for key, name in raw.items():
+        pause()
         path = f"priorityClasses.{key[:SHOWN_CHARS]}"
         if not _PRIORITY.fullmatch(key):
             problems.append(f"{path}: the key must be an integer vLLM priority (at most 18 digits), got "
@@ -265,8 +261,7 @@ def _rules(raw: Any, classes: Collection[str], problems: list[str], pause: Calla
     out: list[PromptLengthRule] = []
     catch_all_at: int | None = None
     for i, rule in enumerate(raw):
-        if i % _PAUSE_EVERY == _PAUSE_EVERY - 1:
-            pause()
+        pause()
         path = f"promptLengthRules[{i}]"
         if not isinstance(rule, dict):
             problems.append(f"{path}: must be an object {{\"maxPromptTokens\": n, \"class\": c}}")
@@ -338,8 +333,7 @@ def _classify(raw: Any, classes: Collection[str], problems: list[str], pause: Ca
     out: list[ClassRule] = []
     seen: dict[tuple[str | None, str], int] = {}
     for i, rule in enumerate(raw):
-        if i % _PAUSE_EVERY == _PAUSE_EVERY - 1:
-            pause()
+        pause()
         path = f"classify[{i}]"
         if not isinstance(rule, dict):
             problems.append(f"{path}: must be an object with one matcher and a class")
@@ -380,8 +374,9 @@ def _no_pause() -> None:
 def parse_reservations(text: str | bytes, *, pause: Callable[[], None] = _no_pause) -> Reservations:
     """Parse and validate a ``kvplan.reservations.v1`` document; :class:`ReservationsError` lists every problem.
 
-    The work is bounded (module docstring). ``pause`` is called every :data:`_PAUSE_EVERY` entries while they are
-    validated: a reader thread passes one that yields the interpreter to the engine's thread."""
+    The work is bounded (module docstring). ``pause`` is called throughout the parse (:func:`kvcore.bounded_json.
+    load_bounded_json`) and once per entry while they are validated: a reader thread passes one that yields the
+    interpreter to the engine's thread once its slice is spent."""
     try:
         doc = load_bounded_json(text, max_bytes=MAX_BYTES, max_separators=MAX_SEPARATORS, max_depth=MAX_DEPTH,
                                 pause=pause)

@@ -11,7 +11,8 @@ values the reader last published (one attribute compare), so new values take eff
 thread ``stat``s the path and reads it only when its identity changed, and only as a regular file of at most
 :data:`kvcore.reservation_file.MAX_BYTES` bytes (:mod:`kvcore.regular_file`: a FIFO, a device, a directory or
 a socket is refused without blocking); the parse is bounded (:func:`kvcore.reservation_file.parse_reservations`)
-and pauses every few entries so the engine's thread is never kept waiting for the interpreter. :meth:`check` does
+and offers a yield point every few microseconds of work; the reader sleeps at the first one after :data:`SLICE_S` of
+its own CPU time (:class:`_Slices`), so the engine's thread is never kept waiting long for the interpreter. :meth:`check` does
 the same read synchronously (at start-up, before the first step, and in tests).
 
 A missing, unreadable or invalid file keeps the last good values (or none, before the first good file) and is
@@ -40,9 +41,13 @@ ENV_CHECK_STEPS = "KVPLAN_RESERVATIONS_CHECK_STEPS"
 #: 16 steps is well under a second of decoding on a GPU (20-100 steps/s), and a ``stat`` every 16 steps is noise
 #: next to a step (microseconds against milliseconds).
 DEFAULT_CHECK_STEPS = 16
-#: Seconds the reader thread sleeps between two slices of a parse (it holds the interpreter for one slice, a few
-#: dozen entries, at a time; the engine's thread takes it meanwhile).
+#: Seconds the reader thread sleeps between two slices of a read and parse (the engine's thread takes the
+#: interpreter meanwhile).
 PAUSE_S = 0.0002
+#: Thread CPU seconds the reader runs before it sleeps: the parse offers a pause every few microseconds of work
+#: (:func:`kvcore.bounded_json.load_bounded_json`), and :class:`_Slices` takes one once this much has run, so the
+#: engine's thread waits for the interpreter at most about this long at a time (``benchmarks/vllm_reader_step_cost.py``).
+SLICE_S = 0.0002
 
 _Identity = tuple[int, int, int, int]
 
@@ -154,7 +159,7 @@ class ReservationSource:
                 if self._closed:
                     return
                 ticket = self._requested
-            self._refresh_guarded(pause=_pause)
+            self._refresh_guarded(pause=_Slices())
             with self._cond:
                 self._served = ticket
                 self._cond.notify_all()
@@ -224,7 +229,21 @@ class ReservationSource:
 
 
 def _pause() -> None:
+    """Yield the interpreter to the engine's thread for :data:`PAUSE_S`."""
     time.sleep(PAUSE_S)
+
+
+class _Slices:
+    """The reader thread's ``pause``: sleeps (:func:`_pause`) once :data:`SLICE_S` of thread CPU time has run since
+    the last sleep, and otherwise returns at once (a ``thread_time`` call)."""
+
+    def __init__(self) -> None:
+        self._start = time.thread_time()
+
+    def __call__(self) -> None:
+        if time.thread_time() - self._start >= SLICE_S:
+            _pause()
+            self._start = time.thread_time()
 
 
 def _no_pause() -> None:

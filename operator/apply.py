@@ -10,7 +10,7 @@ Nothing here reads the cluster except a target resolving a create conflict.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .desired import Write
@@ -36,13 +36,22 @@ class Applied:
         return self.failed is None
 
 
-def apply(kube: KubeApi, namespace: str, writes: Sequence[Write], targets: Sequence[Target]) -> Applied:
-    """Phase 4 (see the module docstring)."""
+def _in_time(w: Write) -> KubeError | None:
+    return None
+
+
+def apply(kube: KubeApi, namespace: str, writes: Sequence[Write], targets: Sequence[Target], *,
+          late: Callable[[Write], KubeError | None] = _in_time) -> Applied:
+    """Phase 4 (see the module docstring). ``late(w)``, asked before each write, stops the writes there with its
+    error, as a failed write would (the cycle deadline: :func:`kvplan_operator.cycle.late_write`)."""
     by_name = {t.name: t for t in targets}
     done: list[str] = []
     wrote: set[str] = set()
     attempted = False
     for w in sorted(writes, key=lambda w: w.stage):  # stable: the targets' own order within a stage
+        too_late = late(w)
+        if too_late is not None:  # not sent, so not attempted
+            return Applied(tuple(done), w, too_late, attempted, frozenset(wrote))
         attempted = attempted or w.relayout
         try:
             by_name[w.target].write(kube, namespace, w)
@@ -56,10 +65,14 @@ def apply(kube: KubeApi, namespace: str, writes: Sequence[Write], targets: Seque
     return Applied(tuple(done), None, None, attempted, frozenset(wrote))
 
 
-def apply_detail(kube: KubeApi, namespace: str, writes: Sequence[Write]) -> KubeError | None:
+def apply_detail(kube: KubeApi, namespace: str, writes: Sequence[Write], *,
+                 late: Callable[[Write], KubeError | None] = _in_time) -> KubeError | None:
     """The plan's detail ConfigMaps, after the plan's own writes succeeded and before status refers to them; the
-    first failure, or None."""
+    first failure (or ``late``'s error before a write), or None."""
     for w in writes:
+        too_late = late(w)
+        if too_late is not None:
+            return too_late
         try:
             write_configmap(kube, namespace, w)
         except KubeError as exc:

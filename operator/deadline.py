@@ -10,8 +10,10 @@ headers, body), and the caller then reports why (:attr:`RequestGuard.fired`):
 - ``stopping``: the operator is shutting down (:func:`stop_all`, from kopf's cleanup on SIGTERM).
 
 The socket is registered by the connection that creates it (:mod:`kvplan_operator.prom.transport`) with the guard
-active on that thread. Name resolution happens before a socket exists and is bounded by the resolver's own limits
-(``resolv.conf``), not by the guard.
+active on that thread. Name resolution happens before a socket exists, so the guard cannot cut it; it has the same
+three bounds another way (:mod:`kvplan_operator.prom.resolve`): the lookup runs on a daemon thread that the observe
+phase waits for at most ``spec.prometheus.timeoutSeconds``, never past the cycle deadline, and no longer once the
+operator stops (:func:`wake_on_stop` ends that wait at once).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
 
 #: Why a guard fired.
@@ -28,6 +31,7 @@ REQUEST, CYCLE, STOPPING = "request", "cycle", "stopping"
 _STOP = threading.Event()
 _ACTIVE: set[RequestGuard] = set()
 _ACTIVE_LOCK = threading.Lock()
+_WAKE: set[threading.Event] = set()
 _LOCAL = threading.local()
 
 
@@ -42,14 +46,51 @@ def stop_all() -> int:
     _STOP.set()
     with _ACTIVE_LOCK:
         active = list(_ACTIVE)
+        wake = list(_WAKE)
     for guard in active:
         guard.fire(STOPPING)
+    for event in wake:
+        event.set()
     return len(active)
 
 
 def reset_stop() -> None:
     """Undo :func:`stop_all`: an operator started again in the same process (kopf's test runner, tests)."""
     _STOP.clear()
+
+
+@contextmanager
+def wake_on_stop(event: threading.Event) -> Iterator[None]:
+    """While the block runs, :func:`stop_all` sets ``event`` (at once if it already ran): a wait on ``event`` that
+    is not a request (a name lookup, :mod:`kvplan_operator.prom.resolve`) ends when the operator stops."""
+    with _ACTIVE_LOCK:
+        _WAKE.add(event)
+    try:
+        if _STOP.is_set():  # after the add: a stop_all racing with it either is seen here or sees the event
+            event.set()
+        yield
+    finally:
+        with _ACTIVE_LOCK:
+            _WAKE.discard(event)
+
+
+@contextmanager
+def calls_until(end: float | None) -> Iterator[None]:
+    """Kubernetes calls made on this thread inside the block end by the monotonic ``end`` (None: only their own
+    timeout bounds them): :class:`kvplan_operator.kube.Kube` sends none once ``end`` passed and gives each the
+    time left as its timeout. Blocks nest; the inner ``end`` applies inside it (the record phase's later end)."""
+    outer = getattr(_LOCAL, "calls_end", None)
+    _LOCAL.calls_end = end
+    try:
+        yield
+    finally:
+        _LOCAL.calls_end = outer
+
+
+def calls_left() -> float | None:
+    """Seconds left for Kubernetes calls on this thread (:func:`calls_until`), None when unbounded."""
+    end: float | None = getattr(_LOCAL, "calls_end", None)
+    return None if end is None else end - time.monotonic()
 
 
 def current() -> RequestGuard | None:

@@ -4,7 +4,8 @@ Every phase talks to :class:`KubeApi` (a typed protocol), so unit tests substitu
 need a cluster. Reads return plain dicts (the API's JSON); a missing object reads as ``None``. Every failure of a
 call, whatever the client raised (an ``ApiException``, a timeout, a refused connection), becomes one
 :class:`KubeError` naming the call and the class of error; nothing else leaves this module. Every write names its
-field manager, and every call carries a client-side timeout so a hung apiserver cannot hang a reconcile.
+field manager, and every call carries a client-side timeout so a hung apiserver cannot hang a reconcile; inside
+:func:`kvplan_operator.deadline.calls_until` the timeout never runs past the reconcile's cycle deadline.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar, cast
 
+from . import deadline
 from .desired import ANN_ROLLOUT
 
 FIELD_MANAGER = "kvplan-operator"
@@ -106,6 +108,8 @@ SCALERS = (("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject"),
 #: wedged one costs a reconcile seconds, not the kopf handler's whole budget.
 REQUEST_TIMEOUT_S = 15.0
 
+#: ``KubeError.kind`` of a call not sent, or cut, because the reconcile's cycle deadline passed.
+CYCLE_DEADLINE = "CycleDeadlineExceeded"
 #: Error classes (``KubeError.kind``), from the HTTP status (or the transport failure).
 KINDS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 409: "Conflict",
          410: "Gone", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable",
@@ -253,12 +257,25 @@ class Kube:
             return cls(config.new_client_from_config(  # type: ignore[no-untyped-call]
                 config_file=os.environ.get("KUBECONFIG") or None))
 
+    def _timeout(self) -> float:
+        """This call's client-side timeout: :attr:`timeout_s`, or less when the reconcile's writes must end sooner
+        (:func:`kvplan_operator.deadline.calls_until`)."""
+        left = deadline.calls_left()
+        return self.timeout_s if left is None else max(0.001, min(self.timeout_s, left))
+
     def _call(self, call: str, fn: Callable[[], T], *, missing_ok: bool = False) -> T | None:
-        """Run one API call; 404 is ``None`` when ``missing_ok``; every failure is a :class:`KubeError`."""
+        """Run one API call; 404 is ``None`` when ``missing_ok``; every failure is a :class:`KubeError` (kind
+        :data:`CYCLE_DEADLINE` and nothing sent once the block's end passed: :func:`~kvplan_operator.deadline.
+        calls_until`)."""
+        left = deadline.calls_left()
+        if left is not None and left <= 0:
+            raise KubeError(call, CYCLE_DEADLINE, detail="the reconcile's cycle deadline passed; not sent")
         try:
             return fn()
         except Exception as exc:
             err = classify(call, exc)
+            if err.kind == "Timeout" and left is not None and left < self.timeout_s:  # the cycle's end cut it
+                err = KubeError(call, CYCLE_DEADLINE, detail="cut at the reconcile's cycle deadline")
             if missing_ok and err.status == 404:
                 return None
             raise err from None
@@ -287,7 +304,7 @@ class Kube:
     def _custom_get(self, gvp: tuple[str, str, str], namespace: str, name: str, kind: str) -> dict[str, Any] | None:
         return cast(dict[str, Any] | None, self._call(
             f"get {kind}/{name}", lambda: self.custom.get_namespaced_custom_object(
-                *gvp[:2], namespace, gvp[2], name, _request_timeout=self.timeout_s), missing_ok=True))
+                *gvp[:2], namespace, gvp[2], name, _request_timeout=self._timeout()), missing_ok=True))
 
     # --- reads -----------------------------------------------------------------------------------------------------
     def get_kvplan(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -295,7 +312,7 @@ class Kube:
 
     def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._raw(f"get Deployment/{name}", lambda: self.apps.read_namespaced_deployment(
-            name, namespace, _request_timeout=self.timeout_s, _preload_content=False), missing_ok=True)
+            name, namespace, _request_timeout=self._timeout(), _preload_content=False), missing_ok=True)
 
     def autoscaled_deployments(self, namespace: str) -> dict[str, str]:
         """Deployment name -> ``HorizontalPodAutoscaler/<name>``, ``ScaledObject/<name>`` or
@@ -303,7 +320,7 @@ class Kube:
         list, has none)."""
         out: dict[str, str] = {}
         hpas: Any = self._call("list HorizontalPodAutoscalers", lambda: self.autoscaling
-                               .list_namespaced_horizontal_pod_autoscaler(namespace, _request_timeout=self.timeout_s))
+                               .list_namespaced_horizontal_pod_autoscaler(namespace, _request_timeout=self._timeout()))
         for hpa in hpas.items:
             ref = hpa.spec.scale_target_ref
             if ref.kind == "Deployment":
@@ -317,11 +334,11 @@ class Kube:
     def _lister(self, group: str, version: str, namespace: str, plural: str) -> Callable[[], Any]:
         """The list call of one custom resource in ``namespace``."""
         return lambda: self.custom.list_namespaced_custom_object(group, version, namespace, plural,
-                                                                 _request_timeout=self.timeout_s)
+                                                                 _request_timeout=self._timeout())
 
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._raw(f"get ConfigMap/{name}", lambda: self.core.read_namespaced_config_map(
-            name, namespace, _request_timeout=self.timeout_s, _preload_content=False), missing_ok=True)
+            name, namespace, _request_timeout=self._timeout(), _preload_content=False), missing_ok=True)
 
     def get_httproute(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._custom_get(GATEWAY, namespace, name, "HTTPRoute")
@@ -337,7 +354,7 @@ class Kube:
 
     def read_secret_key(self, namespace: str, name: str, key: str) -> str | None:
         secret: Any = self._call(f"get Secret/{name}", lambda: self.core.read_namespaced_secret(
-            name, namespace, _request_timeout=self.timeout_s), missing_ok=True)
+            name, namespace, _request_timeout=self._timeout()), missing_ok=True)
         raw = (secret.data or {}).get(key) if secret is not None else None
         # Undecodable bytes stay as lone surrogates, for the credential's check to refuse naming the key
         # (kvplan_operator.prom.credentials), instead of a UnicodeDecodeError escaping as InternalError.
@@ -365,25 +382,25 @@ class Kube:
         rest, update = split_updates(patch)
         self._remove_then_apply("Deployment", "apps/v1", namespace, name, rest, lambda body, **kw: (
             self.apps.patch_namespaced_deployment(name, namespace, body, field_manager=FIELD_MANAGER,
-                                                  _request_timeout=self.timeout_s, _preload_content=False, **kw)),
+                                                  _request_timeout=self._timeout(), _preload_content=False, **kw)),
             "application/strategic-merge-patch+json", update)
 
     def create_configmap(self, namespace: str, body: Mapping[str, Any]) -> None:
         name = body.get("metadata", {}).get("name")
         self._write(f"create ConfigMap/{name}", lambda: self.core.create_namespaced_config_map(
             namespace, dict(body), field_manager=FIELD_MANAGER,  # type: ignore[arg-type]
-            _request_timeout=self.timeout_s, _preload_content=False))
+            _request_timeout=self._timeout(), _preload_content=False))
 
     def patch_configmap(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         self._remove_then_apply("ConfigMap", "v1", namespace, name, patch, lambda body, **kw: (
             self.core.patch_namespaced_config_map(name, namespace, body, field_manager=FIELD_MANAGER,
-                                                  _request_timeout=self.timeout_s, _preload_content=False, **kw)),
+                                                  _request_timeout=self._timeout(), _preload_content=False, **kw)),
             "application/merge-patch+json")
 
     def patch_httproute(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         self._remove_then_apply("HTTPRoute", f"{GATEWAY[0]}/{GATEWAY[1]}", namespace, name, patch, lambda body, **kw: (
             self.custom.patch_namespaced_custom_object(*GATEWAY[:2], namespace, GATEWAY[2], name, body,
-                                                       field_manager=FIELD_MANAGER, _request_timeout=self.timeout_s,
+                                                       field_manager=FIELD_MANAGER, _request_timeout=self._timeout(),
                                                        _preload_content=False, **kw)),
             "application/merge-patch+json")
 
@@ -391,20 +408,20 @@ class Kube:
         self._remove_then_apply("LLMInferenceService", f"{LLMISVC[0]}/{LLMISVC[1]}", namespace, name, patch,
                                 lambda body, **kw: self.custom.patch_namespaced_custom_object(
                                     *LLMISVC[:2], namespace, LLMISVC[2], name, body, field_manager=FIELD_MANAGER,
-                                    _request_timeout=self.timeout_s, _preload_content=False, **kw),
+                                    _request_timeout=self._timeout(), _preload_content=False, **kw),
                                 "application/merge-patch+json")
 
     def patch_leaderworkerset(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         self._remove_then_apply("LeaderWorkerSet", f"{LWS[0]}/{LWS[1]}", namespace, name, patch,
                                 lambda body, **kw: self.custom.patch_namespaced_custom_object(
                                     *LWS[:2], namespace, LWS[2], name, body, field_manager=FIELD_MANAGER,
-                                    _request_timeout=self.timeout_s, _preload_content=False, **kw),
+                                    _request_timeout=self._timeout(), _preload_content=False, **kw),
                                 "application/merge-patch+json")
 
     def patch_kvplan_status(self, namespace: str, name: str, status_patch: Mapping[str, Any]) -> None:
         self._call(f"patch KVPlan/{name}/status", lambda: self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status_patch)}, field_manager=FIELD_MANAGER,
-            _request_timeout=self.timeout_s, _content_type="application/merge-patch+json"))
+            _request_timeout=self._timeout(), _content_type="application/merge-patch+json"))
 
     def post_event(self, body: Mapping[str, Any], *, type_: str, reason: str, message: str) -> None:
         """A core/v1 Event on the KVPlan (only called on condition transitions)."""
@@ -419,7 +436,7 @@ class Kube:
             reason=reason, message=message[:1024], type=type_, first_timestamp=now, last_timestamp=now, count=1,
             source=self._client.V1EventSource(component=FIELD_MANAGER), reporting_component=FIELD_MANAGER)
         self._call("create Event", lambda: self.core.create_namespaced_event(
-            meta["namespace"], event, _request_timeout=self.timeout_s))
+            meta["namespace"], event, _request_timeout=self._timeout()))
 
 
 def ensure_peering(kube: Kube, *, name: str, namespaces: list[str], clusterwide: bool) -> list[str]:

@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import conditions as C
-from . import cycle
+from . import cycle, deadline
 from .apply import apply, apply_detail
 from .build import build
 from .build_bootstrap import build_bootstrap
@@ -80,7 +80,7 @@ def _bootstrap(run: RunContext, deps: Deps, awaited: HistoryAwaited, clock: _Clo
         if refused is not None:
             return Outcome(False, C.STATUS_WRITE_FAILED, f"{refused}; nothing applied", rec.backoff(), [], False,
                            run.elapsed())
-    applied = apply(deps.kube, run.namespace, built.writes, built.targets)
+    applied = apply(deps.kube, run.namespace, built.writes, built.targets, late=cycle.late_write(run, deps.clock))
     clock.lap("apply")
     return record_bootstrap(rec, awaited, boot, None, applied)
 
@@ -117,18 +117,22 @@ def _reconcile(run: RunContext, deps: Deps, clock: _Clock) -> Outcome:
         if refused is not None:
             return Outcome(False, C.STATUS_WRITE_FAILED, f"{refused}; nothing applied", rec.backoff(), [], False,
                            run.elapsed())
-    applied = apply(deps.kube, run.namespace, built.writes, built.targets)
-    detail_error = apply_detail(deps.kube, run.namespace, rec.detail_writes(obs, dec, built)) if applied.ok else None
+    too_late = cycle.late_write(run, deps.clock)
+    applied = apply(deps.kube, run.namespace, built.writes, built.targets, late=too_late)
+    detail_error = apply_detail(deps.kube, run.namespace, rec.detail_writes(obs, dec, built),
+                                late=too_late) if applied.ok else None
     clock.lap("apply")
     return rec.success(obs, dec, built, applied, detail_error)
 
 
 def reconcile(body: Mapping[str, Any], deps: Deps) -> Outcome:
     """Run the five phases once for ``body`` (a KVPlan as the apiserver returned it). Never raises ``Exception``."""
-    run = RunContext.start(body, deps.clock(), deps.cycle_deadline_s)
+    run = RunContext.start(body, deps.clock(), deps.cycle_deadline_s,
+                           record_reserve_s=cycle.record_reserve_s(deps.cycle_deadline_s))
     clock = _Clock()
     try:
-        out = _reconcile(run, deps, clock)
+        with deadline.calls_until(cycle.writes_end(run, deps.clock)):  # record widens it to the whole cycle
+            out = _reconcile(run, deps, clock)
         clock.lap("record")
         return replace(out, phases=dict(clock.phases))
     except Exception as exc:  # a bug: record it as a condition rather than hand kopf a traceback

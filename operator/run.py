@@ -91,18 +91,23 @@ class RunContext:
     now: float
     old_status: Mapping[str, Any]
     started: float
-    #: When the cycle must be done, in the clock ``now`` came from (None: no deadline), and its budget in seconds
+    #: When the cycle's work must be done (every read, the planner, every write but record's), in the clock ``now``
+    #: came from (None: no deadline); when record's status write must be done (the cycle deadline itself: the
+    #: work's end plus the reserve kept for that write); and the cycle's budget in seconds
     #: (:mod:`kvplan_operator.cycle`).
     deadline: float | None = None
     deadline_s: float | None = None
+    record_deadline: float | None = None
 
     @classmethod
-    def start(cls, body: Mapping[str, Any], now: float, deadline_s: float | None = None) -> RunContext:
+    def start(cls, body: Mapping[str, Any], now: float, deadline_s: float | None = None, *,
+              record_reserve_s: float = 0.0) -> RunContext:
         meta = body["metadata"]
         return cls(body=body, namespace=meta["namespace"], name=meta["name"], uid=meta.get("uid"),
                    generation=meta.get("generation"), now=now, old_status=dict(body.get("status") or {}),
-                   started=time.perf_counter(), deadline=None if deadline_s is None else now + deadline_s,
-                   deadline_s=deadline_s)
+                   started=time.perf_counter(),
+                   deadline=None if deadline_s is None else now + deadline_s - record_reserve_s,
+                   deadline_s=deadline_s, record_deadline=None if deadline_s is None else now + deadline_s)
 
     @property
     def owner(self) -> str:

@@ -1,8 +1,9 @@
 """Phase 1, observe: every read of a reconcile, and nothing else.
 
 In order: the spec (:func:`kvplan_operator.spec.parse_spec`); where Prometheus may be asked
-(:func:`kvplan_operator.prom.vet_url`: refused, or the addresses the client will connect to); every target's
-objects (state ConfigMap, Deployments, router ConfigMap, HTTPRoute, InferencePools); the autoscalers (HPAs,
+(:func:`kvplan_operator.prom.vet_url`: refused, or the addresses the client will connect to; the host lookup is
+bounded by ``timeoutSeconds``, the cycle deadline and the operator's stop, :mod:`kvplan_operator.prom.resolve`);
+every target's objects (state ConfigMap, Deployments, router ConfigMap, HTTPRoute, InferencePools); the autoscalers (HPAs,
 ScaledObjects, PodAutoscalers) and who owns each group's replicas (:mod:`.replica_owner`);
 the KVPlans named as owner by objects this one wants to write; the Prometheus credentials and CA bundle (Secrets, a ConfigMap, an allowed token file); then
 Prometheus: one range query per history source (:mod:`kvplan_operator.observe.sources`), one instant query for the
@@ -40,9 +41,10 @@ from ..desired import ANN_GENERATION, ANN_LAYOUT_CHANGES, ANN_RELAYOUT_GENERATIO
 from .calibration import RealisedCalibration, observe_calibration
 from .history import ClassObservation
 from ..targets.plandetail import Detail, read_detail
-from ..kube import KubeApi, KubeError
+from ..kube import CYCLE_DEADLINE, KubeApi, KubeError
 from ..prom import PromConnection, PromError, UrlPolicy, vet_url
 from ..prom.credentials import BadCredential, basic_password, basic_user, bearer_token
+from ..prom.resolve import BoundedResolver, ResolveCut, system_lookup
 from ..run import Deps, Failure, RunContext
 from .sources import observe_histories
 from .sources.capacity import capacity_query, engine_capacity
@@ -266,14 +268,27 @@ def _partial(run: RunContext, spec: KVPlanSpec, groups: Mapping[str, GroupState]
                        legacy_plan=run.previous_plan())
 
 
+def _resolver(run: RunContext, deps: Deps, spec: KVPlanSpec) -> BoundedResolver:
+    """The host lookup for :func:`vet_url` (``deps.resolve``, else the system's), bounded by
+    ``spec.prometheus.timeoutSeconds``, the time left to the cycle deadline and the operator's stop
+    (:mod:`kvplan_operator.prom.resolve`); lookups cut are counted per namespace. ``run.deadline`` is in
+    ``deps.clock``; the bound is monotonic."""
+    cycle_deadline = None if run.deadline is None else time.monotonic() + (run.deadline - deps.clock())
+    return BoundedResolver(deps.resolve if deps.resolve is not None else system_lookup,
+                           limit_s=spec.prometheus.timeout_seconds, cycle_deadline=cycle_deadline,
+                           cycle_s=run.deadline_s, key=run.namespace)
+
+
 def observe(run: RunContext, deps: Deps) -> Observation | Failure:
     """Phase 1 (see the module docstring)."""
     try:
         spec = parse_spec(run.body.get("spec"))
     except InvalidSpec as exc:
         return Failure("observe", exc.reason, str(exc), temporary=False)
-    vetted = vet_url(spec.prometheus.url, deps.prom_policy,
-                     **({"resolve": deps.resolve} if deps.resolve is not None else {}))
+    try:
+        vetted = vet_url(spec.prometheus.url, deps.prom_policy, resolve=_resolver(run, deps, spec))
+    except ResolveCut as exc:  # the lookup outlived timeoutSeconds or the cycle deadline, or the operator stops
+        return Failure("observe", exc.reason, str(exc), temporary=True, degraded=exc.reason != C.OPERATOR_STOPPING)
     if vetted.refused:
         return Failure("observe", C.PROMETHEUS_URL_REFUSED, vetted.refused + "; no request sent", temporary=False,
                        degraded=True)
@@ -290,7 +305,8 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
     except CredentialRefused as exc:
         return exc.failure
     except KubeError as exc:
-        return Failure("observe", C.READ_FAILED, str(exc), temporary=True, degraded=True)
+        reason = C.CYCLE_DEADLINE_EXCEEDED if exc.kind == CYCLE_DEADLINE else C.READ_FAILED
+        return Failure("observe", reason, str(exc), temporary=True, degraded=True)
     groups = {}
     for g in spec.groups:
         body = group_body(g, objects)

@@ -33,7 +33,6 @@ import base64
 import json
 import os
 import re
-import socket
 import ssl
 import urllib.parse
 import warnings
@@ -46,6 +45,7 @@ from .error import PromError as PromError, PrometheusUnavailable as PrometheusUn
 from .credentials import BadCredential, basic_password, basic_user, bearer_token
 from .url import PromUrl, UrlRefused, parse_prom_url
 from .refused_address import refused_address
+from .resolve import system_lookup as _system_resolver
 from .retry_after import with_retry_after
 
 #: Hosts that serve cloud instance credentials, refused unless allowed by name.
@@ -100,11 +100,6 @@ class UrlPolicy:
                    tuple(os.path.normpath(f.strip()) for f in files.split(",") if f.strip()))
 
 
-def _system_resolver(host: str) -> list[str]:
-    """Every address of ``host``, in the order ``getaddrinfo`` prefers (RFC 6724), each once."""
-    return list(dict.fromkeys(str(info[4][0]) for info in socket.getaddrinfo(host, None)))
-
-
 def _pattern_is_exact(pattern: str) -> bool:
     return not any(ch in pattern for ch in "*?")
 
@@ -132,7 +127,9 @@ def vet_url(url: str, policy: UrlPolicy, *, resolve: Resolver = _system_resolver
     alike; the client connects to exactly those parts), then the policy. A host the allowed list names exactly is
     an explicit opt-in; one only a wildcard matches is still refused if it is, or resolves to, a link-local or
     metadata address (:mod:`kvplan_operator.prom.refused_address`, any IPv6 embedding), since a wildcard (``*.svc``)
-    admits names a tenant can create (an ExternalName Service). A name is resolved exactly once, here."""
+    admits names a tenant can create (an ExternalName Service). A name is resolved exactly once, here: ``OSError``
+    or ``UnicodeError`` from ``resolve`` means it does not resolve; anything else (the observe phase's
+    :class:`~kvplan_operator.prom.resolve.ResolveCut`: the lookup outlived its deadline) propagates."""
     try:
         u = parse_prom_url(url)
     except UrlRefused as exc:

@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import conditions as C
+from .. import cycle, deadline
 from ..apply import Applied
 from ..build import Built
 from ..desired import Write
 from ..decide import Decided, pending_note
 from ..decide.knobs import engine_status, knob_condition
-from ..kube import KubeError
+from ..kube import CYCLE_DEADLINE, KubeError
 from ..observe import Observation
 from ..run import OWNED_STATUS, Deps, Failure, RunContext
 from ..targets.plandetail import FORMAT, chunk_name, detail_writes, digest, encode, plan_json, split
@@ -149,7 +150,8 @@ class Recorder:
             if applied.relayout_attempted and self.deps.metrics is not None:
                 self.deps.metrics.relayout(self.run.owner)
             wrote = "; ".join(applied.done) or "nothing"
-            return self.failure(Failure("apply", C.APPLY_FAILED, f"plan {desired.plan_id}: {applied.error}; "
+            reason = C.CYCLE_DEADLINE_EXCEEDED if applied.error.kind == CYCLE_DEADLINE else C.APPLY_FAILED
+            return self.failure(Failure("apply", reason, f"plan {desired.plan_id}: {applied.error}; "
                                         f"written before it: {wrote}", temporary=True,
                                         details={"planId": desired.plan_id, "applied": list(applied.done),
                                                  "failedAt": f"{applied.failed.kind}/{applied.failed.name}"}),
@@ -263,12 +265,13 @@ class Recorder:
         if status_patch(stored, probe, owned=OWNED_STATUS) is None:
             return False, None
         patch = status_patch(stored, self.st, owned=OWNED_STATUS)
-        if patch:
-            try:
-                self.deps.kube.patch_kvplan_status(run.namespace, run.name, patch)
-            except KubeError as exc:
-                return False, exc
-        post_events(self.deps, run.body, before, conds)
+        with deadline.calls_until(cycle.record_end(run, self.deps.clock)):  # the cycle's reserve for this write
+            if patch:
+                try:
+                    self.deps.kube.patch_kvplan_status(run.namespace, run.name, patch)
+                except KubeError as exc:
+                    return False, exc
+            post_events(self.deps, run.body, before, conds)
         return True, None
 
 

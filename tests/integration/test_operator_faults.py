@@ -5,6 +5,7 @@ etcd and Debian's Prometheus, with the reconcile called directly (as in test_ope
 - a real 422 from admission: a ValidatingAdmissionPolicy refuses the router ConfigMap, the last write of a first
   apply (after the Deployments were re-laid out);
 - a real kill -9: a child process running the reconcile SIGKILLs itself right after its first Deployment patch;
+- the cycle deadline passing during apply (an injected clock that the first write moves on), with the real client;
 - real Prometheus answers: an arrival-rate query with a PromQL syntax error, and one that matches no series.
 
 Each time: a named reason in the outcome and in status, nothing escapes, no two objects disagree
@@ -180,6 +181,60 @@ def test_kill_9_right_after_a_deployment_patch(crd, cluster, kube_api, kube, nam
     assert found_disagreements(kube, namespace) == []
     converge(kube, namespace)
     assert "applying" not in fetch(kube, namespace)["status"]
+
+
+def is_write(call: str) -> bool:
+    """A write of the plan's (not status, not an Event: the record phase's)."""
+    return call.split()[0] in ("apply", "patch", "create") and "/status" not in call and call != "create Event"
+
+
+class TimeRunsOutAfterFirstWrite(Kube):
+    """The real client, whose first write (other than status) takes the injected clock ``jump_s`` on."""
+
+    def __init__(self, api_client, clock: list[float], jump_s: float) -> None:
+        super().__init__(api_client)
+        self.clock, self.jump_s, self.sent = clock, jump_s, []
+
+    def _call(self, call, fn, *, missing_ok=False):
+        out = super()._call(call, fn, missing_ok=missing_ok)
+        self.sent.append(call)
+        if is_write(call) and self.jump_s:
+            self.clock[0] += self.jump_s
+            self.jump_s = 0.0
+        return out
+
+
+@pytest.mark.parametrize(("jump_s", "recorded"), [pytest.param(50.0, True, id="past-the-work-end"),
+                                                   pytest.param(70.0, False, id="past-the-cycle-deadline")])
+def test_cycle_deadline_during_apply(crd, cluster, kube_api, kube, namespace, prometheus, traces_dir, jump_s,
+                                     recorded):
+    """A 60 s cycle deadline (its last 15 s kept for the status write), and the first write takes the clock past
+    45 s: no further write is sent. Past the work's end only, the status write is still sent and says
+    CycleDeadlineExceeded; past the deadline itself, the real client sends nothing more, not even status. Either
+    way nothing disagrees, and the next reconcile converges."""
+    from kubernetes import config
+
+    backfill(prometheus, traces_dir)
+    setup(kube_api, namespace, kvplan_spec(prometheus.url))
+    clock = [time.time()]
+    slow = TimeRunsOutAfterFirstWrite(config.new_client_from_config(config_file=str(cluster.kubeconfig)), clock,
+                                      jump_s)
+    out = run(slow, namespace, clock=lambda: clock[0], cycle_deadline_s=60.0)
+    writes = [c for c in slow.sent if is_write(c)]
+    assert len(writes) == 1, slow.sent  # the one write that took the time; none after it
+    status = fetch(kube, namespace)["status"]
+    if recorded:
+        assert out.reason == C.CYCLE_DEADLINE_EXCEEDED, out
+        assert status["lastError"]["reason"] == C.CYCLE_DEADLINE_EXCEEDED
+        assert status["lastError"]["applied"] and status["lastError"]["failedAt"]
+        assert cond(fetch(kube, namespace), C.APPLIED)["reason"] == C.CYCLE_DEADLINE_EXCEEDED
+    else:
+        assert out.reason == C.STATUS_WRITE_FAILED and C.CYCLE_DEADLINE_EXCEEDED in out.message, out
+        assert status["applying"]["planId"]  # the intent written before the first write, nothing after it
+        assert "lastError" not in status
+    assert "plan" not in status  # nothing claimed
+    assert found_disagreements(kube, namespace) == []
+    converge(kube, namespace)
 
 
 @pytest.mark.parametrize(

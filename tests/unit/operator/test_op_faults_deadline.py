@@ -24,6 +24,7 @@ from operator_checks import detail_document  # type: ignore[import-not-found]
 from slow_server import slow_prometheus  # type: ignore[import-not-found]
 from op_faults_world import (BUDGET, T0, World, baseline, check, recover,  # type: ignore[import-not-found]
                             report, spec)
+from op_faults_world import RECORD  # type: ignore[import-not-found]
 from op_faults_world import raw_client_must_not_be_called  # type: ignore[import-not-found]  # noqa: F401 - autouse
 
 DEADLINE_S = 60.0
@@ -171,4 +172,74 @@ def test_cycle_deadline_against_a_slow_server(behaviour):
     expect_cut(world, out, good, behaviour, failures)
     assert "cycle deadline (1 s, --cycle-deadline)" in out.message
     assert detail_document(world.kube.configmaps.get) == good["detail"]
+    assert failures == [], "\n".join(failures)
+
+
+def _writes_of_the_relayout() -> list[str]:
+    """The writes (other than status) that the stage-1 re-layout makes when nothing is slow."""
+    world = World()
+    baseline(world)
+    world.kube.writes.clear()
+    from kvplan_operator.reconcile import reconcile
+    from op_fakes import kvplan  # type: ignore[import-not-found]
+
+    out = reconcile(kvplan(world.spec, world.kube), deps_for(world, Clock(T0 + 60), {}, world.prom))
+    assert out.ok, out
+    return [w for w in world.kube.writes if w not in RECORD]
+
+
+def test_cycle_deadline_during_apply():
+    """Apply under the cycle deadline: after the k-th write of a re-layout the injected clock jumps past the writes'
+    end (the deadline less the record phase's reserve). No later write is sent, status says CycleDeadlineExceeded
+    and names the write not sent, nothing disagrees (the stage order holds, as at a failed write), and the next
+    reconcile converges within the disruption budget."""
+    from kvplan_operator.cycle import RECORD_RESERVE_S
+    from kvplan_operator.reconcile import reconcile
+    from op_fakes import kvplan  # type: ignore[import-not-found]
+
+    planned = _writes_of_the_relayout()
+    assert len(planned) >= 3, planned  # routing off, state, Deployments, routing on
+    failures: list[str] = []
+    counts: Counter = Counter()
+    for k in range(1, len(planned)):
+        world = World()
+        good = baseline(world)
+        clock = Clock(T0 + 60)
+        world.kube.writes.clear()
+        world._snapshot_layouts()
+        count = world.kube.on_write
+        sent: list[tuple[str, float]] = []
+
+        def slow_write(kube: Any, label: str, k: int = k) -> None:
+            assert count is not None
+            count(kube, label)
+            sent.append((label, clock.t))
+            if len([w for w, _ in sent if w not in RECORD]) == k:
+                clock.t += DEADLINE_S - RECORD_RESERVE_S  # this write took the cycle past the writes' end
+
+        world.kube.on_write = slow_write
+        counts["scenarios"] += 1
+        out = reconcile(kvplan(world.spec, world.kube), deps_for(world, clock, {}, world.prom))
+        world.kube.on_write = count
+        counts[f"reason:{out.reason}"] += 1
+        label = f"after write {k} of {len(planned)}"
+        done = [w for w, _ in sent if w not in RECORD]
+        if done != planned[:k]:
+            failures.append(f"{label}: wrote {done}, expected exactly {planned[:k]}")
+        if out.reason != C.CYCLE_DEADLINE_EXCEEDED:
+            failures.append(f"{label}: reason {out.reason}: {out.message}")
+        error = world.kube.status.get("lastError", {})
+        if error.get("reason") != C.CYCLE_DEADLINE_EXCEEDED or len(error.get("applied", [])) != k:
+            failures.append(f"{label}: lastError {error}")
+        if world.kube.status.get("plan") != good["status"].get("plan"):
+            failures.append(f"{label}: status.plan changed by a cut reconcile")
+        if world.disagreements():
+            counts["disagreements"] += 1
+            failures.append(f"{label}: disagreeing objects {world.disagreements()}")
+        recover(world, T0 + 120, failures, label)
+        if world.restarts > BUDGET:
+            counts["budget"] += 1
+            failures.append(f"{label}: {world.restarts} restarts against a budget of {BUDGET}")
+    report("cycle deadline during apply (injected clock)", counts, failures)
+    assert counts["scenarios"] == len(planned) - 1
     assert failures == [], "\n".join(failures)

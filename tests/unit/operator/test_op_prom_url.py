@@ -190,6 +190,55 @@ def test_an_unresolvable_name_sends_no_request():
     assert out.retry_after is not None
 
 
+@pytest.mark.parametrize("cut", ["request", "cycle", "stopping"])
+def test_a_hanging_name_lookup_is_cut_and_sends_no_request(cut):
+    """A DNS server that never answers no longer holds the reconcile: the injected raw resolver hangs, and the
+    lookup is cut by timeoutSeconds (1 s, the CRD's least), by the cycle deadline, or by the operator's stop."""
+    import threading
+
+    from kvplan_operator import deadline
+    from kvplan_operator.prom import resolve
+    from kvplan_operator.reconcile import Deps, reconcile
+    from op_fakes import FakeKube, dep, kvplan  # type: ignore[import-not-found]
+    from op_prom_auth_world import _spec  # type: ignore[import-not-found]
+
+    released, started, ran = threading.Event(), threading.Event(), []
+
+    def hung(host: str) -> list[str]:
+        ran.append(threading.current_thread())
+        started.set()
+        released.wait()
+        return ["10.0.0.9"]
+
+    made: list = []
+    kube = FakeKube({"vllm-big": dep("vllm-big"), "vllm-small": dep("vllm-small")})
+    deps = Deps(kube=kube, prom_factory=lambda conn: made.append(conn), planner=lambda *a, **k: None,  # type: ignore
+                clock=lambda: 1.7e9, resolve=hung, cycle_deadline_s=0.05 if cut == "cycle" else None)
+    spec = _spec({"timeoutSeconds": 1 if cut == "request" else 60})
+    stopper = threading.Thread(target=lambda: started.wait(30.0) and deadline.stop_all())
+    if cut == "stopping":
+        stopper.start()
+    try:
+        out = reconcile(kvplan(spec, kube), deps)
+    finally:
+        released.set()
+        if cut == "stopping":
+            stopper.join(timeout=30.0)
+        for thread in ran:
+            thread.join(timeout=30.0)
+        deadline.reset_stop()
+    assert started.is_set() and made == []  # the lookup ran and was cut; no Prometheus client, no request
+    assert resolve.abandoned() == 0
+    assert [w for w in kube.writes if w != "status"] == []  # no Deployment (nor anything but status) written
+    if cut == "request":
+        assert out.reason == C.PROMETHEUS_UNAVAILABLE and out.retry_after is not None
+        assert "spec.prometheus.timeoutSeconds (1 s)" in out.message and "no request sent" in out.message
+    elif cut == "cycle":
+        assert out.reason == C.CYCLE_DEADLINE_EXCEEDED and out.retry_after is not None
+        assert "cycle deadline (0.05 s, --cycle-deadline)" in out.message
+    else:
+        assert out.reason == C.OPERATOR_STOPPING and kube.writes == []  # no status write on the way out
+
 @pytest.mark.parametrize(
     ("url", "allowed", "ok"),
     [

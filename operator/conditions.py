@@ -110,6 +110,8 @@ NO_RATE_DATA = "NoRateData"
 INVALID_RATE = "InvalidRate"
 #: A Secret or ConfigMap (key) that spec.prometheus names (bearer token, basic auth, CA bundle) does not exist.
 AUTH_SECRET_MISSING = "AuthSecretMissing"
+#: The ConfigMap (or its key) that a group's modelConfigRef names does not exist; nothing applied, retried.
+MODEL_CONFIG_MISSING = "ModelConfigMissing"
 #: spec.prometheus.bearerTokenFile names a file outside the operator's allowed token files, or one it cannot read;
 #: no request was sent.
 PROMETHEUS_AUTH_REFUSED = "PrometheusAuthRefused"
@@ -136,7 +138,7 @@ REASONS: tuple[str, ...] = (
     PROMETHEUS_URL_REFUSED, PROMETHEUS_REJECTED, PROMETHEUS_QUERY_ERROR, PROMETHEUS_BAD_RESPONSE, INVALID_HISTOGRAM,
     NO_RATE_DATA, INVALID_RATE, AUTH_SECRET_MISSING, STATUS_WRITE_FAILED, INTERNAL_ERROR, APPLYING,
     PROMETHEUS_AUTH_REFUSED, PROMETHEUS_TLS_ERROR, METRIC_ABSENT, TOO_MANY_SERIES, STALE_SAMPLES,
-    WORKLOAD_MISSING, UNSUPPORTED_WORKLOAD_FIELD, OWNED_BY_CONTROLLER,
+    WORKLOAD_MISSING, UNSUPPORTED_WORKLOAD_FIELD, OWNED_BY_CONTROLLER, MODEL_CONFIG_MISSING,
 )
 #: Failures of observation: the operator keeps serving the last good plan (Degraded=True; Ready stays True when a
 #: plan was applied before) and retries with backoff.
@@ -144,6 +146,7 @@ DEGRADED_REASONS: tuple[str, ...] = (
     PROMETHEUS_UNAVAILABLE, TOO_FEW_SAMPLES, READ_FAILED, PROMETHEUS_URL_REFUSED, PROMETHEUS_REJECTED,
     PROMETHEUS_QUERY_ERROR, PROMETHEUS_BAD_RESPONSE, INVALID_HISTOGRAM, NO_RATE_DATA, INVALID_RATE,
     AUTH_SECRET_MISSING, PROMETHEUS_AUTH_REFUSED, PROMETHEUS_TLS_ERROR, METRIC_ABSENT, TOO_MANY_SERIES, STALE_SAMPLES,
+    MODEL_CONFIG_MISSING,
 )
 
 # --- Deadlines and stopping (issue 26) ---------------------------------------------------------------------------

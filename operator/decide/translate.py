@@ -145,10 +145,12 @@ def cr_path(field: str, spec: KVPlanSpec | None = None) -> str:
     A class's ``arrival_rate`` is ``arrivalRateQuery`` when the spec gives a query; a group's ``layouts[j]`` is
     reported as ``layouts`` (the hold plan pins a single layout, so kvcore's index is not the spec's). Fields
     with no CR counterpart map to the nearest enclosing one."""
-    if field.startswith("models.") and spec is not None:  # a group's modelConfig, by its model name
+    if field.startswith("models.") and spec is not None:  # a group's modelConfig(Ref), by its model name
         for k, g in enumerate(spec.groups):
             if g.hf_config and field.startswith(f"models.{g.model}"):
-                return f"spec.groups[{k}].modelConfig" + field[len(f"models.{g.model}"):]
+                ref = g.model_config_ref
+                base = f"spec.groups[{k}].modelConfig" if ref is None else ref.cr_path(k)
+                return base + field[len(f"models.{g.model}"):]
     m = _PATH.match(field)
     if m:
         kind, idx, rest = m.group(1), int(m.group(2)), m.group(3) or ""

@@ -5,7 +5,7 @@ In order: the spec (:func:`kvplan_operator.spec.parse_spec`); where Prometheus m
 bounded by ``timeoutSeconds``, the cycle deadline and the operator's stop, :mod:`kvplan_operator.prom.resolve`);
 every target's objects (state ConfigMap, Deployments, router ConfigMap, HTTPRoute, InferencePools); the autoscalers (HPAs,
 ScaledObjects, PodAutoscalers) and who owns each group's replicas (:mod:`.replica_owner`);
-the KVPlans named as owner by objects this one wants to write; the Prometheus credentials and CA bundle (Secrets, a ConfigMap, an allowed token file); then
+the ConfigMaps holding groups' model configs (:mod:`.model_config`); the KVPlans named as owner by objects this one wants to write; the Prometheus credentials and CA bundle (Secrets, a ConfigMap, an allowed token file); then
 Prometheus: one range query per history source (:mod:`kvplan_operator.observe.sources`), one instant query for the
 engines' capacity (:mod:`kvplan_operator.observe.sources.capacity`) and one for plan calibration
 (:mod:`kvplan_operator.observe.calibration`, when a class has per-class preemption series). With every arrival rate
@@ -40,6 +40,7 @@ from .. import cycle
 from ..desired import ANN_GENERATION, ANN_LAYOUT_CHANGES, ANN_RELAYOUT_GENERATION, LayoutChange
 from .calibration import RealisedCalibration, observe_calibration
 from .history import ClassObservation
+from .model_config import read_model_configs
 from ..targets.plandetail import Detail, read_detail
 from ..kube import CYCLE_DEADLINE, KubeApi, KubeError
 from ..prom import PromConnection, PromError, UrlPolicy, vet_url
@@ -297,6 +298,10 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
                        "request sent", temporary=True, degraded=True)
     targets = all_targets()
     try:
+        with_configs = read_model_configs(deps.kube, run.namespace, spec)
+        if isinstance(with_configs, Failure):
+            return with_configs
+        spec = with_configs
         objects = read_llmisvcs(deps.kube, run.namespace, spec, _read_objects(run, deps, spec, targets))
         scaled = deps.kube.autoscaled_deployments(run.namespace)
         detail = read_detail(deps.kube, run.namespace, run.name)

@@ -87,6 +87,18 @@ class WorkloadRef(SpecModel):
     name: str = Field(pattern=DNS_SUBDOMAIN, max_length=253)
 
 
+class ModelConfigRef(SpecModel):
+    """A ConfigMap in the KVPlan's namespace holding the model's Hugging Face ``config.json`` (read each cycle)."""
+
+    name: str = Field(pattern=DNS_SUBDOMAIN, max_length=253)
+    key: str = Field("config.json", pattern=r"^[-._a-zA-Z0-9]+$", max_length=253,
+                     description="The ConfigMap key holding the JSON; default config.json.")
+
+    def cr_path(self, index: int) -> str:
+        """The CR path of group ``index``'s ConfigMap-held config, naming the ConfigMap and key."""
+        return f"spec.groups[{index}].modelConfigRef[{self.name}/{self.key}]"
+
+
 class Group(SpecModel):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
     deployment: str = Field(pattern=r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", max_length=253)
@@ -100,6 +112,9 @@ class Group(SpecModel):
     hf_config: dict[str, Any] | None = Field(
         None, alias="modelConfig", description="The model's Hugging Face config.json fields (issue 22): the "
                                                "group's model is planned from its shape instead of the catalogue's.")
+    model_config_ref: ModelConfigRef | None = Field(
+        None, description="Instead of modelConfig: a ConfigMap in this namespace whose key holds the model's "
+                          "config.json (kubectl create configmap NAME --from-file=config.json).")
     workload_ref: WorkloadRef | None = Field(
         None, description="The workload kvplan patches instead of the Deployment; default: the Deployment, or the "
                           "LLMInferenceService that is its controller (ownerReference).")
@@ -330,6 +345,8 @@ def _semantic_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:
         if g.deployment in deps:
             errs.append((f"spec.groups[{i}].deployment", f"Deployment {g.deployment!r} is already spec.groups[{deps[g.deployment]}]"))
         deps.setdefault(g.deployment, i)
+        if g.hf_config is not None and g.model_config_ref is not None:
+            errs.append((f"spec.groups[{i}].modelConfigRef", "give modelConfig or modelConfigRef, not both"))
         seen_layouts: set[tuple[int, int]] = set()
         for j, lay in enumerate(g.layouts):
             if (lay.tp, lay.pp) in seen_layouts:

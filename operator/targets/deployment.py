@@ -35,6 +35,7 @@ group served by a KServe LLMInferenceService or a LeaderWorkerSet (:mod:`.worklo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -49,7 +50,7 @@ from ..spec import Group, KVPlanSpec
 from . import BuildInput, TargetPlan, owner_conflict, raise_refusals
 from .container_drift import container_drift
 from .legacy_reserve import legacy_env
-from .rollout_room import hold, nodes_of, strategy_drift
+from .rollout_room import DEFAULT, hold, nodes_of, strategy_drift
 from .workload import served_by_deployment
 from .plugin_mount import is_plugin_scheduler, mount_conflict, plugin_drift, plugin_patch
 from .workload_owner import controller_ref, owner_target, refusal
@@ -200,17 +201,33 @@ def build_deployment_patch(deployment: Mapping[str, Any], *, group: Group, targe
 
 
 def hold_room(body: Mapping[str, Any], patch: dict[str, Any], container: Mapping[str, Any], *, group: Group,
-              target: GroupTarget, manage_replicas: bool, rolls: bool) -> None:
+              target: GroupTarget, manage_replicas: bool, rolls: bool) -> str | None:
     """Adds to ``patch`` (in place) the ``maxUnavailable`` a rollout needs on the group's full GPUs, or the user's
-    value back once it is complete (:mod:`.rollout_room`). ``rolls``: the patch changes the pod template."""
+    value back once it is complete (:mod:`.rollout_room`). ``rolls``: the patch changes the pod template. Returns
+    the note for ``status.plan.notes`` while a hold is in force (None: none)."""
     strategy = hold(body, rolls=rolls, old_gpus=pod_gpus(body, container, resource=gpu_resource(group)),
                     new_replicas=target.replicas if manage_replicas else int(body.get("spec", {}).get("replicas", 1)),
                     new_gpus=target.gpus_per_replica,
                     nodes=nodes_of(group.node_pool.gpu_count, group.node_pool.gpus_per_node))
-    if strategy.annotation.get(ANN_ROLLOUT):  # held for this re-layout
+    held = strategy.annotation.get(ANN_ROLLOUT)
+    if held:  # held for this re-layout
         annotations = patch["metadata"]["annotations"]
         annotations[ANN_OWNED] += ",strategy.rollingUpdate.maxUnavailable"
     strategy.apply(patch)
+    return hold_note(group.name, group.deployment, held) if held else None
+
+
+def hold_note(group: str, deployment: str, annotation: str) -> str | None:
+    """What a hold in force (the annotation's ``{"user", "held"}``) means, for the user; None when unreadable."""
+    try:
+        doc = json.loads(annotation)
+        held, user = doc["held"], doc["user"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    yours = f"the default {DEFAULT}" if user is None else f"your {user}"
+    return (f"group {group}: while Deployment {deployment} rolls out its new layout, kvplan holds maxUnavailable at "
+            f"{held}, then gives back {yours} (annotation {ANN_ROLLOUT}): with {yours} the new pods would stay "
+            "Pending for want of free GPUs on the pool")
 
 
 def knob_values(flags: Mapping[str, str | None], target: GroupTarget) -> dict[str, str | None]:
@@ -275,6 +292,7 @@ class DeploymentTarget:
         observed = inp.observed.get(self.name, {})
         refusals: dict[str, list[str]] = {}
         writes: list[Write] = []
+        notes: list[str] = []
         for g in inp.spec.groups:
             body = observed.get(g.deployment)
             if not served_by_deployment(g, body):
@@ -331,10 +349,12 @@ class DeploymentTarget:
                 refusals.setdefault(C.UNSUPPORTED_CONTAINER_LAYOUT, []).append(f"Deployment {g.deployment}: {exc}")
                 continue
             plugin = plugin_changes(body, patch, container, state_configmap=inp.run.state_configmap, group=g.name)
-            hold_room(body, patch, container, group=g, target=target,
-                      manage_replicas=inp.desired.manage_replicas.get(g.name, True),
-                      rolls=any(not d.startswith(("metadata.", "spec.replicas"))
-                                for d in deployment_drift(body, patch) + plugin))
+            held = hold_room(body, patch, container, group=g, target=target,
+                             manage_replicas=inp.desired.manage_replicas.get(g.name, True),
+                             rolls=any(not d.startswith(("metadata.", "spec.replicas"))
+                                       for d in deployment_drift(body, patch) + plugin))
+            if held:
+                notes.append(held)
             drift = deployment_drift(body, patch) + strategy_drift(body, patch) + plugin
             if drift:
                 adopted = read_layout(body, g.container)[1]
@@ -344,7 +364,7 @@ class DeploymentTarget:
         raise_refusals(refusals, (C.OWNED_BY_OTHER, C.OWNED_BY_CONTROLLER, C.DEPLOYMENT_MISSING,
                                   C.CONTAINER_NOT_FOUND, C.UNREADABLE_ENGINE_CONFIG, C.UNSUPPORTED_CONTAINER_LAYOUT,
                                   C.LAYOUT_EXCEEDS_NODE))
-        return TargetPlan(tuple(writes))
+        return TargetPlan(tuple(writes), tuple(notes))
 
     def write(self, kube: KubeApi, namespace: str, w: Write) -> None:
         kube.patch_deployment(namespace, w.name, w.body)

@@ -143,6 +143,11 @@ def test_dry_run_changes_nothing(crd, kube_api, kube, namespace, prometheus, tra
         pytest.param(lambda s: s["groups"][0].update(inferencePool="Pool_A"), "inferencePool", id="pool-name"),
         pytest.param(lambda s: s["classes"][0]["costs"].update(preemption=1e308), "preemption", id="cost-1e308"),
         pytest.param(lambda s: s["classes"][0].update(prefixTokens=10**8), "prefixTokens", id="prefix-huge"),
+        pytest.param(lambda s: s["groups"][0].update(modelConfig={"num_hidden_layers": 80},
+                                                     modelConfigRef={"name": "cfg"}),
+                     "give modelConfig or modelConfigRef, not both", id="model-config-twice"),
+        pytest.param(lambda s: s["groups"][0].update(modelConfigRef={"name": "cfg", "key": "a/b"}),
+                     "modelConfigRef.key", id="model-config-key"),
     ],
 )
 def test_schema_violation_refused_by_apiserver(crd, kube_api, namespace, mutate, needle):
@@ -256,3 +261,36 @@ def test_hpa_keeps_replicas(crd, kube_api, kube, namespace, prometheus, traces_d
     assert body["status"]["plan"]["groups"]["pool-a"]["replicasManagedBy"] == "HorizontalPodAutoscaler/vllm-a"
     assert body["status"]["plan"]["groups"]["pool-a"]["replicasReason"] == C.REPLICAS_BY_AUTOSCALER
     assert any("replicas left to HorizontalPodAutoscaler/vllm-a" in n for n in body["status"]["plan"]["notes"])
+
+
+LLAMA_70B_CONFIG = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 80, "hidden_size": 8192,
+                    "num_attention_heads": 64, "num_key_value_heads": 8, "intermediate_size": 28672,
+                    "vocab_size": 128256, "torch_dtype": "bfloat16"}
+
+
+def test_model_config_from_a_configmap(crd, kube_api, kube, namespace, prometheus, traces_dir):
+    """groups[].modelConfigRef on the real apiserver: the key defaults to config.json (the CRD's default), the
+    shape is planned, and without the ConfigMap the cycle is ModelConfigMissing with nothing changed."""
+    import json
+
+    from kubernetes import client
+
+    backfill(prometheus, traces_dir)
+    spec = kvplan_spec(prometheus.url)
+    spec["groups"][0].update(model="my-70b", modelConfigRef={"name": "my-70b-config"})
+    client.CoreV1Api(kube_api).create_namespaced_config_map(namespace, {
+        "metadata": {"name": "my-70b-config"}, "data": {"config.json": json.dumps(LLAMA_70B_CONFIG)}})
+    stored = setup(kube_api, namespace, spec)
+    assert stored["spec"]["groups"][0]["modelConfigRef"] == {"name": "my-70b-config", "key": "config.json"}
+    out = run(kube, namespace)
+    assert out.ok, out
+    assert cond(fetch(kube, namespace), C.READY)["status"] == "True"
+    client.CoreV1Api(kube_api).delete_namespaced_config_map("my-70b-config", namespace)
+    before = versions(kube, namespace)
+    out = run(kube, namespace)
+    assert out.reason == C.MODEL_CONFIG_MISSING, out
+    assert "spec.groups[0].modelConfigRef[my-70b-config/config.json]: ConfigMap my-70b-config not found" in out.message
+    body = fetch(kube, namespace)
+    assert cond(body, C.DEGRADED)["reason"] == C.MODEL_CONFIG_MISSING
+    assert cond(body, C.READY)["status"] == "True"  # the last good plan stays in force
+    assert versions(kube, namespace) == before

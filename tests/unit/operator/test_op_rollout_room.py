@@ -149,3 +149,30 @@ def test_the_deployment_patch_carries_the_floor_with_the_relayout():
     assert "strategy.rollingUpdate.maxUnavailable" in patch["metadata"]["annotations"][ANN_OWNED].split(",")
     assert strategy_drift(current, patch) == ["spec.strategy.rollingUpdate.maxUnavailable"]
     assert f"metadata.annotations[{ANN_ROLLOUT}]" in deployment_drift(current, patch)
+
+
+def test_a_hold_in_force_is_a_status_note_until_the_users_value_is_back():
+    group = parse_spec(copy.deepcopy(SPEC)).groups[0]
+    target = GroupTarget("batch", tp=4, pp=1, replicas=2)
+    current = body()
+    container = current["spec"]["template"]["spec"]["containers"][0]
+    patch = build_deployment_patch(current, group=group, target=target, owner="ns/p", generation=1,
+                                   state_configmap="p-state", manage_replicas=True)
+    note = hold_room(current, patch, container, group=group, target=target, manage_replicas=True, rolls=True)
+    assert note is not None
+    assert f"group {group.name}:" in note and f"Deployment {group.deployment}" in note
+    assert "maxUnavailable at 2" in note and "your 1" in note and ANN_ROLLOUT in note
+    rolling = copy.deepcopy(current)  # the write landed; the controller is still rolling
+    rolling["metadata"]["annotations"][ANN_ROLLOUT] = patch["metadata"]["annotations"][ANN_ROLLOUT]
+    rolling["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] = 2
+    rolling["spec"]["replicas"] = 2
+    rolling["status"] = {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 1, "availableReplicas": 1}
+    rolling["metadata"]["generation"] = 2
+    again = {"metadata": {"annotations": {ANN_OWNED: "x"}}}
+    assert hold_room(rolling, again, container, group=group, target=target, manage_replicas=True,
+                     rolls=False) == note
+    done = copy.deepcopy(rolling)
+    done["status"] = {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 2}
+    back = {"metadata": {"annotations": {ANN_OWNED: "x"}}}
+    assert hold_room(done, back, container, group=group, target=target, manage_replicas=True, rolls=False) is None
+    assert back["spec"]["strategy"] == {"rollingUpdate": {"maxUnavailable": 1}}

@@ -194,6 +194,8 @@ def summarize(timings: Sequence[Timing], *, ttft_slo_s: float, tpot_slo_s: float
         "requests": len(timings), "completed": len(done),
         "failed": sum(1 for t in timings if t.error and t.error != "cancelled"),
         "cancelled": sum(1 for t in timings if t.error == "cancelled"),
+        # what went wrong, once each (at most 5): a failed request says why in the report and in a test's message
+        "errors": list(dict.fromkeys(t.error for t in timings if t.error and t.error != "cancelled"))[:5],
         "ttft_p50_s": _pct(ttft, 0.5), "ttft_p99_s": _pct(ttft, 0.99),
         "e2e_p50_s": _pct(e2e, 0.5), "e2e_p99_s": _pct(e2e, 0.99),
         "stalled_share": (sum(1 for t in done if t.max_gap_s > 4 * tpot_slo_s) / len(done)) if done else None,

@@ -30,7 +30,8 @@ def test_the_loop_closes_stock_fleet_to_kvplans_layouts(control_plane_tools, plu
     wanted = sum(r.output_tokens for r in segment(cfg))
     for phase in ("before", "after"):
         got = report[phase]
-        assert got["completed"] == got["requests"] == len(segment(cfg)) and got["failed"] == 0, (phase, got)
+        assert got["completed"] == got["requests"] == len(segment(cfg)) and got["failed"] == 0, \
+            f"{phase}: {got['completed']} of {got['requests']} completed, {got['failed']} failed: {got['errors']}"
         assert got["tokens_received"] == wanted, phase
         assert got["vllm"]["generation_tokens"] >= wanted, phase  # vLLM counted at least what was received
     # The operator compared the plan's predictions with what vLLM realised, and found them within its tolerance.

@@ -216,6 +216,7 @@ def test_summary_counts_percentiles_stalls_and_goodput() -> None:
     timings.append(Timing("c", "", 11, error="cancelled"))
     s = summarize(timings, ttft_slo_s=0.5, tpot_slo_s=0.05, duration_s=10.0, gpus=2)
     assert (s["requests"], s["completed"], s["failed"], s["cancelled"]) == (12, 10, 1, 1)
+    assert s["errors"] == ["HTTP 500: x"]  # why, once; a cancel is not an error
     assert s["ttft_p50_s"] == pytest.approx(0.5) and s["ttft_p99_s"] == pytest.approx(1.0)
     assert s["stalled_share"] == pytest.approx(0.1)
     assert s["within_slo"] == 5 and s["goodput_per_gpu_s"] == pytest.approx(5 / 10 / 2)

@@ -145,7 +145,9 @@ class _World:
 
     def routes(self, router: str, key: str, class_map: dict[str, str], seed: int) -> WeightedRoutes:
         """The router ConfigMap's weights (kvplan.v1: class -> group weights; group -> Service) over each Service's
-        ready Pods' IPs."""
+        ready Pods' IPs. A terminating Pod is left out, as the EndpointSlice controller marks its endpoint not
+        ready: a rollout counts as settled while an old Pod is still stopping, and the agent then stops its
+        server mid-request."""
         doc = json.loads(self.get("configmap", router)["data"][key])
         pods = self.get("pods")["items"]
         services = {s["metadata"]["name"]: s["spec"]["selector"] for s in self.get("services")["items"]}
@@ -154,6 +156,7 @@ class _World:
             sel = services.get(service, {})
             return sorted(f"http://{p['status']['podIP']}:8000" for p in pods
                           if all(p["metadata"].get("labels", {}).get(k) == v for k, v in sel.items())
+                          and not p["metadata"].get("deletionTimestamp")  # as an EndpointSlice: not ready
                           and any(c["type"] == "Ready" and c["status"] == "True"
                                   for c in p.get("status", {}).get("conditions", [])))
 

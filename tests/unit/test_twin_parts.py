@@ -268,3 +268,29 @@ def test_rollout_state_stuck_only_at_the_fixed_point():
     done = [_rs("d", 0, 0), _rs("d", 1, 1, 1)]
     assert stuck_reason([{"metadata": {"generation": 2, "uid": "d"}, "status": {
         "observedGeneration": 2, "replicas": 1, "availableReplicas": 1}}], done, [old]) == ""
+
+
+def test_routes_leave_out_terminating_and_unready_pods() -> None:
+    """As the EndpointSlice controller does: a Pod being deleted is not a ready endpoint, even while its Ready
+    condition still says True (the agent stops its server without writing status)."""
+    import json
+
+    from kvplan_dev.twin.replay import ReplayRequest
+    from kvplan_dev.twin.scenario import _World
+
+    def pod(ip: str, *, ready: bool = True, deleting: bool = False) -> dict:
+        meta: dict = {"name": ip, "labels": {"app": "a"},
+                      **({"deletionTimestamp": "2026-12-03T00:00:00Z"} if deleting else {})}
+        return {"metadata": meta, "status": {"podIP": ip, "conditions": [
+            {"type": "Ready", "status": "True" if ready else "False"}]}}
+
+    objects = {
+        "configmap": {"data": {"routing.json": json.dumps({
+            "groups": {"g": {"service": "svc"}}, "classes": {"chat": {"weights": {"g": 1.0}}}})}},
+        "pods": {"items": [pod("10.0.0.1"), pod("10.0.0.2", deleting=True), pod("10.0.0.3", ready=False)]},
+        "services": {"items": [{"metadata": {"name": "svc"}, "spec": {"selector": {"app": "a"}}}]},
+    }
+    world = _World.__new__(_World)
+    world.get = lambda kind, *rest: objects[kind]  # type: ignore[method-assign]
+    routes = world.routes("router", "routing.json", {"chat": "chat"}, seed=1)
+    assert {routes(ReplayRequest(0.0, "chat", 1, 1)) for _ in range(20)} == {"http://10.0.0.1:8000"}

@@ -54,7 +54,8 @@ def _monotonic(end: float | None, clock: Callable[[], float]) -> float | None:
 
 
 def writes_end(run: RunContext, clock: Callable[[], float]) -> float | None:
-    """Monotonic time by which the cycle's Kubernetes calls before record must end (None: no deadline)."""
+    """Monotonic time by which the cycle's work (its queries, the host lookup, its Kubernetes calls before record)
+    must end (None: no deadline)."""
     return _monotonic(run.deadline, clock)
 
 
@@ -98,7 +99,7 @@ class BoundedProm:
     def __init__(self, inner: PromApi, run: RunContext, clock: Callable[[], float]) -> None:
         self.inner, self.run, self.clock = inner, run, clock
         if run.deadline is not None and hasattr(inner, "cycle_deadline"):  # the real client: it cuts requests
-            setattr(inner, "cycle_deadline", time.monotonic() + (run.deadline - clock()))
+            setattr(inner, "cycle_deadline", writes_end(run, clock))
             setattr(inner, "cycle_s", run.deadline_s)
 
     def __getattr__(self, name: str) -> Any:  # requests_sent and the like

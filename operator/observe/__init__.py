@@ -274,9 +274,8 @@ def _resolver(run: RunContext, deps: Deps, spec: KVPlanSpec) -> BoundedResolver:
     ``spec.prometheus.timeoutSeconds``, the time left to the cycle deadline and the operator's stop
     (:mod:`kvplan_operator.prom.resolve`); lookups cut are counted per namespace. ``run.deadline`` is in
     ``deps.clock``; the bound is monotonic."""
-    cycle_deadline = None if run.deadline is None else time.monotonic() + (run.deadline - deps.clock())
     return BoundedResolver(deps.resolve if deps.resolve is not None else system_lookup,
-                           limit_s=spec.prometheus.timeout_seconds, cycle_deadline=cycle_deadline,
+                           limit_s=spec.prometheus.timeout_seconds, cycle_deadline=cycle.writes_end(run, deps.clock),
                            cycle_s=run.deadline_s, key=run.namespace)
 
 

@@ -25,6 +25,8 @@ from ..spec import KVPlanSpec
 def read_model_configs(kube: KubeApi, namespace: str, spec: KVPlanSpec) -> KVPlanSpec | Failure:
     """``spec`` with every ``modelConfigRef`` read into its group's ``modelConfig`` (``spec`` itself when no group
     names one), or the Failure that stops the cycle. Raises ``KubeError`` on a failed read."""
+    if all(g.model_config_ref is None for g in spec.groups):
+        return spec
     groups = list(spec.groups)
     for i, g in enumerate(groups):
         ref = g.model_config_ref
@@ -46,4 +48,4 @@ def read_model_configs(kube: KubeApi, namespace: str, spec: KVPlanSpec) -> KVPla
             return Failure("observe", C.INVALID_SPEC, f"{path}: not a JSON object (a Hugging Face config.json); "
                            "nothing applied", temporary=True, degraded=True)
         groups[i] = g.model_copy(update={"hf_config": doc})
-    return spec if groups == list(spec.groups) else spec.model_copy(update={"groups": tuple(groups)})
+    return spec.model_copy(update={"groups": tuple(groups)})

@@ -35,7 +35,6 @@ group served by a KServe LLMInferenceService or a LeaderWorkerSet (:mod:`.worklo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -50,7 +49,7 @@ from ..spec import Group, KVPlanSpec
 from . import BuildInput, TargetPlan, owner_conflict, raise_refusals
 from .container_drift import container_drift
 from .legacy_reserve import legacy_env
-from .rollout_room import DEFAULT, hold, nodes_of, strategy_drift
+from .rollout_room import DEFAULT, hold, nodes_of, read_hold, strategy_drift
 from .workload import served_by_deployment
 from .plugin_mount import is_plugin_scheduler, mount_conflict, plugin_drift, plugin_patch
 from .workload_owner import controller_ref, owner_target, refusal
@@ -219,11 +218,10 @@ def hold_room(body: Mapping[str, Any], patch: dict[str, Any], container: Mapping
 
 def hold_note(group: str, deployment: str, annotation: str) -> str | None:
     """What a hold in force (the annotation's ``{"user", "held"}``) means, for the user; None when unreadable."""
-    try:
-        doc = json.loads(annotation)
-        held, user = doc["held"], doc["user"]
-    except (ValueError, TypeError, KeyError):
+    doc = read_hold(annotation)
+    if doc is None:
         return None
+    held, user = doc["held"], doc["user"]
     yours = f"the default {DEFAULT}" if user is None else f"your {user}"
     return (f"group {group}: while Deployment {deployment} rolls out its new layout, kvplan holds maxUnavailable at "
             f"{held}, then gives back {yours} (annotation {ANN_ROLLOUT}): with {yours} the new pods would stay "

@@ -199,7 +199,7 @@ def hold(body: Mapping[str, Any], *, rolls: bool, old_gpus: int, new_replicas: i
     template; ``body``: the Deployment as read (its ``spec.replicas`` is the old count)."""
     rolling = _rolling(body)
     ann = (body.get("metadata", {}).get("annotations") or {}).get(ANN_ROLLOUT)
-    held = _read_hold(ann)
+    held = read_hold(ann)
     if rolling is None:  # Recreate (the user's choice, or since changed to it): nothing to hold
         return Hold(None, {ANN_ROLLOUT: None}) if ann is not None else NOTHING
     current = rolling.get("maxUnavailable")
@@ -231,7 +231,8 @@ def _release(current: int | str | None, held: Mapping[str, Any]) -> Hold:
     return Hold(back if current == held["held"] else None, {ANN_ROLLOUT: None})
 
 
-def _read_hold(text: str | None) -> dict[str, Any] | None:
+def read_hold(text: str | None) -> dict[str, Any] | None:
+    """The annotation's ``{"user", "held"}`` (None: absent or unreadable)."""
     if not text:
         return None
     try:
@@ -241,5 +242,5 @@ def _read_hold(text: str | None) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) and "user" in doc and "held" in doc else None
 
 
-__all__ = ["ANN_ROLLOUT", "Hold", "NOTHING", "completes", "hold", "nodes_of", "resolve", "rollout_complete",
+__all__ = ["ANN_ROLLOUT", "Hold", "NOTHING", "completes", "hold", "nodes_of", "read_hold", "resolve", "rollout_complete",
            "rollout_floor", "strategy_drift"]

@@ -87,10 +87,14 @@ def calls_until(end: float | None) -> Iterator[None]:
         _LOCAL.calls_end = outer
 
 
+#: The clock of :func:`calls_until`'s ends (:func:`time.monotonic`; tests put a scripted one here).
+calls_clock: Callable[[], float] = time.monotonic
+
+
 def calls_left() -> float | None:
     """Seconds left for Kubernetes calls on this thread (:func:`calls_until`), None when unbounded."""
     end: float | None = getattr(_LOCAL, "calls_end", None)
-    return None if end is None else end - time.monotonic()
+    return None if end is None else end - calls_clock()
 
 
 def current() -> RequestGuard | None:

@@ -1,11 +1,11 @@
 """The real Kubernetes wrapper under the cycle deadline (:func:`kvplan_operator.deadline.calls_until`): a call
 is not sent once the block's end passed, each call's client timeout is cut to the time left, and a timeout that the
 cut caused is reported as ``CycleDeadlineExceeded``, not as a slow apiserver. The kubernetes client is real; its
-transport is replaced by a recorder (no socket), so nothing here waits on a clock."""
+transport is replaced by a recorder (no socket), and the blocks' clock is scripted, so nothing here depends on
+time passing."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -51,29 +51,36 @@ def kube_with(transport: Transport) -> Kube:
     return Kube(api)
 
 
+@pytest.fixture(autouse=True)
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The scripted clock of the blocks' ends (deadline.calls_clock)."""
+    now = [1000.0]
+    monkeypatch.setattr(deadline, "calls_clock", lambda: now[0])
+    return now
+
+
 def test_outside_a_block_each_call_has_the_client_timeout():
     transport = Transport()
     assert kube_with(transport).get_deployment("ns", "vllm-a") is not None
     assert transport.timeouts == [REQUEST_TIMEOUT_S]
 
 
-def test_inside_a_block_the_timeout_is_the_time_left():
+def test_inside_a_block_the_timeout_is_the_time_left(clock: list[float]):
     transport = Transport()
     kube = kube_with(transport)
-    with deadline.calls_until(time.monotonic() + 5.0):
+    with deadline.calls_until(clock[0] + 5.0):
         kube.get_deployment("ns", "vllm-a")
-        with deadline.calls_until(time.monotonic() + 3600.0):  # the record phase's wider block
+        with deadline.calls_until(clock[0] + 3600.0):  # the record phase's wider block
             kube.get_deployment("ns", "vllm-a")
-        kube.get_deployment("ns", "vllm-a")  # the outer block again
-    first, wider, again = transport.timeouts
-    assert 0 < first <= 5.0 and 0 < again <= 5.0
-    assert wider == REQUEST_TIMEOUT_S
+        clock[0] += 2.0
+        kube.get_deployment("ns", "vllm-a")  # the outer block again, 2 s on
+    assert transport.timeouts == [5.0, REQUEST_TIMEOUT_S, 3.0]
 
 
-def test_past_the_end_nothing_is_sent():
+def test_past_the_end_nothing_is_sent(clock: list[float]):
     transport = Transport()
     kube = kube_with(transport)
-    with deadline.calls_until(time.monotonic() - 1.0):
+    with deadline.calls_until(clock[0] - 1.0):
         with pytest.raises(KubeError) as err:
             kube.get_deployment("ns", "vllm-a")
     assert err.value.kind == CYCLE_DEADLINE
@@ -82,11 +89,11 @@ def test_past_the_end_nothing_is_sent():
     assert deadline.calls_left() is None  # the block is gone with its end
 
 
-def test_a_timeout_the_cut_caused_names_the_cycle_deadline():
+def test_a_timeout_the_cut_caused_names_the_cycle_deadline(clock: list[float]):
     import urllib3
 
     kube = kube_with(Transport(raise_=urllib3.exceptions.ReadTimeoutError(None, "/", "Read timed out.")))
-    with deadline.calls_until(time.monotonic() + 2.0):
+    with deadline.calls_until(clock[0] + 2.0):
         with pytest.raises(KubeError) as cut:
             kube.get_deployment("ns", "vllm-a")
     assert cut.value.kind == CYCLE_DEADLINE

@@ -4,7 +4,8 @@ The replay (:func:`build_case`; ``sim_speed.py``'s until the reservation-admissi
 issue 21): 100,000 requests resampled (seeded) from ``azure2023_conv.csv`` at 35 requests/s, two classes split at the
 median prompt, four groups (15 replicas, 40k-300k KV tokens, routed by a fixed matrix, shared class prefixes of 64
 and 256 tokens), through the vLLM engine model: 16-token blocks, ``max_num_seqs`` 256, 2048 batched tokens, in three variants: vLLM's
-defaults (prefix caching on), prefix caching off, and kvplan's gate with the policy's reservations. Each runs
+defaults (prefix caching on), prefix caching off, and kvplan's gate with the policy's reservations; and vLLM's defaults with each group's decode curve from the
+measured step-time model (``SimGroup.decode_step_knots_s``) instead of its line. Each runs
 ``--repeats`` times; best and median are reported as wall time and as this process's CPU time (the machine is
 shared). In the same run a 2,000-request case is replayed by the fast model and the step-by-step reference: their
 per-request outcomes must be identical (exit 1 otherwise) and the speed ratio is reported. Target:
@@ -67,10 +68,24 @@ def build_case(path: Path, n: int, rate_rps: float, seed: int) -> tuple[Workload
     )
     return workload, policy
 
+def measured_curves(groups: tuple[SimGroup, ...]) -> tuple[SimGroup, ...]:
+    """The groups with the decode curve of the measured step-time model of the layout each names (A100-80GB,
+    Llama-70B or -8B at its TP): what ``SimGroup.from_profile`` gives the planner's groups."""
+    from kvcore.profiles import roofline
+
+    out = []
+    for g in groups:
+        _, tp, model = g.name.split("-")
+        prof = roofline("A100-80GB", "llama-" + model, int(tp[2:]), 1)
+        out.append(g.model_copy(update={"decode_step_knots_s": prof.decode_knots}))
+    return tuple(out)
+
+
 VARIANTS = {
-    "vllm-default": EngineConfig(),
-    "no-prefix-cache": EngineConfig(prefix_caching=False),
-    "gate": EngineConfig(admission="gate"),
+    "vllm-default": (EngineConfig(), GROUPS),
+    "no-prefix-cache": (EngineConfig(prefix_caching=False), GROUPS),
+    "gate": (EngineConfig(admission="gate"), GROUPS),
+    "vllm-default, measured decode curves": (EngineConfig(), measured_curves(GROUPS)),
 }
 
 
@@ -87,12 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, object] = {"trace": DEFAULT_TRACE.name, "requests": args.requests,
                                  "replicas": sum(g.replicas for g in GROUPS), "repeats": args.repeats}
     variants = {}
-    for name, engine in VARIANTS.items():
+    for name, (engine, groups) in VARIANTS.items():
         walls, cpus = [], []
         result = None
         for _ in range(args.repeats):
             start, cpu = time.perf_counter(), time.process_time()
-            result = simulate_engine(workload, GROUPS, policy, rng=np.random.default_rng(args.seed),
+            result = simulate_engine(workload, groups, policy, rng=np.random.default_rng(args.seed),
                                      engine=engine)
             walls.append(time.perf_counter() - start)
             cpus.append(time.process_time() - cpu)

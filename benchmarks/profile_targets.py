@@ -7,15 +7,18 @@ Measured figures (MEASURED below) are the ones issue 22 compiled from public A10
 and TP8): decode step at batch 1, TP4 31-36 ms, TP8 26 ms; decode slope at TP4 about 0.19 ms per sequence; TP4
 1.2-1.4x the decode tokens/s per GPU of TP8. They were NOT used to fit anything: the coefficients are fitted on the
 vendored vidur kernel profiles only (kvcore/profiles/calibrate.py). Targets without a measured figure here
-(first-token latency, Llama-3-8B on one A100, the 70B on H100) are printed as modelled only.
+(first-token latency, Llama-3-8B on one A100, the 70B on H100) are printed as modelled only. Last, the planner's
+line t0 + t1*B (kvcore.profiles.linear_step) against the model it is fitted to, over every catalogue layout.
 """
 
 from __future__ import annotations
 
 import platform
+import statistics
 import time
 from datetime import datetime, timezone
 
+from kvcore.profiles import GPUS, MODELS, measured, roofline
 from kvcore.profiles.gpus import CATALOGUE
 from kvcore.profiles.models import get_model
 from kvcore.profiles.steptime import layout, prefill_time, step_time, tokens_per_s_per_gpu
@@ -69,6 +72,34 @@ def main() -> None:
         tokens_per_s_per_gpu(lay)
         step_time(lay, 1024.0, batch=32)
     print(f"\nper-layout evaluation (layout + throughput + one step): {(time.perf_counter() - t) / n * 1e3:.3f} ms")
+    t = time.perf_counter()
+    for i in range(n):
+        measured.__wrapped__("A100-80GB", get_model("llama-70b"), (1, 2, 4, 8)[i % 4], 1)
+    print(f"planner profile (kvcore.profiles.measured, uncached): {(time.perf_counter() - t) / n * 1e3:.3f} ms")
+    line_errors()
+
+
+def line_errors() -> None:
+    """The planner's line t0 + t1*B against the step-time model at B = 1, 2, 4, ..., B* (ctx 1024), over every
+    feasible catalogue layout with TP 1-8 and PP 1-2: the worst relative error per layout, summarised."""
+    worst: dict[str, list[tuple[float, str]]] = {"dense": [], "moe": []}
+    for gpu in GPUS:
+        for name, arch in MODELS.items():
+            for tp in (1, 2, 4, 8):
+                for pp in (1, 2):
+                    p = roofline(gpu, name, tp, pp)
+                    if not p.feasible:
+                        continue
+                    lay = layout(CATALOGUE[gpu], arch, tp, pp)
+                    b = int(p.operating_batch)
+                    grid = sorted({1, *(2**i for i in range(1, 12) if 2**i < b), b})
+                    err = max(abs(p.step_time(x) / step_time(lay, 1024.0, batch=x) - 1) for x in grid)
+                    worst["moe" if arch.moe else "dense"].append((err, f"{gpu} {name} TP{tp} PP{pp}"))
+    print("\n| models | layouts | median worst error | largest (layout) |\n|---|---|---|---|")
+    for kind, rows in worst.items():
+        rows.sort()
+        print(f"| {kind} | {len(rows)} | {statistics.median(e for e, _ in rows):.1%} | {rows[-1][0]:.1%} "
+              f"({rows[-1][1]}) |")
 
 
 if __name__ == "__main__":

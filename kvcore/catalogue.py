@@ -1,6 +1,6 @@
 """One catalogue of the names kvplan accepts: GPU types, models, radius kinds, history sources, router targets.
 
-Every other place takes its names from here: :mod:`kvcore.profiles` keys its roofline tables by :data:`GPU_TYPES`
+Every other place takes its names from here: :mod:`kvcore.profiles` keys its profile tables by :data:`GPU_TYPES`
 and :data:`MODELS` (and checks at import that they agree), :class:`kvcore.reservation.radius.RadiusPolicy` types ``kind`` as
 :data:`RadiusKind`, and the operator's history sources and router targets (issues 12 and 14) register under
 :data:`HISTORY_SOURCES` and :data:`ROUTER_TARGETS`. ``tests/unit/kvcore/test_catalogue.py`` checks the CRD's enums
@@ -15,7 +15,7 @@ from typing import Literal, get_args
 GpuType = Literal["A100-80GB", "A100-40GB", "H100-SXM", "H100-PCIe", "H200", "B200", "L40S", "L4", "A10G", "MI300X"]
 GPU_TYPES: tuple[str, ...] = get_args(GpuType)
 """GPU types with a profile (:data:`kvcore.profiles.gpus.CATALOGUE`, datasheet figures; :data:`kvcore.profiles.GPUS`
-for the roofline): the CRD's ``nodePool.gpuType`` enum."""
+for the planner's profiles): the CRD's ``nodePool.gpuType`` enum."""
 
 Model = Literal["llama-70b", "llama-8b", "llama-2-70b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b",
                 "llama-3.3-70b", "qwen2.5-7b", "qwen2.5-72b", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b",
@@ -23,7 +23,7 @@ Model = Literal["llama-70b", "llama-8b", "llama-2-70b", "llama-3.1-8b", "llama-3
                 "gpt-oss-20b"]
 MODELS: tuple[str, ...] = get_args(Model)
 """Model shapes with a profile (:data:`kvcore.profiles.models.CONFIGS`, each a config.json with provenance;
-:data:`kvcore.profiles.MODELS` for the roofline): what ``groups[].model`` may name."""
+:data:`kvcore.profiles.MODELS` for the planner's profiles): what ``groups[].model`` may name."""
 
 RadiusKind = Literal["absolute", "fraction", "drift"]
 RADIUS_KINDS: tuple[str, ...] = get_args(RadiusKind)

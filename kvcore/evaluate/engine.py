@@ -5,7 +5,7 @@ routing, through the vLLM engine model (:mod:`kvcore.sim.engine`).
 two classes by prompt length (``short``: at most the history's median prompt, ``long``: above), each with its own
 output distribution, both priced at the same rho = c_p / c_w.
 
-**Fleet** (:class:`EngineFleet`): one group of ``replicas`` replicas of the roofline profile (70B on 4 A100-80GB by
+**Fleet** (:class:`EngineFleet`): one group of ``replicas`` replicas of the measured profile (70B on 4 A100-80GB by
 default) with ``kv_capacity_tokens`` KV tokens each (100,000: memory binds, the regime where a reservation
 matters), vLLM's scheduling defaults (16-token blocks, 256 seqs, 2048 batched tokens, prefix caching).
 
@@ -81,15 +81,16 @@ class EngineFleet(BaseModel):
     unknown keys rejected."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    gpu_type: str = Field(default="A100-80GB", description="GPU type of the roofline profile.")
-    model: str = Field(default="llama-70b", description="Model of the roofline profile (the paper's 70B).")
+    gpu_type: str = Field(default="A100-80GB", description="GPU type of the profile.")
+    model: str = Field(default="llama-70b", description="Model of the profile (the paper's 70B).")
     tp: int = Field(default=4, ge=1, description="Tensor parallelism: 70B fits 4 A100-80GB with room for KV.")
     pp: int = Field(default=1, ge=1, description="Pipeline parallelism.")
     replicas: int = Field(default=2, ge=1, description="Replicas (8 GPUs, the paper's testbed size).")
     kv_capacity_tokens: int = Field(default=100_000, gt=0, description=(
-        "KV tokens per replica; 100,000 (about a fifth of the roofline figure) so that memory binds."))
-    prefill_tokens_per_s: float = Field(default=4400.0, gt=0, description="Prefill rate per replica, tokens/s "
-                                        "(the simulator's default: 70B on 4 A100 at half of peak).")
+        "KV tokens per replica; 100,000 (about a fifth of the profile's 483,680) so that memory binds."))
+    prefill_tokens_per_s: float | None = Field(default=None, gt=0, description=(
+        "Prefill rate per replica, tokens/s; default: the profile's (the step-time model's time to the first token "
+        "of a 2,048-token prompt)."))
     ttft_slo_s: float = Field(default=2.0, gt=0, description="Goodput: time to first token at most this (s).")
     tpot_slo_s: float = Field(default=0.1, gt=0, description="Goodput: mean time per output token after the "
                               "first at most this (s): 10 tokens/s, a reading pace.")
@@ -100,9 +101,11 @@ class EngineFleet(BaseModel):
 
     def group(self) -> SimGroup:
         prof = roofline(self.gpu_type, self.model, self.tp, self.pp)
+        rate = self.prefill_tokens_per_s if self.prefill_tokens_per_s is not None else prof.prefill_tokens_s
         return SimGroup(name=f"{self.model}-tp{self.tp}pp{self.pp}", replicas=self.replicas,
                         kv_capacity_tokens=self.kv_capacity_tokens, step_time_base_s=prof.step_t0_s,
-                        step_time_per_seq_s=prof.step_t1_s, prefill_tokens_per_s=self.prefill_tokens_per_s)
+                        step_time_per_seq_s=prof.step_t1_s, decode_step_knots_s=prof.decode_knots,
+                        prefill_tokens_per_s=rate)
 
 
 class EngineRow(BaseModel):

@@ -39,7 +39,7 @@ from kvcore.evaluate.slo_methods import SLO_METHODS, MethodRun, MethodRunner
 from kvcore.evaluate.slo_search import AttainmentCurve, SloRate, find_slo_rate
 from kvcore.history.traces import Trace
 from kvcore.sim import SimGroup, Workload
-from kvcore.sim.engine import EngineOutcomes
+from kvcore.sim.engine import EngineOutcomes, group_timing
 from kvcore.sim.engine.config import NS_PER_S
 
 
@@ -93,7 +93,7 @@ def check_targets(group: SimGroup, inputs: np.ndarray, *, ttft_slo_s: float, tpo
     for flag, v in (("--ttft-slo", ttft_slo_s), ("--tpot-slo", tpot_slo_s)):
         if not (math.isfinite(v) and v > 0):
             raise InputError(flag, f"must be finite and > 0 seconds, got {v}")
-    step = group.step_time_base_s + group.step_time_per_seq_s
+    step = group_timing(group).decode_s(1)
     shortest = max(float(np.min(inputs)), 1.0)
     prefill = step + (shortest - 1.0) / group.prefill_tokens_per_s
     if ttft_slo_s < prefill:

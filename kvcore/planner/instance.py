@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kvcore.bounds import MAX_COST, MAX_COUNT, MAX_RATE, MAX_TOKENS
 from kvcore.errors import InputError
-from kvcore.profiles import ProfileOverride, check_known, check_override, model_spec_from_config
+from kvcore.profiles import ProfileOverride, check_known, check_layout, check_override, model_arch_from_config
 from kvcore.reservation.radius import RadiusPolicy
 from kvcore.history.samples import History, Samples, as_history
 from kvcore.planner.slo import SloSpec, cost_ratio
@@ -153,9 +153,11 @@ def check_instance(inst: Instance) -> None:
     _unique([c.name for c in inst.classes], "classes")
     _unique([g.name for g in inst.groups], "groups")
     for name, cfg in inst.models.items():
-        model_spec_from_config(cfg, name=name, field=f"models.{name}")
+        model_arch_from_config(cfg, name=name, field=f"models.{name}")
     for k, g in enumerate(inst.groups):
         check_known(g.gpu_type, g.model, field=f"groups[{k}]", models=inst.models)
+        for j, lay in enumerate(g.layouts):
+            check_layout(g.gpu_type, g.model, lay.tp, lay.pp, field=f"groups[{k}].layouts[{j}]", models=inst.models)
     for j, ov in enumerate(inst.profiles):
         check_override(ov, field=f"profiles[{j}]")
     for i, c in enumerate(inst.classes):

@@ -6,7 +6,7 @@ global; the same arguments give the same instance):
 * **Groups** are node pools x models: each is one of four pool kinds, drawn with the probabilities of
   :data:`POOL_KINDS` — A100-80GB or A100-40GB nodes of 8 GPUs serving ``llama-70b`` or ``llama-8b``. A pool has a
   whole number of nodes from :data:`NODES` (8 to 64 GPUs; real pools are sized in nodes). Every group allows the
-  first Z layouts of :data:`LAYOUTS`; a layout whose weights do not fit (``llama-70b`` below 8 GPUs per replica on
+  first Z layouts of :data:`LAYOUTS`; a layout whose weights do not fit (``llama-70b`` below 4 GPUs per replica on
   A100-40GB, and at TP = PP = 1 on A100-80GB) is infeasible there, as it would be on the hardware.
 * **Classes** are tenants x applications. Class i takes N consecutive requests of one vendored real trace
   (:data:`TRACE_FILES`, chosen at random) starting at a random row (wrapping at the end), so two classes from the

@@ -1,47 +1,38 @@
-"""Roofline performance profiles: what one replica of a (GPU type, model, TP, PP) layout can hold and serve.
+"""Performance profiles: what one replica of a (GPU type, model, TP, PP) layout can hold and serve, from the
+step-time model calibrated on measured kernels (:mod:`kvcore.profiles.steptime`, docs/model.md "Step-time model").
 
 For each layout z = (TP, PP) a replica uses ``TP * PP`` GPUs and the profile gives
 
-* **KV capacity** ``M(z)`` in tokens::
-
-      M = floor( (mem * util - W / (TP*PP) - act) * TP*PP / kv_bytes_per_token )
-
-  ``mem`` GPU memory (bytes), ``util`` vLLM's ``--gpu-memory-utilization`` (0.90, vLLM's default), ``W`` the
-  weights in bytes (params x 2 for bf16), ``act`` a per-GPU activation / CUDA-graph reserve, and
-  ``kv_bytes_per_token = 2 (K and V) x layers x kv_heads x head_dim x 2 bytes``. If the bracket is <= 0 the weights
-  do not fit and the layout is **infeasible** (e.g. a 70B model in bf16 at TP=1: 141 GB of weights on 80 GB).
-* **Step time** for a decode step in which each of B running sequences gains one token, ``t(B) = t0 + t1 * B``
-  seconds (memory-bandwidth roofline)::
-
-      t0 = W / (TP * eta_bw * BW)                       # every step reads each stage's weights once per micro-batch
-           + 2 * layers * alpha_ar * [TP > 1]            # two all-reduces per layer (latency part)
-           + (PP - 1) * alpha_p2p                        # pipeline hand-offs
-      t1 = ctx * kv_bytes_per_token / (TP*PP * eta_bw * BW)   # reading one sequence's KV cache (ctx tokens)
-           + 2 * params / (TP*PP * eta_fl * FLOPS)             # its matmul FLOPs
-           + 4 * layers * hidden * 2 * (TP-1)/TP / (PP * NVLINK)  # its all-reduce bytes (TP communication penalty)
-
-  Pipeline parallelism adds memory but not decode speed at small batch (every micro-batch still reads every stage's
-  weights), which is the known picture for memory-bound decode.
-* **Decode throughput** ``C(z) = B* / t(B*)`` tokens/s at the operating batch
-  ``B* = min(max_num_seqs, M / ctx)`` (vLLM's default ``max_num_seqs`` is 256).
+* **KV capacity** ``M(z)`` in tokens: :func:`kvcore.profiles.steptime.kv_tokens`, i.e.
+  ``floor((mem * util - W/(TP*PP) - act) * TP*PP / kv_bytes_per_token)`` with ``mem`` GPU memory (bytes), ``util``
+  vLLM's ``--gpu-memory-utilization`` (0.90), ``W`` the weight bytes, ``act`` the per-GPU activation reserve (bytes)
+  and ``kv_bytes_per_token`` (bytes per token, all layers). ``M <= 0`` means the weights do not fit: **infeasible**.
+  A layout vLLM would refuse (TP not dividing the heads, fp8 on a GPU without it, PP above the layers) is
+  infeasible too, with the reason.
+* **Step time** of a decode step of B sequences at the nominal context of 1,024 tokens, as the line
+  ``t(B) = t0 + t1 * B`` (seconds; t1 seconds per sequence) that the planner, the engine model and the rules
+  take: exact at the operating batch ``B*`` and fitted by least relative squares on the measured model's step
+  times at B = 1, 2, 4, ... below it (:func:`linear_step`). The measured model itself is not linear (linear layers
+  stay bandwidth-bound up to a batch of about 128); the line's worst relative error on that grid is reported by
+  ``tests/unit/kvcore/test_profiles_measured.py``.
+* **Decode throughput** ``C(z) = B* / t(B*)`` tokens/s at ``B* = min(max_num_seqs, M / 1024)``, ``max_num_seqs``
+  vLLM 0.33's default on the GPU (256 on A100s, 1024 on large-memory GPUs).
+* **Prefill rate** ``prefill_tokens_s``: 2,048 tokens over the model's time to the first token of a 2,048-token
+  prompt alone (tokens/s).
 * **Configuration cost** ``phi(z) = TP * PP`` GPUs per replica; a group's phi is ``replicas * TP * PP`` (GPUs in
   use; idle GPUs of an uneven split are not charged).
 
-Sources for the A100 SXM figures: NVIDIA A100 Tensor Core GPU datasheet (80 GB: HBM2e, 2,039 GB/s; 40 GB: HBM2,
-1,555 GB/s; both 312 TFLOPS dense bf16 and 600 GB/s NVLink 3).
-Efficiencies (eta_bw = 0.8 of peak bandwidth, eta_fl = 0.5 of peak FLOPS) and latencies
-(alpha_ar = 8 us per all-reduce, alpha_p2p = 30 us per stage hand-off) are typical measured fractions, not
-measurements of ours; override them with measured numbers through :class:`ProfileOverride`.
-
-Models: ``llama-70b`` (70.6e9 params, 80 layers, hidden 8192, GQA 8 KV heads, head dim 128, bf16) and ``llama-8b``
-(8.03e9 params, 32 layers, hidden 4096, 8 KV heads, head dim 128, bf16) — the Llama-2/3 shapes.
+GPU figures are datasheets (:mod:`kvcore.profiles.gpus`), models their config.json (:mod:`kvcore.profiles.models`),
+kernel efficiencies and NCCL latencies fitted on vidur's measured profiles (:mod:`kvcore.profiles.calibrate`); the
+per-step CPU overhead is an assumption (:data:`kvcore.profiles.steptime.CPU_STEP_S`). Measured numbers of a
+user's own fleet replace any field through :class:`ProfileOverride`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -58,72 +49,17 @@ from kvcore.profiles.gpus import CATALOGUE as _GPU_CATALOGUE
 from kvcore.profiles.gpus import GpuType as _GpuType
 from kvcore.profiles.models import CONFIGS as _MODEL_CONFIGS
 from kvcore.profiles.models import get_model as _get_model
+from kvcore.profiles.steptime import kv_tokens as _kv_tokens
+from kvcore.profiles.steptime import layout as _layout
+from kvcore.profiles.steptime import prefill_time as _prefill_time
+from kvcore.profiles.steptime import step_time as _step_time
 
 
-def _gpu_catalogue() -> dict[str, "_GpuType"]:
-    return _GPU_CATALOGUE
+GPUS: dict[str, _GpuType] = dict(_GPU_CATALOGUE)
+"""Known GPU types (:data:`kvcore.catalogue.GPU_TYPES`), datasheet figures (:mod:`kvcore.profiles.gpus`)."""
 
-
-def _model_configs() -> tuple[str, ...]:
-    return tuple(_MODEL_CONFIGS)
-
-
-@dataclass(frozen=True)
-class GpuSpec:
-    """One GPU type. Units: bytes, bytes/s, FLOP/s."""
-
-    memory_bytes: float
-    hbm_bytes_s: float
-    bf16_flops: float
-    nvlink_bytes_s: float
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """One model's shape. ``params`` in parameters; bf16 means 2 bytes per parameter and per KV element."""
-
-    params: float
-    layers: int
-    hidden: int
-    kv_heads: int
-    head_dim: int
-    bytes_per_param: float = 2.0
-    activation_reserve_bytes: float = 4 * 1024**3
-
-    @property
-    def weight_bytes(self) -> float:
-        return self.params * self.bytes_per_param
-
-    @property
-    def kv_bytes_per_token(self) -> float:
-        return 2.0 * self.layers * self.kv_heads * self.head_dim * self.bytes_per_param
-
-
-GPUS: dict[str, GpuSpec] = {
-    # 81,920 MiB as nvidia-smi reports it; 2,039 GB/s HBM2e; 312 TFLOPS bf16 dense; 600 GB/s NVLink 3 (total).
-    "A100-80GB": GpuSpec(memory_bytes=81920 * 1024**2, hbm_bytes_s=2039e9, bf16_flops=312e12, nvlink_bytes_s=600e9),
-    # The 40 GB SXM4 part: 40,960 MiB of HBM2 (as nvidia-smi reports it) at 1,555 GB/s; the same GA100 compute
-    # (312 TFLOPS bf16 dense) and NVLink 3 (600 GB/s total) as the 80 GB part.
-    "A100-40GB": GpuSpec(memory_bytes=40960 * 1024**2, hbm_bytes_s=1555e9, bf16_flops=312e12, nvlink_bytes_s=600e9),
-}
-for _name, _g in _gpu_catalogue().items():  # every other catalogue GPU: datasheet figures (kvcore.profiles.gpus)
-    GPUS.setdefault(_name, GpuSpec(memory_bytes=_g.memory_bytes, hbm_bytes_s=_g.hbm_bytes_s,
-                                   bf16_flops=_g.bf16_flops, nvlink_bytes_s=2 * _g.interconnect_bytes_s))
-"""Known GPU types (:data:`kvcore.catalogue.GPU_TYPES`). Names are matched exactly."""
-
-MODELS: dict[str, ModelSpec] = {
-    "llama-70b": ModelSpec(params=70.6e9, layers=80, hidden=8192, kv_heads=8, head_dim=128),
-    "llama-8b": ModelSpec(
-        params=8.03e9, layers=32, hidden=4096, kv_heads=8, head_dim=128, activation_reserve_bytes=2 * 1024**3
-    ),
-}
-for _mname in _model_configs():  # every other catalogue model, from its config.json (kvcore.profiles.models)
-    if _mname not in MODELS:
-        _a = _get_model(_mname)
-        MODELS[_mname] = ModelSpec(params=_a.params, layers=_a.layers, hidden=_a.hidden, kv_heads=_a.kv_heads,
-                                   head_dim=_a.head_dim, bytes_per_param=_a.weight_bytes_per_param,
-                                   activation_reserve_bytes=(4 if _a.weight_bytes > 40e9 else 2) * 1024**3)
-"""Known models (:data:`kvcore.catalogue.MODELS`). Names are matched exactly."""
+MODELS: dict[str, _ModelArch] = {name: _get_model(name) for name in _MODEL_CONFIGS}
+"""Known models (:data:`kvcore.catalogue.MODELS`), each from its config.json (:mod:`kvcore.profiles.models`)."""
 
 if set(GPUS) != set(GPU_TYPES) or set(MODELS) != set(CATALOGUE_MODELS):  # one catalogue of names
     raise ImportError(f"kvcore.profiles and kvcore.catalogue disagree: {sorted(GPUS)} vs {GPU_TYPES}, "
@@ -132,17 +68,17 @@ if set(GPUS) != set(GPU_TYPES) or set(MODELS) != set(CATALOGUE_MODELS):  # one c
 GPU_MEMORY_UTILIZATION = 0.90
 """vLLM's default ``--gpu-memory-utilization``."""
 MAX_NUM_SEQS = 256
-"""vLLM's default ``--max-num-seqs``: the batch never exceeds it."""
+"""vLLM 0.33's default ``--max-num-seqs`` on A100s and GPUs under 70 GiB (:attr:`Profile.max_num_seqs` is the GPU's
+own default, :attr:`kvcore.profiles.gpus.GpuType.vllm_max_num_seqs`)."""
 NOMINAL_CONTEXT_TOKENS = 1024.0
 """Context length (tokens) of an average running sequence, used for KV reads per step and the operating batch."""
-ETA_BW = 0.8
-ETA_FLOPS = 0.5
-ALPHA_ALLREDUCE_S = 8e-6
-ALPHA_P2P_S = 30e-6
+PREFILL_PROMPT_TOKENS = 2048
+"""Prompt length (tokens) at which :attr:`Profile.prefill_tokens_s` is taken: a 2,048-token prompt alone, in vLLM's
+default chunks."""
 
 
 class ProfileOverride(BaseModel):
-    """Measured numbers that replace the roofline for one (gpu_type, model, tp, pp). Unset fields keep the default."""
+    """Measured numbers that replace the profile for one (gpu_type, model, tp, pp). Unset fields keep the default."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -151,10 +87,10 @@ class ProfileOverride(BaseModel):
     tp: int = Field(ge=1, le=MAX_COUNT, description="Tensor-parallel size.")
     pp: int = Field(ge=1, le=MAX_COUNT, description="Pipeline-parallel size.")
     kv_capacity_tokens: float | None = Field(
-        default=None, description="KV capacity per replica, tokens; must be > 0. None keeps the roofline value."
+        default=None, description="KV capacity per replica, tokens; must be > 0. None keeps the profile's value."
     )
     throughput_tokens_s: float | None = Field(
-        default=None, description="Decode throughput per replica, tokens/s; must be > 0. None keeps the roofline."
+        default=None, description="Decode throughput per replica, tokens/s; must be > 0. None keeps the profile's."
     )
     step_t0_s: float | None = Field(default=None, description="Step-time intercept t0, seconds (>= 0).")
     step_t1_s: float | None = Field(default=None, description="Step-time slope t1, seconds per sequence (>= 0).")
@@ -163,7 +99,8 @@ class ProfileOverride(BaseModel):
 
 @dataclass(frozen=True)
 class Profile:
-    """One replica of one layout. ``feasible`` False means the weights do not fit (``reason`` says why)."""
+    """One replica of one layout. ``feasible`` False means the weights do not fit or vLLM would refuse the layout
+    (``reason`` says why). Units: tokens, tokens/s, seconds (t1: seconds per sequence), GPUs (phi)."""
 
     gpu_type: str
     model: str
@@ -176,6 +113,15 @@ class Profile:
     step_t0_s: float
     step_t1_s: float
     phi: float
+    prefill_tokens_s: float = 4400.0
+    """Prefill rate of one replica, tokens/s: a :data:`PREFILL_PROMPT_TOKENS`-token prompt over its time to the
+    first token in the step-time model."""
+    max_num_seqs: int = MAX_NUM_SEQS
+    """vLLM 0.33's default ``--max-num-seqs`` on this GPU: the operating batch never exceeds it."""
+    decode_knots: tuple[tuple[int, float], ...] = ()
+    """(batch, seconds) points of the measured model's decode step at a 1,024-token context, at B = 1, 2, 4, ...,
+    B* and max_num_seqs: the curve the engine model takes (:class:`kvcore.sim.engine.StepTiming`); the line
+    ``t0 + t1*B`` is fitted to it and exact at B*. Empty for an override of t0 or t1 (the user's line then)."""
 
     @property
     def gpus_per_replica(self) -> int:
@@ -195,29 +141,22 @@ class Profile:
     def operating_batch(self) -> float:
         if not self.feasible:
             return 0.0
-        return min(float(MAX_NUM_SEQS), max(1.0, self.kv_capacity_tokens / NOMINAL_CONTEXT_TOKENS))
-
-
-def spec_from_arch(a: "_ModelArch") -> ModelSpec:
-    """The roofline's :class:`ModelSpec` of a model architecture (a catalogue entry or a user's config.json)."""
-    return ModelSpec(params=a.params, layers=a.layers, hidden=a.hidden, kv_heads=a.kv_heads, head_dim=a.head_dim,
-                     bytes_per_param=a.weight_bytes_per_param,
-                     activation_reserve_bytes=(4 if a.weight_bytes > 40e9 else 2) * 1024**3)
+        return min(float(self.max_num_seqs), max(1.0, self.kv_capacity_tokens / NOMINAL_CONTEXT_TOKENS))
 
 
 @lru_cache(maxsize=256)
-def _spec_from_json(text: str, name: str, field: str) -> ModelSpec:
-    return spec_from_arch(_from_hf_config(json.loads(text), name=name, field=field))
+def _arch_from_json(text: str, name: str, field: str) -> "_ModelArch":
+    return _from_hf_config(json.loads(text), name=name, field=field)
 
 
-def model_spec_from_config(cfg: Mapping[str, Any], *, name: str, field: str) -> ModelSpec:
-    """A user's ``config.json`` mapping as a roofline :class:`ModelSpec`; bad keys raise :class:`InputError`
-    naming ``field``.key. Cached on the mapping's content."""
+def model_arch_from_config(cfg: Mapping[str, Any], *, name: str, field: str) -> "_ModelArch":
+    """A user's ``config.json`` mapping as a :class:`~kvcore.profiles.arch.ModelArch`; bad keys raise
+    :class:`InputError` naming ``field``.key. Cached on the mapping's content."""
     try:
         text = json.dumps(cfg, sort_keys=True)
     except (TypeError, ValueError):
         raise InputError(field, "must be a JSON-like mapping (a config.json object)") from None
-    return _spec_from_json(text, name, field)
+    return _arch_from_json(text, name, field)
 
 
 def check_known(gpu_type: str, model: str, *, field: str,
@@ -230,46 +169,92 @@ def check_known(gpu_type: str, model: str, *, field: str,
         raise InputError(f"{field}.model", f"unknown model {model!r}", hint="known: " + ", ".join(MODELS))
 
 
+def check_layout(gpu_type: str, model: str, tp: int, pp: int, *, field: str,
+                 models: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    """Raise :class:`InputError` naming ``field``.tp (or .pp, .kv_dtype, .model.weight_dtype) for a layout vLLM
+    would refuse: a TP that does not divide the attention heads or the KV heads, more stages than layers, fp8 on a
+    GPU without it. A layout whose weights do not fit is not an error here (the planner skips it)."""
+    check_known(gpu_type, model, field=field, models=models)
+    if models and model in models:
+        arch = model_arch_from_config(models[model], name=model, field=f"models.{model}")
+    else:
+        arch = MODELS[model]
+    _layout(_GPU_CATALOGUE[gpu_type], arch, tp, pp, field=field)
+
+
 @lru_cache(maxsize=4096)
 def roofline(gpu_type: str, model: str, tp: int, pp: int) -> Profile:
-    """The documented roofline default for one layout (see the module docstring). Cached: profiles are pure."""
+    """The measured-model profile of one catalogue layout (see the module docstring). Cached: profiles are pure."""
     check_known(gpu_type, model, field="profile")
-    return roofline_spec(gpu_type, model, MODELS[model], tp, pp)
+    return measured(gpu_type, _get_model(model), tp, pp)
 
 
 @lru_cache(maxsize=4096)
-def roofline_spec(gpu_type: str, model: str, m: ModelSpec, tp: int, pp: int) -> Profile:
-    """The roofline of a model given by its :class:`ModelSpec` (e.g. from a config.json), named ``model``."""
+def measured(gpu_type: str, arch: "_ModelArch", tp: int, pp: int) -> Profile:
+    """The profile of ``arch`` (a catalogue entry or a user's config.json) at one layout, from the step-time model
+    calibrated on measured kernels (:mod:`kvcore.profiles.steptime`). A layout vLLM would refuse (a TP that does not
+    divide the heads, fp8 on a GPU without it, more stages than layers) or whose weights do not fit is infeasible,
+    with the reason; a bad GPU name or a TP/PP below 1 raises :class:`InputError`."""
     if gpu_type not in GPUS:
         raise InputError("profile.gpu_type", f"unknown GPU type {gpu_type!r}", hint="known: " + ", ".join(GPUS))
     if tp < 1 or pp < 1:
         raise InputError("profile.tp" if tp < 1 else "profile.pp", "must be >= 1")
-    g = GPUS[gpu_type]
+    gpu = _GPU_CATALOGUE[gpu_type]
     n = tp * pp
-    free_per_gpu = g.memory_bytes * GPU_MEMORY_UTILIZATION - m.weight_bytes / n - m.activation_reserve_bytes
-    t0 = m.weight_bytes / (tp * ETA_BW * g.hbm_bytes_s)
-    t0 += (2 * m.layers * ALPHA_ALLREDUCE_S if tp > 1 else 0.0) + (pp - 1) * ALPHA_P2P_S
-    t1 = NOMINAL_CONTEXT_TOKENS * m.kv_bytes_per_token / (n * ETA_BW * g.hbm_bytes_s)
-    t1 += 2 * m.params / (n * ETA_FLOPS * g.bf16_flops)
-    t1 += 4 * m.layers * m.hidden * 2 * (tp - 1) / tp / (pp * g.nvlink_bytes_s)
-    if free_per_gpu <= 0:
-        need = m.weight_bytes / n / 1e9
-        return Profile(gpu_type, model, tp, pp, False,
-                       f"weights need {need:.1f} GB per GPU; {g.memory_bytes * GPU_MEMORY_UTILIZATION / 1e9:.1f} GB "
-                       f"usable at TP={tp}, PP={pp}", 0.0, 0.0, t0, t1, float(n))
-    cap = math.floor(free_per_gpu * n / m.kv_bytes_per_token)
-    batch = min(float(MAX_NUM_SEQS), max(1.0, cap / NOMINAL_CONTEXT_TOKENS))
+    try:
+        lay = _layout(gpu, arch, tp, pp)
+    except InputError as exc:
+        return Profile(gpu_type, arch.name, tp, pp, False, exc.message, 0.0, 0.0, 0.0, 0.0, float(n),
+                       max_num_seqs=gpu.vllm_max_num_seqs)
+    cap = _kv_tokens(lay)
+    seqs = gpu.vllm_max_num_seqs
+    batch = int(min(seqs, max(1.0, cap / NOMINAL_CONTEXT_TOKENS)))
+    knots = tuple((b, _step_time(lay, NOMINAL_CONTEXT_TOKENS, batch=b)) for b in _knot_batches(batch, seqs))
+    t0, t1 = linear_step(dict(knots).__getitem__, batch)
+    prefill = PREFILL_PROMPT_TOKENS / _prefill_time(lay, PREFILL_PROMPT_TOKENS)
+    if cap <= 0:
+        need = arch.weight_bytes / n / 1e9
+        usable = gpu.memory_bytes * GPU_MEMORY_UTILIZATION / 1e9
+        return Profile(gpu_type, arch.name, tp, pp, False,
+                       f"weights need {need:.1f} GB per GPU; {usable:.1f} GB usable at TP={tp}, PP={pp} (less the "
+                       f"activation reserve)", 0.0, 0.0, t0, t1, float(n), prefill, seqs, knots)
     thr = batch / (t0 + t1 * batch)
-    return Profile(gpu_type, model, tp, pp, True, "roofline", float(cap), thr, t0, t1, float(n))
+    return Profile(gpu_type, arch.name, tp, pp, True, "measured step-time model", float(cap), thr, t0, t1, float(n),
+                   prefill, seqs, knots)
+
+
+def _knot_batches(batch: int, seqs: int) -> list[int]:
+    """Batches the decode curve is sampled at: 1, 2, 4, ... up to ``seqs`` (vLLM's max_num_seqs), and ``batch``
+    (the operating batch B*) and ``seqs`` themselves."""
+    return sorted({1, 2, *(2**i for i in range(1, 12) if 2**i < seqs), batch, seqs})
+
+
+def linear_step(step: Callable[[int], float], batch: int) -> tuple[float, float]:
+    """``(t0, t1)`` of the line ``t0 + t1*B`` through the measured step time at the operating batch ``batch``
+    (exact there, so the throughput ``B*/t(B*)`` is the model's), with the slope fitted by least relative squares
+    on the batches 1, 2, 4, ... below it. Seconds, seconds per sequence; ``t0 > 0``, ``t1 >= 0``."""
+    top = step(batch)
+    grid = sorted({1, *(2**i for i in range(1, 12) if 2**i < batch)} | ({2} if batch <= 1 else set()))
+    num = den = 0.0
+    for b in grid:
+        if b == batch:
+            continue
+        y = step(b)
+        w = 1.0 / (y * y)
+        num += w * (b - batch) * (y - top)
+        den += w * (b - batch) ** 2
+    t1 = num / den if den > 0 else 0.0
+    t1 = min(max(t1, 0.0), 0.99 * top / batch)
+    return top - t1 * batch, t1
 
 
 def resolve(gpu_type: str, model: str, tp: int, pp: int, overrides: tuple[ProfileOverride, ...] = (),
             models: Mapping[str, Mapping[str, Any]] | None = None) -> Profile:
-    """The roofline profile with any matching override applied (the last matching override wins per field).
+    """The profile with any matching override applied (the last matching override wins per field).
     ``models``: the instance's own model configs (config.json mappings by name), which take precedence."""
     if models and model in models:
-        base = roofline_spec(gpu_type, model, model_spec_from_config(models[model], name=model,
-                                                                     field=f"models.{model}"), tp, pp)
+        check_known(gpu_type, model, field="profile", models=models)
+        base = measured(gpu_type, model_arch_from_config(models[model], name=model, field=f"models.{model}"), tp, pp)
     else:
         base = roofline(gpu_type, model, tp, pp)
     fields: dict[str, float] = {}
@@ -288,7 +273,8 @@ def resolve(gpu_type: str, model: str, tp: int, pp: int, overrides: tuple[Profil
     reason = "measured override" if feasible else base.reason
     return Profile(gpu_type, model, tp, pp, feasible, reason, cap, thr,
                    fields.get("step_t0_s", base.step_t0_s), fields.get("step_t1_s", base.step_t1_s),
-                   fields.get("phi", base.phi))
+                   fields.get("phi", base.phi), base.prefill_tokens_s, base.max_num_seqs,
+                   () if {"step_t0_s", "step_t1_s"} & set(fields) else base.decode_knots)
 
 
 _OVERRIDE_MAX = {"kv_capacity_tokens": MAX_KV_TOKENS, "throughput_tokens_s": MAX_TOKENS_PER_S,

@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvcore.errors import InputError
-from kvcore.sim.engine import EngineConfig, EngineOutcomes, EngineResult
+from kvcore.sim.engine import EngineConfig, EngineOutcomes, EngineResult, group_timing
 from kvcore.sim.types import SimGroup, Workload
 from kvcore.planner.slo import RHO_MAX
 
@@ -50,8 +50,9 @@ def operating_batch(group: SimGroup, engine: EngineConfig, context_tokens: float
 
 
 def token_interval_s(group: SimGroup, engine: EngineConfig, context_tokens: float) -> float:
-    """``t_tok = t0 + t1 B_op`` seconds: one decode step at the operating batch, the time one stream waits per token."""
-    return group.step_time_base_s + group.step_time_per_seq_s * operating_batch(group, engine, context_tokens)
+    """``t_tok = d(B_op)`` seconds: one decode step at the operating batch (the group's curve, or ``t0 + t1 B_op``),
+    the time one stream waits per token."""
+    return group_timing(group).decode_s(operating_batch(group, engine, context_tokens))
 
 
 def context_tokens(prompts: NDArray[np.float64], outputs: NDArray[np.float64]) -> float:

@@ -56,18 +56,26 @@ class SimGroup(BaseModel):
     """t0: seconds of one decode step at batch size 0 (weights read once per step)."""
     step_time_per_seq_s: float = Field(ge=0, allow_inf_nan=False)
     """t1: extra seconds per sequence in the batch (KV reads and per-token compute)."""
+    decode_step_knots_s: tuple[tuple[int, float], ...] = ()
+    """(batch, seconds) points of the decode step time (the measured model's curve at a 1,024-token context,
+    :attr:`kvcore.profiles.Profile.decode_knots`). Given, the engine model takes the curve through them instead of
+    ``t0 + t1 * B`` (:class:`kvcore.sim.engine.StepTiming`); empty, the line."""
     prefill_tokens_per_s: float = Field(default=4400.0, gt=0, allow_inf_nan=False)
-    """Prefill throughput of one replica, tokens/s. Default 4400: compute-bound prefill of a 70B model on 4
-    A100-80GB at 50% of peak bf16 FLOPS (4 x 0.5 x 312e12 / (2 x 70.6e9)); pass a measured figure when you have
-    one (the roofline profiles in ``kvcore.profiles`` model decode only)."""
+    """Prefill throughput of one replica, tokens/s. Default 4400, a guess (compute-bound prefill of a 70B model on
+    4 A100-80GB at 50% of peak bf16 FLOPS); :meth:`from_profile` takes the profile's measured-model rate
+    (``kvcore.profiles.Profile.prefill_tokens_s``: 4,881 tokens/s for that layout)."""
 
     @classmethod
     def from_profile(
         cls, name: str, replicas: int, profile: _StepProfile, *, prefill_tokens_per_s: float | None = None
     ) -> SimGroup:
         """A group whose replicas follow ``profile`` (a ``kvcore.profiles.Profile`` or anything with its
-        ``kv_capacity_tokens``, ``step_t0_s`` and ``step_t1_s``); the capacity is floored to whole tokens."""
-        extra = {} if prefill_tokens_per_s is None else {"prefill_tokens_per_s": prefill_tokens_per_s}
+        ``kv_capacity_tokens``, ``step_t0_s`` and ``step_t1_s``); the capacity is floored to whole tokens, the
+        decode curve is the profile's ``decode_knots`` where it has them. The prefill rate is ``prefill_tokens_per_s``, else the profile's ``prefill_tokens_s`` where it has one, else
+        the default."""
+        rate = prefill_tokens_per_s if prefill_tokens_per_s is not None else getattr(profile, "prefill_tokens_s", None)
+        extra: dict[str, Any] = {} if rate is None else {"prefill_tokens_per_s": float(rate)}
+        extra["decode_step_knots_s"] = tuple(getattr(profile, "decode_knots", ()))
         return cls(
             name=name,
             replicas=replicas,

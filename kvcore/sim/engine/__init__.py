@@ -14,7 +14,7 @@ from kvcore.sim.engine.fast import run_fast
 from kvcore.sim.engine.jobs import EngineOutcomes, GroupEngine, Jobs
 from kvcore.sim.engine.reference import run_reference
 from kvcore.sim.engine.result import STALL_THRESHOLD_S, EngineClassStats, EngineResult, LatencyStats, meets_slo
-from kvcore.sim.engine.simulate import build_jobs, engine_groups, simulate_engine
+from kvcore.sim.engine.simulate import build_jobs, engine_groups, group_timing, simulate_engine
 
 __all__ = [
     "STALL_THRESHOLD_S",
@@ -28,6 +28,7 @@ __all__ = [
     "StepTiming",
     "build_jobs",
     "engine_groups",
+    "group_timing",
     "meets_slo",
     "run_fast",
     "run_reference",

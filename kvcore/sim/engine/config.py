@@ -9,6 +9,7 @@ engine model compute bit-identical clocks (a run of k equal steps is ``k * dt`` 
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -84,19 +85,26 @@ class EngineConfig(BaseModel):
         return int(self.class_priority[cls])
 
 
+Knots = tuple[tuple[int, float], ...]
+"""(batch, seconds) points of a decode-step curve, batches strictly increasing from 1."""
+
+
 @dataclass(frozen=True, slots=True)
 class StepTiming:
-    """Duration of one engine step: ``t0 + t1 * B + (T - B) * t_prefill`` seconds, rounded to whole nanoseconds.
+    """Duration of one engine step: ``d(B) + (T - B) * t_prefill`` seconds, rounded to whole nanoseconds.
 
     B is the number of requests scheduled in the step and T the tokens scheduled; a decode step schedules one token
-    per request (T = B) and costs the profile's ``t0 + t1 * B``; every further token (prompt, chunk or recompute)
-    costs ``t_prefill = 1 / prefill_tokens_per_s``. ``StepTiming(1.0, 0.0, 0.0)`` makes every step last exactly one
-    second, which is how the parity tier counts steps.
+    per request (T = B) and costs ``d(B)``: the profile's line ``t0 + t1 * B``, or, when ``decode_knots`` are given
+    (the measured step-time model's curve, :attr:`kvcore.profiles.Profile.decode_knots`), the curve through them,
+    linear between knots and along the last segment past the last one. Every further token (prompt, chunk or
+    recompute) costs ``t_prefill = 1 / prefill_tokens_per_s``. ``StepTiming(1.0, 0.0, 0.0)`` makes every step last
+    exactly one second, which is how the parity tier counts steps.
     """
 
     t0_s: float
     t1_s: float
     prefill_s_per_token: float
+    decode_knots: Knots = ()
 
     def __post_init__(self) -> None:
         for name in ("t0_s", "t1_s", "prefill_s_per_token"):
@@ -105,7 +113,34 @@ class StepTiming:
                 raise InputError(f"timing.{name}", f"must be finite and >= 0, got {v}")
         if self.t0_s <= 0:
             raise InputError("timing.t0_s", "must be > 0 (a step takes time)")
+        check_knots(self.decode_knots, field="timing.decode_knots")
+
+    def decode_s(self, batch: float) -> float:
+        """Seconds of a decode step of ``batch`` sequences (``d(B)`` above)."""
+        k = self.decode_knots
+        if not k:
+            return self.t0_s + self.t1_s * batch
+        if len(k) == 1 or batch <= k[0][0]:
+            return k[0][1]
+        i = min(bisect.bisect_left(k, (batch, -math.inf)), len(k) - 1)  # the segment batch falls in, or the last
+        (b0, s0), (b1, s1) = k[i - 1], k[i]
+        return max(s0 + (s1 - s0) * (batch - b0) / (b1 - b0), min(s0, s1))
 
     def step_ns(self, batch: int, tokens: int) -> int:
         """Duration of a step of ``batch`` requests and ``tokens`` tokens, integer nanoseconds (>= 1)."""
-        return max(1, round(NS_PER_S * (self.t0_s + self.t1_s * batch + (tokens - batch) * self.prefill_s_per_token)))
+        return max(1, round(NS_PER_S * (self.decode_s(batch) + (tokens - batch) * self.prefill_s_per_token)))
+
+
+def check_knots(knots: Knots, *, field: str) -> None:
+    """Refuse knots whose batches are not whole, at least 1 and strictly increasing, or whose times are not finite
+    and > 0 (seconds)."""
+    last = 0
+    for j, knot in enumerate(knots):
+        if len(knot) != 2:
+            raise InputError(f"{field}[{j}]", "must be a (batch, seconds) pair")
+        b, t = knot
+        if not (isinstance(b, int) and b > last):
+            raise InputError(f"{field}[{j}]", f"batch {b!r} must be a whole number above {last}")
+        if not (math.isfinite(t) and t > 0):
+            raise InputError(f"{field}[{j}]", f"seconds must be finite and > 0, got {t}")
+        last = b

@@ -12,8 +12,9 @@ one :class:`EngineConfig` per group (or one for all). The random draws are :func
 - ``reserve_tokens[i]``: y_i, used only by ``admission="gate"`` (kvplan's scheduler plugin): this is how the
   retired reservation-admission simulator lives on, as a configuration of the engine model.
 - ``ttft_slo_s``, ``tpot_slo_s``, ``e2e_slo_s``, ``cp``, ``cw``: read only by the result (goodput, reservation cost).
-- Step times: ``t0 + t1 * B`` from the group (the profile's ``step_t0_s``/``step_t1_s``) plus
-  ``1 / prefill_tokens_per_s`` per token beyond one per request (prefill, chunks, recompute).
+- Step times: the group's decode curve (its ``decode_step_knots_s``, the measured model's) or else its line
+  ``t0 + t1 * B`` (the profile's ``step_t0_s``/``step_t1_s``), plus ``1 / prefill_tokens_per_s`` per token beyond
+  one per request (prefill, chunks, recompute): :func:`group_timing`.
 
 A prompt has at least one token (vLLM refuses empty prompts; a 0-token input is replayed as 1). Under the gate a
 request's reservation is capped at what it can ever hold, ``min(max_model_len, (num_blocks - 1) * block_size) -
@@ -46,9 +47,14 @@ def engine_groups(groups: Sequence[SimGroup], engine: EngineConfig | Sequence[En
         raise InputError("engine", f"has {len(engines)} entries, there are {len(groups)} groups")
     out = []
     for g, e in zip(groups, engines):
-        timing = StepTiming(g.step_time_base_s, g.step_time_per_seq_s, 1.0 / g.prefill_tokens_per_s)
-        out.append(GroupEngine(g.replicas, e.blocks_for(g.kv_capacity_tokens), e, timing))
+        out.append(GroupEngine(g.replicas, e.blocks_for(g.kv_capacity_tokens), e, group_timing(g)))
     return tuple(out)
+
+
+def group_timing(g: SimGroup) -> StepTiming:
+    """The group's step timing: its decode curve (or line) and its prefill rate."""
+    return StepTiming(g.step_time_base_s, g.step_time_per_seq_s, 1.0 / g.prefill_tokens_per_s,
+                      tuple(g.decode_step_knots_s))
 
 
 def build_jobs(workload: Workload, groups: Sequence[SimGroup], policy: SimPolicy,

@@ -97,3 +97,25 @@ def test_kvcore_refusal_reaches_status_with_the_cr_path() -> None:
     f = _refusal(InputError("groups[0].gpu_type", "unknown GPU type 'H200'", hint="known: A100-80GB"), spec)
     assert f.reason == "InvalidSpec"
     assert f.message == "spec.groups[0].nodePool.gpuType: unknown GPU type 'H200' (known: A100-80GB)"
+
+
+def test_a_layout_vllm_would_refuse_is_invalid_spec_naming_the_layouts() -> None:
+    """TP=8 for Qwen2.5-7B (28 attention heads): vLLM refuses it at start-up, so kvcore refuses the instance and the
+    operator names the group's layouts with vLLM's reason (before, the layout was planned as if it could run)."""
+    from pydantic import ValidationError
+
+    from kvcore import input_error
+    from kvplan_operator.decide import _refusal
+
+    raw = copy.deepcopy(SPEC)
+    raw["groups"][0]["model"] = "qwen2.5-7b"   # layouts TP4 and TP8
+    spec = parse_spec(raw)
+    rng = np.random.default_rng(0)
+    history = History.of([Samples.from_arrays(np.round(rng.gamma(2.0, 100.0, 200))) for _ in range(6)])
+    obs = {c.name: ClassObservation(c.name, history, 1200.0, 6, 1.0) for c in spec.classes}
+    with pytest.raises(ValidationError) as err:   # pydantic's wrapping of kvcore's InputError
+        build_instance(spec, obs)
+    assert input_error(err.value).field == "groups[0].layouts[1].tp"
+    f = _refusal(err.value, spec)
+    assert f.reason == "InvalidSpec"
+    assert f.message.startswith("spec.groups[0].layouts: TP=8 does not divide the 28 attention heads of qwen2.5-7b")

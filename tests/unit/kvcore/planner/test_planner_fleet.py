@@ -106,8 +106,8 @@ def test_warm_replan_gives_the_cold_answer_with_fewer_price_evaluations(fleet_si
 
 @pytest.mark.parametrize("classes", [3, 256])
 def test_groups_without_a_layout_are_named_with_the_reason(classes: int) -> None:
-    # The first three layouts (1x1, 2x1, 4x1) cannot hold llama-70b on A100-40GB (8 GPUs are needed).
-    inst = generate_fleet(classes, 64, 3, 20, seed=1)
+    # The first two layouts (1x1, 2x1) cannot hold llama-70b on A100-40GB: 141 GB of weights over 2 x 38.7 GB usable.
+    inst = generate_fleet(classes, 64, 2, 20, seed=1)
     bad = [(k, g.name) for k, g in enumerate(inst.groups) if g.gpu_type == "A100-40GB" and g.model == "llama-70b"]
     assert len(bad) > 6
     p = plan(inst)

@@ -17,7 +17,7 @@ FIELDS = ("replica", "admit_ns", "first_token_ns", "finish_ns", "finish_step_ns"
           "recomputed", "cached", "steps")
 
 
-def random_jobs(seed: int, *, big: bool, timed: bool) -> Jobs:
+def random_jobs(seed: int, *, big: bool, timed: bool, curved: bool = False) -> Jobs:
     rng = np.random.default_rng(seed)
     bs = int(rng.choice([1, 2, 4, 8, 16, 32] if not big else [8, 16, 32]))
     n = int(rng.integers(5, 60) if not big else rng.integers(150, 500))
@@ -46,6 +46,9 @@ def random_jobs(seed: int, *, big: bool, timed: bool) -> Jobs:
         gaps = np.where(rng.random(n) < 0.8, rng.exponential(0.03, size=n), 0.0)
         arrival = np.rint(np.cumsum(gaps) * 1e9).astype(np.int64)
         timing, replicas = StepTiming(0.02, 0.001, 0.0002), int(rng.integers(1, 4))
+        if curved:  # a measured-model-like decode curve: flat, then rising, through a few knots
+            knots = tuple((b, 0.02 + 0.0004 * max(0, b - 4) + 0.0001 * b) for b in (1, 2, 4, 8, 16))
+            timing = StepTiming(0.02, 0.001, 0.0002, knots)
     else:
         arrival = np.cumsum(rng.choice([0, 0, 0, 1, 2, 3, 8], size=n)) * 1_000_000_000
         timing, replicas = StepTiming(1.0, 0.0, 0.0), 1
@@ -73,6 +76,14 @@ def test_small_instances_step_clock(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(60))
 def test_small_instances_timed_replicas(seed: int) -> None:
     assert_same(random_jobs(1000 + seed, big=False, timed=True))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_small_instances_curved_decode_times(seed: int) -> None:
+    # the decode curve of a measured profile (StepTiming.decode_knots) instead of a line, past its last knot too
+    jobs = random_jobs(3000 + seed, big=False, timed=True, curved=True)
+    assert jobs.groups[0].timing.decode_knots
+    assert_same(jobs)
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ import statistics
 import time
 from datetime import datetime, timezone
 
-from kvcore.profiles import GPUS, MODELS, measured, roofline
+from kvcore.profiles import GPUS, MODELS, doubling_batches, measured, roofline
 from kvcore.profiles.gpus import CATALOGUE
 from kvcore.profiles.models import get_model
 from kvcore.profiles.steptime import layout, prefill_time, step_time, tokens_per_s_per_gpu
@@ -92,7 +92,7 @@ def line_errors() -> None:
                         continue
                     lay = layout(CATALOGUE[gpu], arch, tp, pp)
                     b = int(p.operating_batch)
-                    grid = sorted({1, *(2**i for i in range(1, 12) if 2**i < b), b})
+                    grid = [x for x in doubling_batches(b) if x < b] + [b]
                     err = max(abs(p.step_time(x) / step_time(lay, 1024.0, batch=x) - 1) for x in grid)
                     worst["moe" if arch.moe else "dense"].append((err, f"{gpu} {name} TP{tp} PP{pp}"))
     print("\n| models | layouts | median worst error | largest (layout) |\n|---|---|---|---|")

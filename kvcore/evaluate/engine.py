@@ -101,11 +101,9 @@ class EngineFleet(BaseModel):
 
     def group(self) -> SimGroup:
         prof = roofline(self.gpu_type, self.model, self.tp, self.pp)
-        rate = self.prefill_tokens_per_s if self.prefill_tokens_per_s is not None else prof.prefill_tokens_s
-        return SimGroup(name=f"{self.model}-tp{self.tp}pp{self.pp}", replicas=self.replicas,
-                        kv_capacity_tokens=self.kv_capacity_tokens, step_time_base_s=prof.step_t0_s,
-                        step_time_per_seq_s=prof.step_t1_s, decode_step_knots_s=prof.decode_knots,
-                        prefill_tokens_per_s=rate)
+        group = SimGroup.from_profile(f"{self.model}-tp{self.tp}pp{self.pp}", self.replicas, prof,
+                                      prefill_tokens_per_s=self.prefill_tokens_per_s)
+        return group.model_copy(update={"kv_capacity_tokens": self.kv_capacity_tokens})
 
 
 class EngineRow(BaseModel):

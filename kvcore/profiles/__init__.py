@@ -223,10 +223,16 @@ def measured(gpu_type: str, arch: "_ModelArch", tp: int, pp: int) -> Profile:
                    prefill, seqs, knots)
 
 
+def doubling_batches(top: int) -> list[int]:
+    """The batches 1, 2, 4, ... below ``top`` (at least 1 and 2): where the decode curve is sampled and the line
+    fitted."""
+    return sorted({1, 2, *(2**i for i in range(1, 12) if 2**i < top)})
+
+
 def _knot_batches(batch: int, seqs: int) -> list[int]:
-    """Batches the decode curve is sampled at: 1, 2, 4, ... up to ``seqs`` (vLLM's max_num_seqs), and ``batch``
-    (the operating batch B*) and ``seqs`` themselves."""
-    return sorted({1, 2, *(2**i for i in range(1, 12) if 2**i < seqs), batch, seqs})
+    """Batches the decode curve is sampled at: :func:`doubling_batches` up to ``seqs`` (vLLM's max_num_seqs), and
+    ``batch`` (the operating batch B*) and ``seqs`` themselves."""
+    return sorted({*doubling_batches(seqs), batch, seqs})
 
 
 def linear_step(step: Callable[[int], float], batch: int) -> tuple[float, float]:
@@ -234,9 +240,8 @@ def linear_step(step: Callable[[int], float], batch: int) -> tuple[float, float]
     (exact there, so the throughput ``B*/t(B*)`` is the model's), with the slope fitted by least relative squares
     on the batches 1, 2, 4, ... below it. Seconds, seconds per sequence; ``t0 > 0``, ``t1 >= 0``."""
     top = step(batch)
-    grid = sorted({1, *(2**i for i in range(1, 12) if 2**i < batch)} | ({2} if batch <= 1 else set()))
     num = den = 0.0
-    for b in grid:
+    for b in doubling_batches(batch):
         if b == batch:
             continue
         y = step(b)

@@ -61,7 +61,7 @@ _BY_MODULE: dict[str, str] = {
     "kvcore.planner.synthetic": "generate=generate_instance",
     "kvcore.planner.synthetic_fleet": "generate_fleet",
     "kvcore.profiles": "ProfileOverride resolve=resolve_profile roofline",
-    "kvcore.profiles.gpus": "CATALOGUE=GPU_CATALOGUE",
+    "kvcore.profiles.gpus": "CATALOGUE=GPU_CATALOGUE gpu_from_spec GpuType=GpuFigures",
     "kvcore.regular_file": "FileProblem path_identity read_regular_file",
     "kvcore.reservation": "ReservationResult reserve",
     "kvcore.reservation.exact": "solve_dro_exact",
@@ -103,7 +103,7 @@ __all__ = [
     "EngineEvaluation", "EngineFleet", "EngineRow", "EngineSetup", "ENVOY_TOKEN_TYPE", "ENVOY_TOKEN_USAGE",
     "episodes_for", "evaluate_engine", "evaluate_slo_capacity", "Evaluation", "exact_bounds", "exposed_side",
     "FileProblem", "find_slo_rate", "FLEET_BYTES_PER_SAMPLE", "FRONTIER_WATERMARKS", "gate", "generate_fleet",
-    "generate_instance", "get_policy", "gm_markdown", "GPU_CATALOGUE", "GpuType", "GroupEngine", "GroupPlan",
+    "generate_instance", "get_policy", "gm_markdown", "GPU_CATALOGUE", "gpu_from_spec", "GpuFigures", "GpuType", "GroupEngine", "GroupPlan",
     "GroupReplays", "GroupSpec", "History", "HistorySource", "input_error", "InputError", "Instance", "Jobs",
     "KnobClass", "knobs_for_plan", "kvplan_buckets", "KVPLAN_CLASS_LABEL", "KVPLAN_OUTPUT_TOKENS", "Layout", "LAYOUTS",
     "LLMD_OUTPUT_TOKENS", "load_trace", "MAX_RESERVATION_FILE_BYTES", "measure_row", "meets_slo", "MODELS",
@@ -168,7 +168,7 @@ if TYPE_CHECKING:
     from kvcore.planner.synthetic import generate as generate_instance
     from kvcore.planner.synthetic_fleet import generate_fleet
     from kvcore.profiles import ProfileOverride, resolve as resolve_profile, roofline
-    from kvcore.profiles.gpus import CATALOGUE as GPU_CATALOGUE
+    from kvcore.profiles.gpus import CATALOGUE as GPU_CATALOGUE, gpu_from_spec, GpuType as GpuFigures
     from kvcore.regular_file import FileProblem, path_identity, read_regular_file
     from kvcore.reservation import ReservationResult, reserve
     from kvcore.reservation.exact import solve_dro_exact

@@ -1,9 +1,11 @@
 """``kvcore profile``: one layout's KV capacity, step times, prefill times and throughput from the time model.
 
-    kvcore profile --gpu G (--model M | --model-config F) --tp T [--pp P] [--kv-dtype bf16|fp8] [--json]
-                   [--plot F.png]
+    kvcore profile (--gpu G | --gpu-config F) (--model M | --model-config F) --tp T [--pp P]
+                   [--kv-dtype bf16|fp8] [--json] [--plot F.png]
 
-``--gpu`` is a catalogue GPU type (``kvcore.profiles.gpus.CATALOGUE``); ``--model`` a catalogue model
+``--gpu`` is a catalogue GPU type (``kvcore.profiles.gpus.CATALOGUE``), or ``--gpu-config`` a JSON or YAML file of a
+GPU's datasheet figures (``kvcore.profiles.gpus.gpu_from_spec``: memoryBytes, hbmBytesPerSecond, bf16Flops, ...;
+named after the file); ``--model`` a catalogue model
 (``kvcore.profiles.models.CONFIGS``) or ``--model-config`` a Hugging Face ``config.json``. Exit status 0, or 2 on
 bad input (one line naming the flag or the config key).
 """
@@ -24,7 +26,10 @@ from kvcore.errors import InputError
 def register(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("profile", help="KV capacity, step and prefill times of one (GPU, model, TP, PP) layout",
                        description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--gpu", required=True, help="GPU type, e.g. A100-80GB, H100-SXM, H200, L40S, MI300X")
+    gpu = p.add_mutually_exclusive_group(required=True)
+    gpu.add_argument("--gpu", help="GPU type, e.g. A100-80GB, H100-SXM, H200, L40S, MI300X")
+    gpu.add_argument("--gpu-config", metavar="F", help="a JSON or YAML file of a GPU's figures (memoryBytes, "
+                                                      "hbmBytesPerSecond, bf16Flops, fp8Flops, interconnect, ...)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", help="catalogue model, e.g. llama-3.1-70b, qwen3-32b, mixtral-8x7b")
     src.add_argument("--model-config", metavar="F", help="a Hugging Face config.json")
@@ -44,6 +49,20 @@ def _relabel(exc: InputError, flags: dict[str, str]) -> InputError:
     return exc
 
 
+def _gpu_file(path: Path) -> Any:
+    """The GPU spec in ``path`` (JSON or YAML), named after the file; bad figures name ``--gpu-config.KEY``."""
+    from kvcore.cli.yaml_guard import safe_yaml_load
+    from kvcore.profiles.gpus import gpu_from_spec
+
+    try:
+        spec = safe_yaml_load(path)   # JSON is YAML
+    except InputError as exc:
+        raise InputError("--gpu-config", f"{path}: {exc.field}: {exc.message}") from None
+    if not isinstance(spec, dict):
+        raise InputError("--gpu-config", f"{path}: must hold a mapping of GPU figures")
+    return gpu_from_spec(spec, field="--gpu-config", name=path.stem)
+
+
 def _run(args: argparse.Namespace) -> int:
     from kvcore.profiles.arch import from_hf_config
     from kvcore.profiles.gpus import get_gpu
@@ -51,7 +70,7 @@ def _run(args: argparse.Namespace) -> int:
     from kvcore.profiles.report import profile_report
     from kvcore.profiles.steptime import check_fits, layout
 
-    gpu = get_gpu(args.gpu, field="--gpu")
+    gpu = get_gpu(args.gpu, field="--gpu") if args.gpu is not None else _gpu_file(Path(args.gpu_config))
     if args.model is not None:
         model = get_model(args.model, args.kv_dtype, field="--model")
     else:

@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kvcore.bounds import MAX_COST, MAX_COUNT, MAX_RATE, MAX_TOKENS
 from kvcore.errors import InputError
-from kvcore.profiles import ProfileOverride, check_known, check_layout, check_override, model_arch_from_config
+from kvcore.profiles import (ProfileOverride, check_known, check_layout, check_override, gpu_from_config,
+                             model_arch_from_config)
 from kvcore.reservation.radius import RadiusPolicy
 from kvcore.history.samples import History, Samples, as_history
 from kvcore.planner.slo import SloSpec, cost_ratio
@@ -100,7 +101,8 @@ class GroupSpec(BaseModel):
     model_config = _FROZEN
 
     name: str = Field(min_length=1, description="Group name (the Deployment), unique in the instance.")
-    gpu_type: str = Field(description="GPU type, e.g. 'A100-80GB' (see kvcore.profiles.GPUS).")
+    gpu_type: str = Field(description="GPU type: a catalogue name, e.g. 'A100-80GB' (kvcore.profiles.GPUS), or a "
+                                      "name in the instance's gpu_types.")
     gpus: int = Field(ge=1, le=MAX_COUNT, description="G_k, GPUs in the group's node pool.")
     gpus_per_node: int = Field(default=8, ge=1, le=MAX_COUNT,
                                description="GPUs per node; TP stays inside a node. Default 8 (DGX).")
@@ -137,6 +139,10 @@ class Instance(BaseModel):
     models: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="The instance's own models: name -> Hugging Face config.json fields "
                                           "(kvcore.profiles.arch.from_hf_config); groups[].model may name them.")
+    gpu_types: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="The instance's own GPU types: name -> datasheet figures "
+                                          "(kvcore.profiles.gpus.gpu_from_spec: memoryBytes, hbmBytesPerSecond, "
+                                          "bf16Flops, ...); groups[].gpu_type may name them.")
 
     @model_validator(mode="after")
     def _check(self) -> Instance:
@@ -154,12 +160,15 @@ def check_instance(inst: Instance) -> None:
     _unique([g.name for g in inst.groups], "groups")
     for name, cfg in inst.models.items():
         model_arch_from_config(cfg, name=name, field=f"models.{name}")
+    for name, spec in inst.gpu_types.items():
+        gpu_from_config(spec, name=name, field=f"gpu_types.{name}")
+    own = {"models": inst.models, "gpus": inst.gpu_types}
     for k, g in enumerate(inst.groups):
-        check_known(g.gpu_type, g.model, field=f"groups[{k}]", models=inst.models)
+        check_known(g.gpu_type, g.model, field=f"groups[{k}]", **own)
         for j, lay in enumerate(g.layouts):
-            check_layout(g.gpu_type, g.model, lay.tp, lay.pp, field=f"groups[{k}].layouts[{j}]", models=inst.models)
+            check_layout(g.gpu_type, g.model, lay.tp, lay.pp, field=f"groups[{k}].layouts[{j}]", **own)
     for j, ov in enumerate(inst.profiles):
-        check_override(ov, field=f"profiles[{j}]")
+        check_override(ov, field=f"profiles[{j}]", **own)
     for i, c in enumerate(inst.classes):
         top = c.samples().max()
         if top > c.lmax * (1 + 1e-12):

@@ -96,7 +96,7 @@ def _config(inst: Instance, k: int, tp: int, pp: int) -> Config:
     replicas = g.gpus // n
     if replicas == 0:
         return Config(tp, pp, False, f"a replica needs {n} GPUs; the group has {g.gpus}", 0, 0.0, 0.0, 0.0, 0.0, None)
-    prof = resolve(g.gpu_type, g.model, tp, pp, inst.profiles, inst.models)
+    prof = resolve(g.gpu_type, g.model, tp, pp, inst.profiles, inst.models, inst.gpu_types)
     if not prof.feasible:
         return Config(tp, pp, False, prof.reason, replicas, 0.0, 0.0, 0.0, 0.0, prof)
     return Config(tp, pp, True, prof.reason, replicas, prof.kv_capacity_tokens, prof.throughput_tokens_s,

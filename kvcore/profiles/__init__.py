@@ -47,6 +47,7 @@ from kvcore.profiles.arch import ModelArch as _ModelArch
 from kvcore.profiles.arch import from_hf_config as _from_hf_config
 from kvcore.profiles.gpus import CATALOGUE as _GPU_CATALOGUE
 from kvcore.profiles.gpus import GpuType as _GpuType
+from kvcore.profiles.gpus import gpu_from_spec as _gpu_from_spec
 from kvcore.profiles.models import CONFIGS as _MODEL_CONFIGS
 from kvcore.profiles.models import get_model as _get_model
 from kvcore.profiles.steptime import kv_tokens as _kv_tokens
@@ -159,27 +160,62 @@ def model_arch_from_config(cfg: Mapping[str, Any], *, name: str, field: str) -> 
     return _arch_from_json(text, name, field)
 
 
-def check_known(gpu_type: str, model: str, *, field: str,
-                models: Mapping[str, Mapping[str, Any]] | None = None) -> None:
-    """Raise :class:`InputError` naming ``field`` when the GPU type or model is unknown (``models``: the instance's
-    own model configs, by name)."""
+@lru_cache(maxsize=256)
+def _gpu_from_json(text: str, name: str, field: str) -> _GpuType:
+    return _gpu_from_spec(json.loads(text), name=name, field=field)
+
+
+def gpu_from_config(spec: Mapping[str, Any], *, name: str, field: str) -> _GpuType:
+    """A user-given GPU spec mapping (:func:`kvcore.profiles.gpus.gpu_from_spec`) as a :class:`GpuType` named
+    ``name``; a catalogue name is refused (give the spec another name), bad keys raise :class:`InputError` naming
+    ``field``.key. Cached on the mapping's content."""
+    if name in GPUS:
+        raise InputError(field, f"{name!r} is a catalogue GPU type; give the user's spec another name",
+                         hint="catalogue: " + ", ".join(GPUS))
+    if not isinstance(spec, Mapping):
+        raise InputError(field, "must be a mapping of GPU figures (memoryBytes, hbmBytesPerSecond, bf16Flops, ...)")
+    try:
+        text = json.dumps(spec, sort_keys=True)
+    except (TypeError, ValueError):
+        raise InputError(field, "must be a JSON-like mapping") from None
+    return _gpu_from_json(text, name, field)
+
+
+def gpu_of(gpu_type: str, gpus: Mapping[str, Mapping[str, Any]] | None = None, *, field: str) -> _GpuType:
+    """The GPU a group names: one of the instance's own GPU specs (``gpus``, by name), else the catalogue's;
+    :class:`InputError` at ``field`` when it is neither."""
+    if gpus and gpu_type in gpus:
+        return gpu_from_config(gpus[gpu_type], name=gpu_type, field=f"gpu_types.{gpu_type}")
     if gpu_type not in GPUS:
-        raise InputError(f"{field}.gpu_type", f"unknown GPU type {gpu_type!r}", hint="known: " + ", ".join(GPUS))
+        known = [*GPUS, *(gpus or {})]
+        raise InputError(field, f"unknown GPU type {gpu_type!r}", hint="known: " + ", ".join(known))
+    return GPUS[gpu_type]
+
+
+def _arch_of(model: str, models: Mapping[str, Mapping[str, Any]] | None) -> "_ModelArch":
+    if models and model in models:
+        return model_arch_from_config(models[model], name=model, field=f"models.{model}")
+    return MODELS[model]
+
+
+def check_known(gpu_type: str, model: str, *, field: str,
+                models: Mapping[str, Mapping[str, Any]] | None = None,
+                gpus: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    """Raise :class:`InputError` naming ``field`` when the GPU type or model is unknown (``models``, ``gpus``: the
+    instance's own model configs and GPU specs, by name)."""
+    gpu_of(gpu_type, gpus, field=f"{field}.gpu_type")
     if model not in MODELS and not (models and model in models):
         raise InputError(f"{field}.model", f"unknown model {model!r}", hint="known: " + ", ".join(MODELS))
 
 
 def check_layout(gpu_type: str, model: str, tp: int, pp: int, *, field: str,
-                 models: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+                 models: Mapping[str, Mapping[str, Any]] | None = None,
+                 gpus: Mapping[str, Mapping[str, Any]] | None = None) -> None:
     """Raise :class:`InputError` naming ``field``.tp (or .pp, .kv_dtype, .model.weight_dtype) for a layout vLLM
     would refuse: a TP that does not divide the attention heads or the KV heads, more stages than layers, fp8 on a
     GPU without it. A layout whose weights do not fit is not an error here (the planner skips it)."""
-    check_known(gpu_type, model, field=field, models=models)
-    if models and model in models:
-        arch = model_arch_from_config(models[model], name=model, field=f"models.{model}")
-    else:
-        arch = MODELS[model]
-    _layout(_GPU_CATALOGUE[gpu_type], arch, tp, pp, field=field)
+    check_known(gpu_type, model, field=field, models=models, gpus=gpus)
+    _layout(gpu_of(gpu_type, gpus, field=f"{field}.gpu_type"), _arch_of(model, models), tp, pp, field=field)
 
 
 @lru_cache(maxsize=4096)
@@ -190,16 +226,16 @@ def roofline(gpu_type: str, model: str, tp: int, pp: int) -> Profile:
 
 
 @lru_cache(maxsize=4096)
-def measured(gpu_type: str, arch: "_ModelArch", tp: int, pp: int) -> Profile:
-    """The profile of ``arch`` (a catalogue entry or a user's config.json) at one layout, from the step-time model
+def measured(gpu_type: str | _GpuType, arch: "_ModelArch", tp: int, pp: int) -> Profile:
+    """The profile of ``arch`` (a catalogue entry or a user's config.json) on ``gpu_type`` (a catalogue name or a
+    user-given :class:`~kvcore.profiles.gpus.GpuType`) at one layout, from the step-time model
     calibrated on measured kernels (:mod:`kvcore.profiles.steptime`). A layout vLLM would refuse (a TP that does not
     divide the heads, fp8 on a GPU without it, more stages than layers) or whose weights do not fit is infeasible,
     with the reason; a bad GPU name or a TP/PP below 1 raises :class:`InputError`."""
-    if gpu_type not in GPUS:
-        raise InputError("profile.gpu_type", f"unknown GPU type {gpu_type!r}", hint="known: " + ", ".join(GPUS))
+    gpu = gpu_type if isinstance(gpu_type, _GpuType) else gpu_of(gpu_type, field="profile.gpu_type")
+    gpu_type = gpu.name
     if tp < 1 or pp < 1:
         raise InputError("profile.tp" if tp < 1 else "profile.pp", "must be >= 1")
-    gpu = _GPU_CATALOGUE[gpu_type]
     n = tp * pp
     try:
         lay = _layout(gpu, arch, tp, pp)
@@ -254,12 +290,14 @@ def linear_step(step: Callable[[int], float], batch: int) -> tuple[float, float]
 
 
 def resolve(gpu_type: str, model: str, tp: int, pp: int, overrides: tuple[ProfileOverride, ...] = (),
-            models: Mapping[str, Mapping[str, Any]] | None = None) -> Profile:
+            models: Mapping[str, Mapping[str, Any]] | None = None,
+            gpus: Mapping[str, Mapping[str, Any]] | None = None) -> Profile:
     """The profile with any matching override applied (the last matching override wins per field).
-    ``models``: the instance's own model configs (config.json mappings by name), which take precedence."""
-    if models and model in models:
-        check_known(gpu_type, model, field="profile", models=models)
-        base = measured(gpu_type, model_arch_from_config(models[model], name=model, field=f"models.{model}"), tp, pp)
+    ``models``, ``gpus``: the instance's own model configs (config.json mappings by name) and GPU specs
+    (:func:`kvcore.profiles.gpus.gpu_from_spec` mappings by name), which take precedence over the catalogue."""
+    if (models and model in models) or (gpus and gpu_type in gpus):
+        check_known(gpu_type, model, field="profile", models=models, gpus=gpus)
+        base = measured(gpu_of(gpu_type, gpus, field="profile.gpu_type"), _arch_of(model, models), tp, pp)
     else:
         base = roofline(gpu_type, model, tp, pp)
     fields: dict[str, float] = {}
@@ -287,10 +325,11 @@ _OVERRIDE_MAX = {"kv_capacity_tokens": MAX_KV_TOKENS, "throughput_tokens_s": MAX
 """Upper bound of each override field (kvcore.bounds): past it the number cannot be a measurement."""
 
 
-def check_override(ov: ProfileOverride, *, field: str) -> None:
-    """Validate one override: known names, positive capacity and throughput, non-negative times and phi, each
-    below its bound in :data:`_OVERRIDE_MAX`."""
-    check_known(ov.gpu_type, ov.model, field=field)
+def check_override(ov: ProfileOverride, *, field: str, models: Mapping[str, Mapping[str, Any]] | None = None,
+                   gpus: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    """Validate one override: known names (the catalogue's or the instance's own ``models`` and ``gpus``),
+    positive capacity and throughput, non-negative times and phi, each below its bound in :data:`_OVERRIDE_MAX`."""
+    check_known(ov.gpu_type, ov.model, field=field, models=models, gpus=gpus)
     for name in ("kv_capacity_tokens", "throughput_tokens_s"):
         value = getattr(ov, name)
         if value is not None and not (math.isfinite(value) and value > 0):

@@ -14,6 +14,8 @@ API server context): device memory >= 160 GiB -> ``max_num_seqs`` 1024, ``max_nu
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -111,40 +113,66 @@ CATALOGUE: dict[str, GpuType] = {g.name: g for g in (
 """The GPU types kvplan can plan, by catalogue name (:data:`kvcore.catalogue.GPU_TYPES` lists the same names)."""
 
 
-def gpu_from_spec(spec: dict[str, object], *, field: str, name: str = "custom") -> GpuType:
-    """A user-given GPU: ``memoryBytes``/``memory_bytes``, ``hbmBytesPerSecond``/``hbm_bytes_s``, ``bf16Flops``/
-    ``bf16_flops`` required; ``fp8Flops``, ``interconnect``, ``interconnectBytesPerSecond``, ``family`` optional."""
-    def num(*keys: str, required: bool = True, default: float = 0.0) -> float:
-        for k in keys:
-            if k in spec:
-                v = spec[k]
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not v == v or v < 0:
-                    raise InputError(f"{field}.{k}", f"must be a finite number >= 0, got {v!r}")
-                return float(v)
-        if required:
-            raise InputError(f"{field}.{keys[0]}", "is required")
-        return default
-    mem = num("memoryBytes", "memory_bytes")
-    if mem <= 0:
-        raise InputError(f"{field}.memoryBytes" if "memoryBytes" in spec else f"{field}.memory_bytes",
-                         "a GPU with no memory cannot hold weights or KV cache")
-    bw = num("hbmBytesPerSecond", "hbm_bytes_s")
-    fl = num("bf16Flops", "bf16_flops")
-    for key, v in (("hbmBytesPerSecond", bw), ("bf16Flops", fl)):
-        if v <= 0:
-            raise InputError(f"{field}.{key}", "must be > 0")
-    kind = str(spec.get("interconnect", "pcie"))
-    if kind not in ("nvlink", "pcie", "xgmi"):
-        raise InputError(f"{field}.interconnect", f"must be nvlink, pcie or xgmi, got {kind!r}")
-    family = str(spec.get("family", "a100"))
-    if family not in ("a100", "h100"):
-        raise InputError(f"{field}.family", f"must be a100 or h100, got {family!r}")
-    return GpuType(name, mem, bw, fl, num("fp8Flops", "fp8_flops", required=False),
-                   kind,  # type: ignore[arg-type]
-                   num("interconnectBytesPerSecond", "interconnect_bytes_s", required=False, default=32e9) or 32e9,
-                   family,  # type: ignore[arg-type]
-                   resource=str(spec.get("resource", "nvidia.com/gpu")), device_name=str(spec.get("deviceName", "")),
-                   source="user-given GPU spec")
+_SPEC_KEYS: dict[str, tuple[str, ...]] = {
+    "memoryBytes": ("memory_bytes",), "hbmBytesPerSecond": ("hbm_bytes_s",), "bf16Flops": ("bf16_flops",),
+    "fp8Flops": ("fp8_flops",), "interconnect": (), "interconnectBytesPerSecond": ("interconnect_bytes_s",),
+    "family": (), "resource": (), "nodeLabel": ("node_label",), "deviceName": ("device_name",),
+}
+"""The keys of a user-given GPU spec (camelCase, as in a KVPlan) and their snake_case spellings."""
+
+
+def gpu_from_spec(spec: Mapping[str, object], *, field: str, name: str = "custom") -> GpuType:
+    """A user-given GPU (a KVPlan's ``nodePool.gpuSpec``, an instance's ``gpu_types``). Units as in
+    :class:`GpuType`: ``memoryBytes`` (bytes, > 0), ``hbmBytesPerSecond`` (bytes/s, > 0) and ``bf16Flops`` (dense
+    FLOP/s, > 0) are required; ``fp8Flops`` (0: no fp8), ``interconnect`` (nvlink, pcie or xgmi; default pcie),
+    ``interconnectBytesPerSecond`` (one direction per GPU; default 32e9, PCIe 4 x16), ``family`` (which measured
+    kernel efficiencies apply: a100 or h100; default a100), ``resource`` (default nvidia.com/gpu), ``nodeLabel``
+    (``key=value``) and ``deviceName`` (as ``torch.cuda.get_device_name`` says it, which vLLM's batch defaults
+    read) are optional. Each key may also be spelled in snake_case. A bad value raises :class:`InputError` naming
+    ``field``.key."""
+    known = {alias: key for key, aliases in _SPEC_KEYS.items() for alias in (key, *aliases)}
+    for k in spec:
+        if k not in known:
+            raise InputError(f"{field}.{k}", "unknown key", hint="known: " + ", ".join(_SPEC_KEYS))
+
+    def raw(key: str) -> tuple[str, object] | None:
+        return next(((k, spec[k]) for k in (key, *_SPEC_KEYS[key]) if k in spec), None)
+
+    def num(key: str, *, required: bool = True, default: float = 0.0, positive: bool = True) -> float:
+        got = raw(key)
+        if got is None:
+            if required:
+                raise InputError(f"{field}.{key}", "is required")
+            return default
+        k, v = got
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise InputError(f"{field}.{k}", f"must be a finite number >= 0, got {v!r}")
+        if positive and v <= 0:
+            why = "a GPU with no memory cannot hold weights or KV cache" if key == "memoryBytes" else "must be > 0"
+            raise InputError(f"{field}.{k}", why)
+        return float(v)
+
+    def text(key: str, default: str, allowed: tuple[str, ...] = ()) -> str:
+        got = raw(key)
+        if got is None:
+            return default
+        k, v = got
+        if not isinstance(v, str) or (allowed and v not in allowed):
+            want = " or ".join(allowed) if allowed else "a string"
+            raise InputError(f"{field}.{k}", f"must be {want}, got {v!r}")
+        return v
+
+    mem, bw, fl = num("memoryBytes"), num("hbmBytesPerSecond"), num("bf16Flops")
+    fp8 = num("fp8Flops", required=False, positive=False)
+    kind = text("interconnect", "pcie", ("nvlink", "pcie", "xgmi"))
+    link = num("interconnectBytesPerSecond", required=False, default=32e9)
+    family = text("family", "a100", ("a100", "h100"))
+    label = text("nodeLabel", "")
+    if label and ("=" not in label or label.startswith("=")):
+        raise InputError(f"{field}.nodeLabel", f"must be key=value, got {label!r}")
+    return GpuType(name, mem, bw, fl, fp8, kind, link, family,  # type: ignore[arg-type]
+                   resource=text("resource", "nvidia.com/gpu"), node_label=label,
+                   device_name=text("deviceName", ""), source="user-given GPU spec")
 
 
 def get_gpu(name: str, *, field: str = "gpu") -> GpuType:

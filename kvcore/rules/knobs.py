@@ -235,7 +235,8 @@ def plan_groups(plan: Plan, instance: Instance) -> list[tuple[SimGroup, list[Kno
         if gp.replicas <= 0 or gp.tp <= 0:
             continue
         gs = specs[gp.name]
-        prof = resolve(gs.gpu_type, gs.model, gp.tp, gp.pp, instance.profiles, instance.models)
+        prof = resolve(gs.gpu_type, gs.model, gp.tp, gp.pp, instance.profiles, instance.models,
+                       instance.gpu_types)
         group = SimGroup.from_profile(gp.name, gp.replicas, prof)
         group = group.model_copy(update={"kv_capacity_tokens": max(1, math.floor(gp.kv_capacity_tokens))})
         classes = []

@@ -96,7 +96,7 @@ def _groups(obs: Observation, plan: Plan, instance: Instance) -> list[Any]:
     for group, ks in plan_groups(sub, instance):
         g = spec_groups[group.name]
         running = running_knobs(obs.groups[g.name].body if g.name in obs.groups else None, g.container)
-        base = engine_base(running, g.node_pool.gpu_type)
+        base = engine_base(running, g.node_pool.gpu())
         if running.scheduler_cls is not None:
             base = base.model_copy(update={"admission": "gate"})
         out.append((group, base, ks))

@@ -40,7 +40,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvcore import GPU_CATALOGUE, Instance
+from kvcore import Instance
 from kvcore import WATERMARK_MIN_VERSION as WATERMARK_VERSION  # --watermark exists from vLLM 0.33 on
 
 from .policy import resumes
@@ -273,12 +273,11 @@ def class_priorities(instance: Instance) -> dict[str, int]:
 
 def runner_capacity(g: Group, body: Mapping[str, Any] | None) -> int | None:
     """The ``--max-num-seqs`` the group's engines run (the model runner's request slots): the container's literal
-    value, else vLLM 0.33's per-GPU default (``EngineArgs.get_batch_defaults``, kvcore's GPU catalogue); None when
-    it is known only at run time or the GPU is not in the catalogue."""
+    value, else vLLM 0.33's per-GPU default (``EngineArgs.get_batch_defaults``, for the catalogue's GPU or the
+    group's ``gpuSpec``); None when it is known only at run time."""
     raw = read_flags(find_container(body or {}, g.container) or {})[SEQS_FLAG]
     if raw is None:
-        gpu = GPU_CATALOGUE.get(g.node_pool.gpu_type)
-        return int(gpu.vllm_max_num_seqs) if gpu else None
+        return int(g.node_pool.gpu().vllm_max_num_seqs)
     text = literal(raw)
     return int(text) if text is not None and text.isdigit() else None
 

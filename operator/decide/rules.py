@@ -34,7 +34,7 @@ from kvcore import Instance
 from kvcore import Plan
 from kvcore import ReplayStore
 from kvcore import EngineConfig
-from kvcore import GPU_CATALOGUE
+from kvcore import GPU_CATALOGUE, GpuFigures
 
 from .knobs import PLUGIN_VERSIONS, EngineVersion, Knobs
 from ..knob_cache import KnobCache
@@ -94,12 +94,11 @@ def situation(run: RuleRun, g: Group, plan: Plan, running: Knobs, version: Engin
             (running.watermark, running.admission(), running.scheduling_policy))
 
 
-def engine_base(running: Knobs, gpu_type: str = "A100-80GB") -> EngineConfig:
+def engine_base(running: Knobs, gpu: GpuFigures = GPU_CATALOGUE["A100-80GB"]) -> EngineConfig:
     """The engine settings the gate runs on: the group's knobs as its engines run them (vLLM 0.33's per-GPU
     defaults where a flag is absent: ``max_num_seqs`` 1024 on large-memory non-A100 GPUs, kvcore.profiles.gpus)."""
-    gpu = GPU_CATALOGUE.get(gpu_type)
-    seqs = running.admission() or (gpu.vllm_max_num_seqs if gpu else 256)
-    batched = gpu.vllm_max_num_batched_tokens if gpu else 2048
+    seqs = running.admission() or gpu.vllm_max_num_seqs
+    batched = gpu.vllm_max_num_batched_tokens
     return EngineConfig(max_num_seqs=seqs, max_num_batched_tokens=max(batched, seqs),
                         watermark=running.watermark or 0.0,
                         policy="priority" if running.scheduling_policy == "priority" else "fcfs")
@@ -151,7 +150,7 @@ def run_rules(spec: KVPlanSpec, plan: Plan, instance: Instance, run: RuleRun, *,
                 answer = dict(run.knobs(sub, instance, engine_version=versions[g.name].rule_text(),
                                         current=current, store=store))
             else:
-                answer = dict(run.reserves(sub, instance, groups=[g.name], bases={g.name: engine_base(now, g.node_pool.gpu_type)},
+                answer = dict(run.reserves(sub, instance, groups=[g.name], bases={g.name: engine_base(now, g.node_pool.gpu())},
                                            priorities=priorities, store=store, work_limit=run.budget))
         except InputError as exc:
             failed[rule][g.name] = f"{exc.field}: {exc.message}"

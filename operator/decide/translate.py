@@ -21,7 +21,7 @@ from kvcore import RadiusPolicy, with_horizon
 from kvcore import SloSpec
 
 from ..observe.history import ClassObservation
-from ..observe.capacity import GroupCapacity, profile_tokens, user_profiles
+from ..observe.capacity import GroupCapacity, profile_tokens, spec_gpus, spec_models, user_profiles
 from ..spec import KVPlanSpec, Robustness
 
 def capacity_overrides(spec: KVPlanSpec, view: Mapping[str, GroupCapacity]) -> tuple[tuple[ProfileOverride, ...],
@@ -39,11 +39,11 @@ def capacity_overrides(spec: KVPlanSpec, view: Mapping[str, GroupCapacity]) -> t
             if z == cap.layout and cap.engine_kv_tokens is not None:
                 tokens: float | None = cap.engine_kv_tokens
             else:
-                base = profile_tokens(spec, g.node_pool.gpu_type, g.model, z)
+                base = profile_tokens(spec, g, z)
                 tokens = None if base is None else base * cap.scale
             if tokens is None:
                 continue
-            key = (g.node_pool.gpu_type, g.model, z[0], z[1])
+            key = (g.node_pool.gpu_name, g.model, z[0], z[1])
             if key in best and abs(best[key][0] - tokens) > 1e-6 * tokens:
                 notes.append(f"groups {best[key][1]} and {g.name} share the profile {key[0]} {key[1]} tp={z[0]} "
                              f"pp={z[1]}: the smaller engine capacity is used for both")
@@ -116,13 +116,13 @@ def build_instance(spec: KVPlanSpec, observed: Mapping[str, ClassObservation], *
         allowed: list[Any] = [(lay.tp, lay.pp) for lay in g.layouts]  # validated by GroupSpec
         if layouts is not None and g.name in layouts:
             allowed = [layouts[g.name]]
-        groups.append(GroupSpec(name=g.name, gpu_type=g.node_pool.gpu_type, gpus=g.node_pool.gpu_count,
+        groups.append(GroupSpec(name=g.name, gpu_type=g.node_pool.gpu_name, gpus=g.node_pool.gpu_count,
                                 gpus_per_node=g.node_pool.gpus_per_node, model=g.model,
                                 layouts=tuple(KLayout(tp=tp, pp=pp) for tp, pp in allowed)))
     profiles = user_profiles(spec) + (capacity_overrides(spec, capacity)[0] if capacity else ())
     costs = CostSpec(kappa=spec.costs.kappa, c_slo=spec.costs.c_slo, c_rej=spec.costs.c_rej)
-    models = {g.model: dict(g.hf_config) for g in spec.groups if g.hf_config}
-    return Instance(classes=tuple(classes), groups=tuple(groups), costs=costs, profiles=profiles, models=models)
+    return Instance(classes=tuple(classes), groups=tuple(groups), costs=costs, profiles=profiles,
+                    models=spec_models(spec), gpu_types=spec_gpus(spec))
 
 
 #: kvcore's field names -> the CR's, per kvcore list (classes[i], groups[k], profiles[j], costs).
@@ -151,6 +151,11 @@ def cr_path(field: str, spec: KVPlanSpec | None = None) -> str:
                 ref = g.model_config_ref
                 base = f"spec.groups[{k}].modelConfig" if ref is None else ref.cr_path(k)
                 return base + field[len(f"models.{g.model}"):]
+    if field.startswith("gpu_types.") and spec is not None:  # a group's gpuSpec, by its name
+        for k, g in enumerate(spec.groups):
+            gs = g.node_pool.gpu_spec
+            if gs is not None and (field == f"gpu_types.{gs.name}" or field.startswith(f"gpu_types.{gs.name}.")):
+                return f"spec.groups[{k}].nodePool.gpuSpec" + field[len(f"gpu_types.{gs.name}"):]
     m = _PATH.match(field)
     if m:
         kind, idx, rest = m.group(1), int(m.group(2)), m.group(3) or ""

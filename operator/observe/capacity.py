@@ -20,7 +20,7 @@ from kvcore import InputError
 from kvcore import ProfileOverride, resolve_profile as resolve
 
 from .sources.capacity import EngineCapacity
-from ..spec import KVPlanSpec
+from ..spec import Group, KVPlanSpec
 
 #: Engine / profile capacity ratios outside this range get a note (a selector matching another model's pods, or a
 #: profile far from the hardware); the engine's number is still used.
@@ -49,9 +49,22 @@ def user_profiles(spec: KVPlanSpec) -> tuple[ProfileOverride, ...]:
                                  throughput_tokens_s=p.throughput_tokens_per_second) for p in spec.profiles)
 
 
-def profile_tokens(spec: KVPlanSpec, gpu_type: str, model: str, layout: tuple[int, int]) -> float | None:
+def spec_models(spec: KVPlanSpec) -> dict[str, dict[str, Any]]:
+    """The groups' own model configs (``modelConfig``, or a ConfigMap's once read), by model name."""
+    return {g.model: dict(g.hf_config) for g in spec.groups if g.hf_config}
+
+
+def spec_gpus(spec: KVPlanSpec) -> dict[str, dict[str, Any]]:
+    """The groups' own GPU specs (``nodePool.gpuSpec``) as kvcore's figures mappings, by name."""
+    return {gs.name: gs.model_dump(by_alias=True, exclude={"name"})
+            for gs in (g.node_pool.gpu_spec for g in spec.groups) if gs is not None}
+
+
+def profile_tokens(spec: KVPlanSpec, g: Group, layout: tuple[int, int]) -> float | None:
+    """The profile's KV capacity of group ``g`` at ``layout`` (tokens), None where it has none."""
     try:
-        prof = resolve(gpu_type, model, layout[0], layout[1], user_profiles(spec))
+        prof = resolve(g.node_pool.gpu_name, g.model, layout[0], layout[1], user_profiles(spec), spec_models(spec),
+                       spec_gpus(spec))
     except InputError:
         return None
     return prof.kv_capacity_tokens if prof.feasible and prof.kv_capacity_tokens > 0 else None
@@ -66,7 +79,7 @@ def capacity_view(spec: KVPlanSpec, engines: Mapping[str, EngineCapacity] | None
     for g in spec.groups:
         layout = running.get(g.name)
         eng = (engines or {}).get(g.name)
-        prof = profile_tokens(spec, g.node_pool.gpu_type, g.model, layout) if layout else None
+        prof = profile_tokens(spec, g, layout) if layout else None
         extra: dict[str, Any] = {}
         if eng is not None:
             extra = {"engines": eng.engines, "usage": eng.usage, "preemptions_per_s": eng.preemptions_per_s}

@@ -20,6 +20,7 @@ from .base import CONFIGMAP_KEY, DNS_SUBDOMAIN, HEADER_NAME, HEADER_VALUE, SpecM
 from .engine import class_rule_errors
 from .prometheus import Prometheus, prometheus_errors
 from .group import DEFAULT_NODE_SELECTORS as DEFAULT_NODE_SELECTORS, Group as Group, Layout as Layout
+from .group import GpuSpec as GpuSpec, gpu_errors
 from .group import ModelConfigRef as ModelConfigRef, NodePool as NodePool, Toleration as Toleration
 from .group import WorkloadRef as WorkloadRef
 
@@ -274,6 +275,7 @@ def _semantic_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:
                          "request count)"))
         if c.prefix_tokens > c.input_tokens:
             errs.append((f"{p}.prefixTokens", f"{c.prefix_tokens} exceeds inputTokens {c.input_tokens}"))
+    errs += gpu_errors(spec.groups)
     errs += _source_errors(spec)
     errs += class_rule_errors(spec.classes)
     for field, text, (low, high) in (("spec.prometheus.lookback", spec.prometheus.lookback, LOOKBACK_BOUNDS),

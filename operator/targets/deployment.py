@@ -38,7 +38,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from kvcore import GPU_CATALOGUE
 
 from .. import conditions as C
 from ..desired import (ANN_GENERATION, ANN_LAYOUT, ANN_OWNED, ANN_OWNER, ANN_RESERVATIONS, ANN_ROLLOUT,
@@ -59,14 +58,13 @@ from .vllm_flags import (ACTIVE_SEQS_FLAG, DP_FLAG, DP_LOCAL_FLAG, DP_RANK_FLAG,
                          SEQS_FLAG, TP_FLAG, WATERMARK_FLAG, UnreadableConfig, Unexpressible, dp_local, literal,
                          read_flags, remove_flags, running, write_flags)
 
-GPU_RESOURCE = "nvidia.com/gpu"
 DP_FLAGS = (DP_FLAG, DP_LOCAL_FLAG, DP_RANK_FLAG)
 
 
 def gpu_resource(group: Group) -> str:
-    """The device resource of the group's GPU type (``nvidia.com/gpu``; ``amd.com/gpu`` for MI300X)."""
-    gpu = GPU_CATALOGUE.get(group.node_pool.gpu_type)
-    return gpu.resource if gpu is not None else GPU_RESOURCE
+    """The device resource of the group's GPU type (``nvidia.com/gpu``; ``amd.com/gpu`` for MI300X; a
+    ``gpuSpec``'s own ``resource``)."""
+    return group.node_pool.gpu().resource
 
 
 def find_container(deployment: Mapping[str, Any], name: str | None) -> Mapping[str, Any] | None:

@@ -148,6 +148,17 @@ def test_dry_run_changes_nothing(crd, kube_api, kube, namespace, prometheus, tra
                      "give modelConfig or modelConfigRef, not both", id="model-config-twice"),
         pytest.param(lambda s: s["groups"][0].update(modelConfigRef={"name": "cfg", "key": "a/b"}),
                      "modelConfigRef.key", id="model-config-key"),
+        pytest.param(lambda s: s["groups"][0]["nodePool"].update(gpuSpec={**GPU_SPEC, "memoryBytes": 0}),
+                     "gpuSpec.memoryBytes", id="gpu-spec-no-memory"),
+        pytest.param(lambda s: s["groups"][0]["nodePool"].update(gpuSpec={**GPU_SPEC, "name": "H100-SXM"}),
+                     "gpuSpec.name is a catalogue GPU type", id="gpu-spec-catalogue-name"),
+        pytest.param(lambda s: s["groups"][0]["nodePool"].update(gpuSpec={**GPU_SPEC, "interconnect": "ib"}),
+                     "gpuSpec.interconnect", id="gpu-spec-interconnect"),
+        pytest.param(lambda s: s["groups"][0]["nodePool"].update(gpuSpec={"name": "x", "memoryBytes": 1e9}),
+                     "gpuSpec.hbmBytesPerSecond", id="gpu-spec-missing-figure"),
+        pytest.param(lambda s: s["groups"][0]["nodePool"].update(gpuSpec={**GPU_SPEC, "nodeLabel": ""},
+                                                                  nodeSelector={}),
+                     "a gpuSpec needs gpuSpec.nodeLabel or nodeSelector", id="gpu-spec-unplaced"),
     ],
 )
 def test_schema_violation_refused_by_apiserver(crd, kube_api, namespace, mutate, needle):
@@ -156,6 +167,27 @@ def test_schema_violation_refused_by_apiserver(crd, kube_api, namespace, mutate,
     error = refused(kube_api, namespace, spec, version="v1alpha1")  # the deprecated version: the same schema
     assert error.status == 422
     assert needle in error.body
+
+
+GPU_SPEC = {"name": "gh200-96gb", "memoryBytes": 96e9, "hbmBytesPerSecond": 4.0e12, "bf16Flops": 989e12,
+            "family": "h100", "nodeLabel": "nvidia.com/gpu.product=NVIDIA-GH200-96GB-HBM3"}
+
+
+def test_a_gpu_spec_is_stored_with_its_defaults_and_parses(crd, kube_api, namespace):
+    """The apiserver keeps a group's gpuSpec (not pruned), fills its defaults, and the operator's parse of the
+    stored object is the GPU given (gpuType, which the CRD defaults beside it, is replaced)."""
+    from kvplan_operator.spec import parse_spec
+
+    spec = kvplan_spec("http://127.0.0.1:9")
+    spec["groups"][0]["nodePool"]["gpuSpec"] = dict(GPU_SPEC)
+    spec["groups"][0]["nodePool"].pop("nodeSelector", None)   # placed by the spec's node label
+    created = create_kvplan(kube_api, namespace, spec, name="own-gpu", version="v1alpha1")
+    stored = created["spec"]["groups"][0]["nodePool"]
+    assert stored["gpuType"] == "A100-80GB"   # the CRD's default, beside the spec
+    assert stored["gpuSpec"]["interconnect"] == "pcie" and stored["gpuSpec"]["resource"] == "nvidia.com/gpu"
+    pool = parse_spec(created["spec"]).groups[0].node_pool
+    assert pool.gpu_name == "gh200-96gb" and pool.gpu().memory_bytes == 96e9
+    assert pool.selector() == {"nvidia.com/gpu.product": "NVIDIA-GH200-96GB-HBM3"}
 
 
 @pytest.mark.parametrize(("lookback", "interval"), [("5m", "10s"), ("30d", "24h"), ("720h", "1h"), ("300s", "30s")])

@@ -1,0 +1,165 @@
+"""A KVPlan group on a GPU the catalogue does not have (``nodePool.gpuSpec``): parsed, planned on its own figures,
+its pods asking for its resource on its nodes; bad figures refused at the CR path with nothing applied."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kvcore import GPU_CATALOGUE
+from kvcore.profiles import resolve
+from kvplan_operator.decide.translate import cr_path
+from kvplan_operator.spec import InvalidSpec, parse_spec
+
+from op_targets_world import SPEC  # type: ignore[import-not-found]
+
+REPO = Path(__file__).resolve().parents[3]
+
+GH200 = {"name": "gh200-96gb", "memoryBytes": 96e9, "hbmBytesPerSecond": 4.0e12, "bf16Flops": 989e12,
+         "fp8Flops": 1979e12, "interconnect": "nvlink", "interconnectBytesPerSecond": 450e9, "family": "h100",
+         "resource": "example.com/gpu", "nodeLabel": "nvidia.com/gpu.product=NVIDIA-GH200-96GB-HBM3",
+         "deviceName": "NVIDIA GH200 96GB HBM3"}
+
+
+def _raw(**change: Any) -> dict[str, Any]:
+    raw = copy.deepcopy(SPEC)
+    raw["groups"][0]["nodePool"]["gpuSpec"] = {**GH200, **change}
+    return raw
+
+
+def _figures(spec: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in spec.items() if k != "name"}
+
+
+def test_a_gpu_spec_is_the_groups_gpu() -> None:
+    from kvplan_operator.targets.deployment import gpu_resource
+
+    spec = parse_spec(_raw())
+    pool = spec.groups[0].node_pool
+    assert pool.gpu_name == "gh200-96gb" and pool.gpu().memory_bytes == 96e9
+    assert gpu_resource(spec.groups[0]) == "example.com/gpu"
+    assert pool.selector() == {"nvidia.com/gpu.product": "NVIDIA-GH200-96GB-HBM3"}
+    assert pool.gpu().vllm_max_num_seqs == 1024   # >= 70 GiB and not an A100: vLLM 0.33's get_batch_defaults
+    # a node selector given wins over the label, as for catalogue GPUs
+    raw = _raw()
+    raw["groups"][0]["nodePool"]["nodeSelector"] = {"pool": "gh"}
+    assert parse_spec(raw).groups[0].node_pool.selector() == {"pool": "gh"}
+    # the other group is untouched
+    assert spec.groups[1].node_pool.gpu_name == spec.groups[1].node_pool.gpu_type
+
+
+def test_the_planner_gets_the_spec_and_plans_on_its_figures() -> None:
+    import json
+
+    from kvcore.planner import plan as real_plan
+    from kvplan_operator.reconcile import reconcile
+    from op_fakes import FakeKube, dep, kvplan  # type: ignore[import-not-found]
+    from op_reconcile_world import deps  # type: ignore[import-not-found]
+
+    seen: list[Any] = []
+
+    def planner(instance: Any, **kw: Any) -> Any:
+        result = real_plan(instance, **kw)
+        seen.append((instance, result))
+        return result
+
+    kube = FakeKube({"vllm-big": dep("vllm-big"), "vllm-small": dep("vllm-small")})
+    out = reconcile(kvplan(_raw(), kube), deps(kube, planner=planner))
+    assert out.ok, out
+    (inst, result), = seen
+    assert inst.groups[0].gpu_type == "gh200-96gb"
+    assert json.loads(json.dumps(inst.gpu_types)) == {"gh200-96gb": _figures(GH200)}
+    group = result.groups[0]
+    assert group.replicas >= 1
+    # the capacity planned is the GH200's profile at the chosen layout (kvcore's, resolved independently here),
+    # which no catalogue GPU has
+    prof = resolve("gh200-96gb", inst.groups[0].model, group.tp, group.pp, gpus=inst.gpu_types)
+    assert 0 < group.kv_capacity_tokens <= prof.kv_capacity_tokens * (1 + 1e-9)
+    assert all(resolve(name, inst.groups[0].model, group.tp, group.pp).kv_capacity_tokens != prof.kv_capacity_tokens
+               for name in GPU_CATALOGUE)
+    body = kube.deployments[SPEC["groups"][0]["deployment"]]
+    pod = body["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-GH200-96GB-HBM3"}
+    limits = [c.get("resources", {}).get("limits", {}) for c in pod["containers"]]
+    assert any("example.com/gpu" in lim for lim in limits), limits
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"memoryBytes": 0}, "spec.groups[0].nodePool.gpuSpec.memoryBytes"),
+    ({"bf16Flops": -1.0}, "spec.groups[0].nodePool.gpuSpec.bf16Flops"),
+    ({"interconnect": "infiniband"}, "spec.groups[0].nodePool.gpuSpec.interconnect"),
+    ({"family": "b200"}, "spec.groups[0].nodePool.gpuSpec.family"),
+    ({"nodeLabel": "no-equals"}, "spec.groups[0].nodePool.gpuSpec.nodeLabel"),
+    ({"name": "H100-SXM"}, "spec.groups[0].nodePool.gpuSpec.name"),
+    ({"nodeLabel": ""}, "spec.groups[0].nodePool.gpuSpec.nodeLabel"),
+    ({"memoryGB": 96}, "spec.groups[0].nodePool.gpuSpec.memoryGB"),
+])
+def test_bad_figures_are_invalid_spec_at_the_cr_path(change: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidSpec) as err:
+        parse_spec(_raw(**change))
+    assert field in [f for f, _ in err.value.errors], err.value.errors
+
+
+def test_two_groups_giving_one_name_give_one_spec() -> None:
+    raw = _raw()
+    raw["groups"][1]["nodePool"]["gpuSpec"] = {**GH200, "memoryBytes": 141e9}
+    with pytest.raises(InvalidSpec) as err:
+        parse_spec(raw)
+    assert ("spec.groups[1].nodePool.gpuSpec",
+            "differs from spec.groups[0].nodePool.gpuSpec of the same name 'gh200-96gb'") in err.value.errors
+    raw["groups"][1]["nodePool"]["gpuSpec"] = dict(GH200)
+    assert parse_spec(raw).groups[1].node_pool.gpu_name == "gh200-96gb"
+
+
+def test_kvcores_gpu_errors_map_to_the_gpu_spec() -> None:
+    spec = parse_spec(_raw())
+    assert cr_path("gpu_types.gh200-96gb.memoryBytes", spec) == "spec.groups[0].nodePool.gpuSpec.memoryBytes"
+    assert cr_path("gpu_types.gh200-96gb", spec) == "spec.groups[0].nodePool.gpuSpec"
+
+
+def test_fp8_weights_on_a_gpu_spec_without_fp8_are_refused_naming_the_layouts() -> None:
+    import numpy as np
+    from pydantic import ValidationError
+
+    from kvcore.history.samples import History, Samples
+    from kvcore.profiles.models import CONFIGS
+    from kvplan_operator.decide import _refusal
+    from kvplan_operator.decide.translate import build_instance
+    from kvplan_operator.observe.history import ClassObservation
+
+    raw = _raw(fp8Flops=0)
+    raw["groups"][0]["model"] = "my-8b-fp8"
+    raw["groups"][0]["modelConfig"] = {**dict(CONFIGS["llama-8b"][1]), "quantization_config": {"quant_method": "fp8"}}
+    spec = parse_spec(raw)
+    rng = np.random.default_rng(0)
+    history = History.of([Samples.from_arrays(np.round(rng.gamma(2.0, 100.0, 200))) for _ in range(6)])
+    obs = {c.name: ClassObservation(c.name, history, 1200.0, 6, 1.0) for c in spec.classes}
+    with pytest.raises(ValidationError) as err:
+        build_instance(spec, obs)
+    f = _refusal(err.value, spec)
+    assert f.reason == "InvalidSpec"
+    assert f.message.startswith("spec.groups[0].layouts: ") and "fp8" in f.message
+
+
+@pytest.mark.parametrize("crd", [REPO / "crds" / "kvplans.kvplan.io.yaml",
+                                 REPO / "charts" / "kvplan-operator" / "files" / "crds" / "kvplans.kvplan.io.yaml"])
+def test_the_crds_gpu_spec_rule_lists_the_catalogue(crd: Path) -> None:
+    doc = yaml.safe_load(crd.read_text())
+    (version,) = [v for v in doc["spec"]["versions"] if v["storage"]]
+    pool = (version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["groups"]["items"]
+            ["properties"]["nodePool"]["properties"])
+    gpu_spec = pool["gpuSpec"]
+    (rule,) = gpu_spec["x-kubernetes-validations"]
+    (placed,) = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["groups"]["items"][
+        "properties"]["nodePool"]["x-kubernetes-validations"]
+    assert "gpuSpec.nodeLabel" in placed["rule"] and "nodeSelector" in placed["rule"]
+    assert set(re.findall(r"'([^']+)'", rule["rule"])) == set(GPU_CATALOGUE)
+    # the CRD's keys are kvcore's (kvcore.profiles.gpus.gpu_from_spec), plus the name
+    from kvcore.profiles.gpus import _SPEC_KEYS
+    assert set(gpu_spec["properties"]) == {"name", *_SPEC_KEYS}
+    assert set(gpu_spec["required"]) == {"name", "memoryBytes", "hbmBytesPerSecond", "bf16Flops"}

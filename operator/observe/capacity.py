@@ -41,6 +41,21 @@ class GroupCapacity:
     usage: float | None = None
     preemptions_per_s: float | None = None
     note: str = ""
+    profile_source: Mapping[str, str | None] | None = None
+    """Where the profile's figures come from (:func:`profile_source`)."""
+
+
+def profile_source(spec: KVPlanSpec, g: Group, layout: tuple[int, int] | None) -> dict[str, str | None]:
+    """Where group ``g``'s profile comes from: ``gpu`` (``catalogue`` or ``gpuSpec``), ``model`` (``catalogue``,
+    ``modelConfig`` or ``modelConfigRef``) and ``override``, the ``spec.profiles`` entry that replaces the model's
+    figures at the running ``layout`` (the last one matching, as kvcore applies them), else None."""
+    model = "modelConfigRef" if g.model_config_ref is not None else "modelConfig" if g.hf_config else "catalogue"
+    override = None
+    for j, p in enumerate(spec.profiles):
+        if layout is not None and (p.gpu_type, p.model, p.tp, p.pp) == (g.node_pool.gpu_name, g.model, *layout):
+            override = f"spec.profiles[{j}]"
+    return {"gpu": "gpuSpec" if g.node_pool.gpu_spec is not None else "catalogue", "model": model,
+            "override": override}
 
 
 def user_profiles(spec: KVPlanSpec) -> tuple[ProfileOverride, ...]:
@@ -80,9 +95,9 @@ def capacity_view(spec: KVPlanSpec, engines: Mapping[str, EngineCapacity] | None
         layout = running.get(g.name)
         eng = (engines or {}).get(g.name)
         prof = profile_tokens(spec, g, layout) if layout else None
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = {"profile_source": profile_source(spec, g, layout)}
         if eng is not None:
-            extra = {"engines": eng.engines, "usage": eng.usage, "preemptions_per_s": eng.preemptions_per_s}
+            extra |= {"engines": eng.engines, "usage": eng.usage, "preemptions_per_s": eng.preemptions_per_s}
         why = ""
         if not spec.capacity.from_engine:
             why = "spec.capacity.fromEngine is false"

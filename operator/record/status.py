@@ -12,7 +12,8 @@ like the plan):
   ``External``), podReplicas (the Deployment's replicas), helmRelease (the Helm release rendering the Deployment;
   absent when none), enginesPerPod and gpusPerPod (only with data parallelism: the Deployment's replicas count pods
   of enginesPerPod engines), maxNumActiveSeqs (only when written), capacity {source (engine | profile), tp, pp (the running layout), engineKvCapacityTokens,
-  profileKvCapacityTokens, scale, engines, kvCacheUsage, preemptionsPerSecond, note}}, ``classCounts`` {total,
+  profileKvCapacityTokens, scale, engines, kvCacheUsage, preemptionsPerSecond, note, profileSource {gpu (catalogue |
+  gpuSpec), model (catalogue | modelConfig | modelConfigRef), override (the spec.profiles entry or null)}}}, ``classCounts`` {total,
   admitted, refused}, ``notes`` (the first :data:`STATUS_NOTES`), ``detail`` {configMaps, format, bytes, digest}:
   where the rest is (:mod:`kvplan_operator.targets.plandetail`: per class reservation, radius, routing, prefix fractions,
   samples, windows, arrival rate, source; every note; the whole diff; the kvcore plan the next solve starts from);
@@ -89,7 +90,7 @@ def capacity_body(cap: GroupCapacity | None) -> dict[str, Any] | None:
             "scale": _num(cap.scale, 4), "engines": cap.engines,
             "kvCacheUsage": _num(cap.usage, 4) if cap.usage is not None else None,
             "preemptionsPerSecond": _num(cap.preemptions_per_s, 6) if cap.preemptions_per_s is not None else None,
-            "note": cap.note}
+            "note": cap.note, "profileSource": dict(cap.profile_source) if cap.profile_source else None}
 
 
 #: Notes kept in ``status.plan.notes`` (all of them are in the plan's detail document).

@@ -82,6 +82,9 @@ def test_the_planner_gets_the_spec_and_plans_on_its_figures() -> None:
     assert 0 < group.kv_capacity_tokens <= prof.kv_capacity_tokens * (1 + 1e-9)
     assert all(resolve(name, inst.groups[0].model, group.tp, group.pp).kv_capacity_tokens != prof.kv_capacity_tokens
                for name in GPU_CATALOGUE)
+    sources = {g: v["capacity"]["profileSource"] for g, v in kube.status["plan"]["groups"].items()}
+    assert sources == {"big": {"gpu": "gpuSpec", "model": "catalogue", "override": None},
+                       "small": {"gpu": "catalogue", "model": "catalogue", "override": None}}
     body = kube.deployments[SPEC["groups"][0]["deployment"]]
     pod = body["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-GH200-96GB-HBM3"}
@@ -163,3 +166,22 @@ def test_the_crds_gpu_spec_rule_lists_the_catalogue(crd: Path) -> None:
     from kvcore.profiles.gpus import _SPEC_KEYS
     assert set(gpu_spec["properties"]) == {"name", *_SPEC_KEYS}
     assert set(gpu_spec["required"]) == {"name", "memoryBytes", "hbmBytesPerSecond", "bf16Flops"}
+
+
+def test_the_profile_source_names_the_gpu_the_model_and_the_override() -> None:
+    from kvcore.profiles.models import CONFIGS
+    from kvplan_operator.observe.capacity import profile_source
+
+    raw = _raw()
+    raw["groups"][1]["model"] = "my-8b"
+    raw["groups"][1]["modelConfig"] = dict(CONFIGS["llama-8b"][1])
+    raw["profiles"] = [{"gpuType": "A100-80GB", "model": "my-8b", "tp": 1, "pp": 1, "kvCapacityTokens": 1000,
+                        "throughputTokensPerSecond": 100.0},
+                       {"gpuType": "A100-80GB", "model": "my-8b", "tp": 2, "pp": 1, "kvCapacityTokens": 2000,
+                        "throughputTokensPerSecond": 200.0}]
+    spec = parse_spec(raw)
+    big, small = spec.groups
+    assert profile_source(spec, big, (4, 1)) == {"gpu": "gpuSpec", "model": "catalogue", "override": None}
+    assert profile_source(spec, small, (2, 1)) == {"gpu": "catalogue", "model": "modelConfig",
+                                                   "override": "spec.profiles[1]"}
+    assert profile_source(spec, small, None)["override"] is None

@@ -119,6 +119,10 @@ _SPEC_KEYS: dict[str, tuple[str, ...]] = {
     "family": (), "resource": (), "nodeLabel": ("node_label",), "deviceName": ("device_name",),
 }
 """The keys of a user-given GPU spec (camelCase, as in a KVPlan) and their snake_case spellings."""
+_SPEC_MAX: dict[str, float] = {"memoryBytes": 1e13, "hbmBytesPerSecond": 1e15, "bf16Flops": 1e18, "fp8Flops": 1e18,
+                               "interconnectBytesPerSecond": 1e14}
+"""Upper bound of each figure (10 TB, 1 PB/s, 1 EFLOP/s, 100 TB/s; the CRD's maxima): past it the figure cannot be
+a datasheet's, and the profiles built on it would leave :mod:`kvcore.bounds`."""
 
 
 def gpu_from_spec(spec: Mapping[str, object], *, field: str, name: str = "custom") -> GpuType:
@@ -134,6 +138,8 @@ def gpu_from_spec(spec: Mapping[str, object], *, field: str, name: str = "custom
     for k in spec:
         if k not in known:
             raise InputError(f"{field}.{k}", "unknown key", hint="known: " + ", ".join(_SPEC_KEYS))
+        if k != known[k] and known[k] in spec:
+            raise InputError(f"{field}.{k}", f"give {known[k]} or {k}, not both")
 
     def raw(key: str) -> tuple[str, object] | None:
         return next(((k, spec[k]) for k in (key, *_SPEC_KEYS[key]) if k in spec), None)
@@ -150,6 +156,8 @@ def gpu_from_spec(spec: Mapping[str, object], *, field: str, name: str = "custom
         if positive and v <= 0:
             why = "a GPU with no memory cannot hold weights or KV cache" if key == "memoryBytes" else "must be > 0"
             raise InputError(f"{field}.{k}", why)
+        if v > _SPEC_MAX[key]:
+            raise InputError(f"{field}.{k}", f"must be at most {_SPEC_MAX[key]:g}, got {v:g}")
         return float(v)
 
     def text(key: str, default: str, allowed: tuple[str, ...] = ()) -> str:

@@ -93,11 +93,25 @@ def test_an_instance_on_a_user_gpu_plans() -> None:
     ({"family": "b200"}, "gpu_types.my-gpu.family", "a100 or h100"),
     ({"nodeLabel": "no-equals"}, "gpu_types.my-gpu.nodeLabel", "key=value"),
     ({"memoryGB": 80}, "gpu_types.my-gpu.memoryGB", "unknown key"),
+    ({"memoryBytes": 1e300}, "gpu_types.my-gpu.memoryBytes", "at most 1e\\+13"),
+    ({"memory_bytes": 1e9}, "gpu_types.my-gpu.memory_bytes", "give memoryBytes or memory_bytes, not both"),
+    ({"bf16Flops": float("inf")}, "gpu_types.my-gpu.bf16Flops", "finite number"),
 ])
 def test_bad_gpu_figures_name_the_key(change: dict[str, Any], field: str, words: str) -> None:
     with pytest.raises(InputError, match=words) as err:
         _load(_instance("my-gpu", {"my-gpu": _spec(GPUS["H100-SXM"], **change)}))
     assert err.value.field == field
+
+
+def test_snake_case_keys_are_the_same_figures() -> None:
+    camel = _spec(GPUS["H100-SXM"])
+    snake = {"memory_bytes": camel["memoryBytes"], "hbm_bytes_s": camel["hbmBytesPerSecond"],
+             "bf16_flops": camel["bf16Flops"], "fp8_flops": camel["fp8Flops"], "interconnect": camel["interconnect"],
+             "interconnect_bytes_s": camel["interconnectBytesPerSecond"], "family": camel["family"],
+             "device_name": camel["deviceName"]}
+    a = resolve("a", "llama-70b", 4, 1, gpus={"a": camel})
+    b = resolve("b", "llama-70b", 4, 1, gpus={"b": snake})
+    assert (a.kv_capacity_tokens, a.step_t0_s, a.step_t1_s) == (b.kv_capacity_tokens, b.step_t0_s, b.step_t1_s)
 
 
 def test_a_missing_figure_is_named() -> None:

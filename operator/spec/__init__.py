@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from kvcore import GpuType
+from kvcore import GPU_CATALOGUE
 from kvcore import HistorySource as SourceName
 
 from .base import CONFIGMAP_KEY, DNS_SUBDOMAIN, HEADER_NAME, HEADER_VALUE, SpecModel, parse_duration
@@ -214,7 +214,7 @@ class Capacity(SpecModel):
 
 
 class ProfileOverride(SpecModel):
-    gpu_type: GpuType
+    gpu_type: str = Field(min_length=1, max_length=63, description="A catalogue GPU type or a group's gpuSpec.name.")
     model: str
     tp: int = Field(ge=1, le=16)
     pp: int = Field(ge=1, le=16)
@@ -276,6 +276,11 @@ def _semantic_errors(spec: KVPlanSpec) -> list[tuple[str, str]]:
         if c.prefix_tokens > c.input_tokens:
             errs.append((f"{p}.prefixTokens", f"{c.prefix_tokens} exceeds inputTokens {c.input_tokens}"))
     errs += gpu_errors(spec.groups)
+    own_gpus = {g.node_pool.gpu_spec.name for g in spec.groups if g.node_pool.gpu_spec is not None}
+    for j, prof in enumerate(spec.profiles):
+        if prof.gpu_type not in GPU_CATALOGUE and prof.gpu_type not in own_gpus:
+            errs.append((f"spec.profiles[{j}].gpuType", f"unknown GPU type {prof.gpu_type!r}: give a catalogue type "
+                         f"({', '.join(GPU_CATALOGUE)}) or a group's gpuSpec.name"))
     errs += _source_errors(spec)
     errs += class_rule_errors(spec.classes)
     for field, text, (low, high) in (("spec.prometheus.lookback", spec.prometheus.lookback, LOOKBACK_BOUNDS),

@@ -185,3 +185,27 @@ def test_the_profile_source_names_the_gpu_the_model_and_the_override() -> None:
     assert profile_source(spec, small, (2, 1)) == {"gpu": "catalogue", "model": "modelConfig",
                                                    "override": "spec.profiles[1]"}
     assert profile_source(spec, small, None)["override"] is None
+
+
+def test_a_measured_profile_may_name_a_gpu_spec_and_an_unknown_type_is_named() -> None:
+    import numpy as np
+
+    from kvcore.history.samples import History, Samples
+    from kvplan_operator.decide.translate import build_instance
+    from kvplan_operator.observe.capacity import profile_source
+    from kvplan_operator.observe.history import ClassObservation
+
+    raw = _raw()
+    raw["profiles"] = [{"gpuType": "gh200-96gb", "model": "llama-70b", "tp": 4, "pp": 1, "kvCapacityTokens": 123456,
+                        "throughputTokensPerSecond": 2000.0}]
+    spec = parse_spec(raw)
+    assert profile_source(spec, spec.groups[0], (4, 1))["override"] == "spec.profiles[0]"
+    rng = np.random.default_rng(0)
+    history = History.of([Samples.from_arrays(np.round(rng.gamma(2.0, 100.0, 200))) for _ in range(6)])
+    inst = build_instance(spec, {c.name: ClassObservation(c.name, history, 1200.0, 6, 1.0) for c in spec.classes})
+    prof = resolve("gh200-96gb", "llama-70b", 4, 1, inst.profiles, inst.models, inst.gpu_types)
+    assert (prof.kv_capacity_tokens, prof.throughput_tokens_s, prof.reason) == (123456, 2000.0, "measured override")
+    raw["profiles"][0]["gpuType"] = "gh300"
+    with pytest.raises(InvalidSpec) as err:
+        parse_spec(raw)
+    assert [f for f, _ in err.value.errors] == ["spec.profiles[0].gpuType"]

@@ -13,7 +13,8 @@ like the plan):
   absent when none), enginesPerPod and gpusPerPod (only with data parallelism: the Deployment's replicas count pods
   of enginesPerPod engines), maxNumActiveSeqs (only when written), capacity {source (engine | profile), tp, pp (the running layout), engineKvCapacityTokens,
   profileKvCapacityTokens, scale, engines, kvCacheUsage, preemptionsPerSecond, note, profileSource {gpu (catalogue |
-  gpuSpec), model (catalogue | modelConfig | modelConfigRef), override (the spec.profiles entry or null)}}}, ``classCounts`` {total,
+  gpuSpec), model (catalogue | modelConfig | modelConfigRef), override (the spec.profiles entry or null); absent for
+  a catalogue GPU and model with no override}}}, ``classCounts`` {total,
   admitted, refused}, ``notes`` (the first :data:`STATUS_NOTES`), ``detail`` {configMaps, format, bytes, digest}:
   where the rest is (:mod:`kvplan_operator.targets.plandetail`: per class reservation, radius, routing, prefix fractions,
   samples, windows, arrival rate, source; every note; the whole diff; the kvcore plan the next solve starts from);
@@ -90,7 +91,16 @@ def capacity_body(cap: GroupCapacity | None) -> dict[str, Any] | None:
             "scale": _num(cap.scale, 4), "engines": cap.engines,
             "kvCacheUsage": _num(cap.usage, 4) if cap.usage is not None else None,
             "preemptionsPerSecond": _num(cap.preemptions_per_s, 6) if cap.preemptions_per_s is not None else None,
-            "note": cap.note, "profileSource": dict(cap.profile_source) if cap.profile_source else None}
+            "note": cap.note} | _profile_source(cap)
+
+
+def _profile_source(cap: GroupCapacity) -> dict[str, Any]:
+    """``profileSource``, absent (not null: at 64 groups every key costs status bytes) for the common case, a
+    catalogue GPU and model with no override."""
+    src = cap.profile_source
+    if not src or src == {"gpu": "catalogue", "model": "catalogue", "override": None}:
+        return {}
+    return {"profileSource": dict(src)}
 
 
 #: Notes kept in ``status.plan.notes`` (all of them are in the plan's detail document).

@@ -197,8 +197,8 @@ def test_reconcile_status_shows_both_numbers_usage_and_preemptions():
     i, b = groups["interactive"]["capacity"], groups["batch"]["capacity"]
     assert i == {"source": "engine", "tp": 4, "pp": 1, "engineKvCapacityTokens": 320000, "profileKvCapacityTokens":
                  R4, "scale": round(320000 / R4, 4), "engines": 2, "kvCacheUsage": 0.6, "preemptionsPerSecond": 0.75,
-                 "note": "", "profileSource": {"gpu": "catalogue", "model": "catalogue", "override": None}}
-    # (the engines differ by 0.5 %: within the 1 % that goes unremarked)
+                 "note": ""}  # the engines differ by 0.5 %: within the 1 % that goes unremarked; no profileSource:
+    # a catalogue GPU and model with no override
     assert b["source"] == "profile" and b["engineKvCapacityTokens"] is None and "using the profile" in b["note"]
     assert any("group batch capacity" in n for n in kube.status["plan"]["notes"])
     ranges = [c for c in prom.calls if c[0] == "range"]

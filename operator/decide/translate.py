@@ -21,7 +21,7 @@ from kvcore import RadiusPolicy, with_horizon
 from kvcore import SloSpec
 
 from ..observe.history import ClassObservation
-from ..observe.capacity import GroupCapacity, profile_tokens, spec_gpus, spec_models, user_profiles
+from ..observe.capacity import GroupCapacity, SpecProfiles
 from ..spec import KVPlanSpec, Robustness
 
 def capacity_overrides(spec: KVPlanSpec, view: Mapping[str, GroupCapacity]) -> tuple[tuple[ProfileOverride, ...],
@@ -30,6 +30,7 @@ def capacity_overrides(spec: KVPlanSpec, view: Mapping[str, GroupCapacity]) -> t
     docstring), and notes for shared profiles."""
     best: dict[tuple[str, str, int, int], tuple[float, str]] = {}
     notes: list[str] = []
+    profiles = SpecProfiles.of(spec)
     for g in spec.groups:
         cap = view.get(g.name)
         if cap is None or cap.source != "engine":
@@ -39,7 +40,7 @@ def capacity_overrides(spec: KVPlanSpec, view: Mapping[str, GroupCapacity]) -> t
             if z == cap.layout and cap.engine_kv_tokens is not None:
                 tokens: float | None = cap.engine_kv_tokens
             else:
-                base = profile_tokens(spec, g, z)
+                base = profiles.tokens(g, z)
                 tokens = None if base is None else base * cap.scale
             if tokens is None:
                 continue
@@ -119,10 +120,11 @@ def build_instance(spec: KVPlanSpec, observed: Mapping[str, ClassObservation], *
         groups.append(GroupSpec(name=g.name, gpu_type=g.node_pool.gpu_name, gpus=g.node_pool.gpu_count,
                                 gpus_per_node=g.node_pool.gpus_per_node, model=g.model,
                                 layouts=tuple(KLayout(tp=tp, pp=pp) for tp, pp in allowed)))
-    profiles = user_profiles(spec) + (capacity_overrides(spec, capacity)[0] if capacity else ())
+    own = SpecProfiles.of(spec)
+    profiles = own.overrides + (capacity_overrides(spec, capacity)[0] if capacity else ())
     costs = CostSpec(kappa=spec.costs.kappa, c_slo=spec.costs.c_slo, c_rej=spec.costs.c_rej)
     return Instance(classes=tuple(classes), groups=tuple(groups), costs=costs, profiles=profiles,
-                    models=spec_models(spec), gpu_types=spec_gpus(spec))
+                    models=own.models, gpu_types=own.gpus)
 
 
 #: kvcore's field names -> the CR's, per kvcore list (classes[i], groups[k], profiles[j], costs).

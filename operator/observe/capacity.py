@@ -58,31 +58,34 @@ def profile_source(spec: KVPlanSpec, g: Group, layout: tuple[int, int] | None) -
             "override": override}
 
 
-def user_profiles(spec: KVPlanSpec) -> tuple[ProfileOverride, ...]:
-    return tuple(ProfileOverride(gpu_type=p.gpu_type, model=p.model, tp=p.tp, pp=p.pp,
-                                 kv_capacity_tokens=p.kv_capacity_tokens,
-                                 throughput_tokens_s=p.throughput_tokens_per_second) for p in spec.profiles)
+@dataclass(frozen=True)
+class SpecProfiles:
+    """What kvcore resolves a spec's profiles from, built once per spec: its measured overrides
+    (``spec.profiles``), its groups' own model configs (``modelConfig``, or a ConfigMap's once read) and GPU specs
+    (``nodePool.gpuSpec``, as kvcore's figures mappings), by name."""
 
+    overrides: tuple[ProfileOverride, ...]
+    models: dict[str, dict[str, Any]]
+    gpus: dict[str, dict[str, Any]]
 
-def spec_models(spec: KVPlanSpec) -> dict[str, dict[str, Any]]:
-    """The groups' own model configs (``modelConfig``, or a ConfigMap's once read), by model name."""
-    return {g.model: dict(g.hf_config) for g in spec.groups if g.hf_config}
+    @classmethod
+    def of(cls, spec: KVPlanSpec) -> SpecProfiles:
+        overrides = tuple(ProfileOverride(gpu_type=p.gpu_type, model=p.model, tp=p.tp, pp=p.pp,
+                                          kv_capacity_tokens=p.kv_capacity_tokens,
+                                          throughput_tokens_s=p.throughput_tokens_per_second) for p in spec.profiles)
+        models = {g.model: dict(g.hf_config) for g in spec.groups if g.hf_config}
+        gpus = {gs.name: gs.model_dump(by_alias=True, exclude={"name"})
+                for gs in (g.node_pool.gpu_spec for g in spec.groups) if gs is not None}
+        return cls(overrides, models, gpus)
 
-
-def spec_gpus(spec: KVPlanSpec) -> dict[str, dict[str, Any]]:
-    """The groups' own GPU specs (``nodePool.gpuSpec``) as kvcore's figures mappings, by name."""
-    return {gs.name: gs.model_dump(by_alias=True, exclude={"name"})
-            for gs in (g.node_pool.gpu_spec for g in spec.groups) if gs is not None}
-
-
-def profile_tokens(spec: KVPlanSpec, g: Group, layout: tuple[int, int]) -> float | None:
-    """The profile's KV capacity of group ``g`` at ``layout`` (tokens), None where it has none."""
-    try:
-        prof = resolve(g.node_pool.gpu_name, g.model, layout[0], layout[1], user_profiles(spec), spec_models(spec),
-                       spec_gpus(spec))
-    except InputError:
-        return None
-    return prof.kv_capacity_tokens if prof.feasible and prof.kv_capacity_tokens > 0 else None
+    def tokens(self, g: Group, layout: tuple[int, int]) -> float | None:
+        """The profile's KV capacity of group ``g`` at ``layout`` (tokens), None where it has none."""
+        try:
+            prof = resolve(g.node_pool.gpu_name, g.model, layout[0], layout[1], self.overrides, self.models,
+                           self.gpus)
+        except InputError:
+            return None
+        return prof.kv_capacity_tokens if prof.feasible and prof.kv_capacity_tokens > 0 else None
 
 
 def capacity_view(spec: KVPlanSpec, engines: Mapping[str, EngineCapacity] | None,
@@ -91,10 +94,11 @@ def capacity_view(spec: KVPlanSpec, engines: Mapping[str, EngineCapacity] | None
     """Per group: the engine's capacity for its running layout if it reported one (and the Deployment is settled:
     ``unsettled[g]`` None), else the profile, with the reason."""
     out: dict[str, GroupCapacity] = {}
+    profiles = SpecProfiles.of(spec)
     for g in spec.groups:
         layout = running.get(g.name)
         eng = (engines or {}).get(g.name)
-        prof = profile_tokens(spec, g, layout) if layout else None
+        prof = profiles.tokens(g, layout) if layout else None
         extra: dict[str, Any] = {"profile_source": profile_source(spec, g, layout)}
         if eng is not None:
             extra |= {"engines": eng.engines, "usage": eng.usage, "preemptions_per_s": eng.preemptions_per_s}

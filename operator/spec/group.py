@@ -16,8 +16,13 @@ from .replicas import ReplicaOwner
 
 #: Default node selector per GPU type: the catalogue's node label (NVIDIA GPU feature discovery's
 #: ``nvidia.com/gpu.product``, AMD's node labeller's ``amd.com/gpu.product-name``), kvcore.profiles.gpus.
+def label_selector(label: str) -> dict[str, str]:
+    """``key=value`` as a node selector; ``{}`` for no label."""
+    return dict([label.split("=", 1)]) if "=" in label else {}
+
+
 DEFAULT_NODE_SELECTORS: dict[str, dict[str, str]] = {
-    name: dict([g.node_label.split("=", 1)]) for name, g in GPU_CATALOGUE.items() if "=" in g.node_label}
+    name: label_selector(g.node_label) for name, g in GPU_CATALOGUE.items() if "=" in g.node_label}
 
 class Toleration(SpecModel):
     key: str | None = None
@@ -77,7 +82,7 @@ class NodePool(SpecModel):
         if self.node_selector:
             return dict(self.node_selector)
         if self.gpu_spec is not None:
-            return dict([self.gpu_spec.node_label.split("=", 1)]) if self.gpu_spec.node_label else {}
+            return label_selector(self.gpu_spec.node_label)
         return dict(DEFAULT_NODE_SELECTORS[self.gpu_type])
 
 

@@ -62,6 +62,8 @@ _BY_MODULE: dict[str, str] = {
     "kvcore.planner.synthetic_fleet": "generate_fleet",
     "kvcore.profiles": "ProfileOverride resolve=resolve_profile roofline",
     "kvcore.profiles.gpus": "CATALOGUE=GPU_CATALOGUE gpu_from_spec GpuType=GpuFigures",
+    "kvcore.profiles.online": ("fit_step_law layout_model ratios=step_fit_ratios scaled_override StepFit StepLaw "
+                               "StepWindow"),
     "kvcore.regular_file": "FileProblem path_identity read_regular_file",
     "kvcore.reservation": "ReservationResult reserve",
     "kvcore.reservation.exact": "solve_dro_exact",
@@ -96,28 +98,30 @@ _EXPORTS: dict[str, tuple[str, str]] = {
 __all__ = [
     "BASE_BYTES", "bin_lengths", "CALIBRATION_FLOORS", "CALIBRATION_MIN_REQUESTS", "CalibrationVerdict",
     "compare_calibration", "DRIFT_TOLERANCE", "overflow_from_buckets", "overflow_share", "predict_preemptions",
-    "resolution_bound", "summarise_calibration", "binned_history", "BinningBound", "bucket_samples", "Buckets", "build_1_2_5_buckets",
-    "capacity_rps", "capped_reserve", "Cell", "choose_knobs", "choose_reserves", "class_histories", "class_rho",
-    "ClassHistory", "ClassPlan", "ClassRule", "ClassSpec", "cost_ratio", "CostSpec", "DEFAULT_METHODS", "DEFAULT_MODEL",
-    "DEFAULT_RADIUS", "DEFAULT_RHOS", "DEFAULT_SHIFTS", "drift_radius", "engine_rho", "EngineConfig",
-    "EngineEvaluation", "EngineFleet", "EngineRow", "EngineSetup", "ENVOY_TOKEN_TYPE", "ENVOY_TOKEN_USAGE",
-    "episodes_for", "evaluate_engine", "evaluate_slo_capacity", "Evaluation", "exact_bounds", "exposed_side",
-    "FileProblem", "find_slo_rate", "FLEET_BYTES_PER_SAMPLE", "FRONTIER_WATERMARKS", "gate", "generate_fleet",
-    "generate_instance", "get_policy", "gm_markdown", "GPU_CATALOGUE", "gpu_from_spec", "GpuFigures", "GpuType", "GroupEngine", "GroupPlan",
-    "GroupReplays", "GroupSpec", "History", "HistorySource", "input_error", "InputError", "Instance", "Jobs",
-    "KnobClass", "knobs_for_plan", "kvplan_buckets", "KVPLAN_CLASS_LABEL", "KVPLAN_OUTPUT_TOKENS", "Layout", "LAYOUTS",
-    "LLMD_OUTPUT_TOKENS", "load_trace", "MAX_RESERVATION_FILE_BYTES", "measure_row", "meets_slo", "MODELS",
-    "NO_RESERVATIONS", "ObjectiveTerms", "parse_reservations", "path_identity", "plan", "Plan", "plan_groups",
-    "PlanStatus", "ProfileOverride", "PromptLengthRule", "RadiusChoice", "RadiusPolicy", "ratio_cells",
-    "read_regular_file", "register_policy", "render_reservations", "ReplaySet", "ReplayStore", "request_cost",
-    "RequestView", "resample_trace", "ReservationResult", "Reservations", "ReservationsError", "reserve",
-    "ReserveChoice", "reserves_for_plan", "resolve_lmax", "resolve_profile", "roofline", "run_evaluation", "run_fast",
-    "run_reference", "run_variant", "Samples", "saturation_rps", "Scenario", "series", "Shape", "shift_blind_bound",
-    "ShiftBlindBound", "Side", "SimGroup", "SimPolicy", "simulate_engine", "SKEW_FRACTION", "SKEW_REQUESTS",
-    "SLO_METHODS", "SloEvaluation", "SloRow", "SloSpec", "solve_dro_exact", "solve_dro_lp", "solve_exact",
-    "split_episodes", "StepTiming", "Trace", "UNKNOWN_CLASS_SOURCE", "vllm_buckets", "VLLM_CACHE_CONFIG_INFO",
-    "VLLM_GENERATION_TOKENS", "VLLM_GENERATION_TOKENS_ESCAPED", "VLLM_KV_CACHE_USAGE", "VLLM_PREEMPTIONS",
-    "wasserstein1_side", "WATERMARK_MIN_VERSION", "with_horizon", "Workload",
+    "resolution_bound", "summarise_calibration", "binned_history", "BinningBound", "bucket_samples", "Buckets",
+    "build_1_2_5_buckets", "capacity_rps", "capped_reserve", "Cell", "choose_knobs", "choose_reserves",
+    "class_histories", "class_rho", "ClassHistory", "ClassPlan", "ClassRule", "ClassSpec", "cost_ratio", "CostSpec",
+    "DEFAULT_METHODS", "DEFAULT_MODEL", "DEFAULT_RADIUS", "DEFAULT_RHOS", "DEFAULT_SHIFTS", "drift_radius",
+    "engine_rho", "EngineConfig", "EngineEvaluation", "EngineFleet", "EngineRow", "EngineSetup", "ENVOY_TOKEN_TYPE",
+    "ENVOY_TOKEN_USAGE", "episodes_for", "evaluate_engine", "evaluate_slo_capacity", "Evaluation", "exact_bounds",
+    "exposed_side", "FileProblem", "find_slo_rate", "fit_step_law", "FLEET_BYTES_PER_SAMPLE", "FRONTIER_WATERMARKS",
+    "gate", "generate_fleet", "generate_instance", "get_policy", "gm_markdown", "GPU_CATALOGUE", "gpu_from_spec",
+    "GpuFigures", "GpuType", "GroupEngine", "GroupPlan", "GroupReplays", "GroupSpec", "History", "HistorySource",
+    "input_error", "InputError", "Instance", "Jobs", "KnobClass", "knobs_for_plan", "kvplan_buckets",
+    "KVPLAN_CLASS_LABEL", "KVPLAN_OUTPUT_TOKENS", "Layout", "layout_model", "LAYOUTS", "LLMD_OUTPUT_TOKENS",
+    "load_trace", "MAX_RESERVATION_FILE_BYTES", "measure_row", "meets_slo", "MODELS", "NO_RESERVATIONS",
+    "ObjectiveTerms", "parse_reservations", "path_identity", "plan", "Plan", "plan_groups", "PlanStatus",
+    "ProfileOverride", "PromptLengthRule", "RadiusChoice", "RadiusPolicy", "ratio_cells", "read_regular_file",
+    "register_policy", "render_reservations", "ReplaySet", "ReplayStore", "request_cost", "RequestView",
+    "resample_trace", "ReservationResult", "Reservations", "ReservationsError", "reserve", "ReserveChoice",
+    "reserves_for_plan", "resolve_lmax", "resolve_profile", "roofline", "run_evaluation", "run_fast",
+    "run_reference", "run_variant", "Samples", "saturation_rps", "scaled_override", "Scenario", "series", "Shape",
+    "shift_blind_bound", "ShiftBlindBound", "Side", "SimGroup", "SimPolicy", "simulate_engine", "SKEW_FRACTION",
+    "SKEW_REQUESTS", "SLO_METHODS", "SloEvaluation", "SloRow", "SloSpec", "solve_dro_exact", "solve_dro_lp",
+    "solve_exact", "split_episodes", "step_fit_ratios", "StepFit", "StepLaw", "StepTiming", "StepWindow", "Trace",
+    "UNKNOWN_CLASS_SOURCE", "vllm_buckets", "VLLM_CACHE_CONFIG_INFO", "VLLM_GENERATION_TOKENS",
+    "VLLM_GENERATION_TOKENS_ESCAPED", "VLLM_KV_CACHE_USAGE", "VLLM_PREEMPTIONS", "wasserstein1_side",
+    "WATERMARK_MIN_VERSION", "with_horizon", "Workload",
 ]
 
 if TYPE_CHECKING:
@@ -169,6 +173,8 @@ if TYPE_CHECKING:
     from kvcore.planner.synthetic_fleet import generate_fleet
     from kvcore.profiles import ProfileOverride, resolve as resolve_profile, roofline
     from kvcore.profiles.gpus import CATALOGUE as GPU_CATALOGUE, gpu_from_spec, GpuType as GpuFigures
+    from kvcore.profiles.online import (fit_step_law, layout_model, ratios as step_fit_ratios, scaled_override,
+                                        StepFit, StepLaw, StepWindow)
     from kvcore.regular_file import FileProblem, path_identity, read_regular_file
     from kvcore.reservation import ReservationResult, reserve
     from kvcore.reservation.exact import solve_dro_exact

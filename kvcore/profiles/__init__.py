@@ -96,6 +96,9 @@ class ProfileOverride(BaseModel):
     step_t0_s: float | None = Field(default=None, description="Step-time intercept t0, seconds (>= 0).")
     step_t1_s: float | None = Field(default=None, description="Step-time slope t1, seconds per sequence (>= 0).")
     phi: float | None = Field(default=None, description="Configuration cost per replica (>= 0); default TP*PP.")
+    prefill_tokens_s: float | None = Field(
+        default=None, description="Prefill rate per replica, tokens/s; must be > 0. None keeps the profile's."
+    )
 
 
 @dataclass(frozen=True)
@@ -304,7 +307,8 @@ def resolve(gpu_type: str, model: str, tp: int, pp: int, overrides: tuple[Profil
     for ov in overrides:
         if (ov.gpu_type, ov.model, ov.tp, ov.pp) != (gpu_type, model, tp, pp):
             continue
-        for name in ("kv_capacity_tokens", "throughput_tokens_s", "step_t0_s", "step_t1_s", "phi"):
+        for name in ("kv_capacity_tokens", "throughput_tokens_s", "step_t0_s", "step_t1_s", "phi",
+                     "prefill_tokens_s"):
             value = getattr(ov, name)
             if value is not None:
                 fields[name] = float(value)
@@ -316,12 +320,14 @@ def resolve(gpu_type: str, model: str, tp: int, pp: int, overrides: tuple[Profil
     reason = "measured override" if feasible else base.reason
     return Profile(gpu_type, model, tp, pp, feasible, reason, cap, thr,
                    fields.get("step_t0_s", base.step_t0_s), fields.get("step_t1_s", base.step_t1_s),
-                   fields.get("phi", base.phi), base.prefill_tokens_s, base.max_num_seqs,
+                   fields.get("phi", base.phi), fields.get("prefill_tokens_s", base.prefill_tokens_s),
+                   base.max_num_seqs,
                    () if {"step_t0_s", "step_t1_s"} & set(fields) else base.decode_knots)
 
 
 _OVERRIDE_MAX = {"kv_capacity_tokens": MAX_KV_TOKENS, "throughput_tokens_s": MAX_TOKENS_PER_S,
-                 "step_t0_s": MAX_SECONDS, "step_t1_s": MAX_SECONDS, "phi": float(MAX_COUNT)}
+                 "step_t0_s": MAX_SECONDS, "step_t1_s": MAX_SECONDS, "phi": float(MAX_COUNT),
+                 "prefill_tokens_s": MAX_TOKENS_PER_S}
 """Upper bound of each override field (kvcore.bounds): past it the number cannot be a measurement."""
 
 
@@ -330,7 +336,7 @@ def check_override(ov: ProfileOverride, *, field: str, models: Mapping[str, Mapp
     """Validate one override: known names (the catalogue's or the instance's own ``models`` and ``gpus``),
     positive capacity and throughput, non-negative times and phi, each below its bound in :data:`_OVERRIDE_MAX`."""
     check_known(ov.gpu_type, ov.model, field=field, models=models, gpus=gpus)
-    for name in ("kv_capacity_tokens", "throughput_tokens_s"):
+    for name in ("kv_capacity_tokens", "throughput_tokens_s", "prefill_tokens_s"):
         value = getattr(ov, name)
         if value is not None and not (math.isfinite(value) and value > 0):
             raise InputError(f"{field}.{name}", f"must be a finite number > 0, got {value}")

@@ -47,7 +47,7 @@ from .targets.deployment import find_container, flags_layout
 from .targets.ownership import own_conflict
 from .targets.workload_owner import controller_ref
 from .targets.vllm_flags import PP_FLAG, TP_FLAG, read_flags
-from .decide.translate import capacity_overrides, horizon_ratio, radius_policy
+from .decide.translate import capacity_overrides, horizon_ratio, radius_policy, step_overrides
 
 #: Refusals a later reconcile may see resolved on its own (the object appears, the other KVPlan goes away).
 TEMPORARY = (C.DEPLOYMENT_MISSING, C.CONTAINER_NOT_FOUND, C.OWNED_BY_OTHER, C.OWNED_BY_CONTROLLER,
@@ -282,6 +282,7 @@ def source_notes(obs: Observation) -> list[str]:
         if cap is not None and cap.note and spec.capacity.from_engine:
             notes.append(f"group {g.name} capacity: {cap.note}")
     notes += capacity_overrides(spec, obs.capacity)[1]
+    notes += step_overrides(spec, obs.capacity)[1]
     if spec.prometheus.tls is not None and spec.prometheus.tls.insecure_skip_verify:
         notes.append("Prometheus TLS certificate not verified (spec.prometheus.tls.insecureSkipVerify)")
     return notes

@@ -8,6 +8,9 @@ Condition types (``status.conditions[].type``):
 - ``Degraded``: the operator is serving the last good plan because something is wrong (Prometheus, samples).
 - ``EngineKnobs``: every engine knob the plan chose (``--max-num-seqs``, ``--watermark``, ``--scheduling-policy``,
   kvplan's ``--scheduler-cls``) is in force; ``False`` says which group's knob was refused or held back, and why.
+- ``StepTimes``: every group's step times are fitted from its engines (``StepTimesFitted``); ``False``
+  (``StepTimesFromProfile``) names each group that keeps its profile and why (too few windows, an unknown or rolling
+  layout, a poor fit, a Prometheus error). Absent with ``spec.capacity.stepTimes.fromEngine: false``.
 
 Every condition carries ``type``, ``status``, ``reason``, ``message`` (truncated to :data:`MAX_MESSAGE`),
 ``lastTransitionTime`` (changes only when ``status`` changes) and ``observedGeneration``.
@@ -24,7 +27,8 @@ PLANNED = "Planned"
 APPLIED = "Applied"
 DEGRADED = "Degraded"
 ENGINE_KNOBS = "EngineKnobs"
-TYPES = (READY, PLANNED, APPLIED, DEGRADED, ENGINE_KNOBS)
+STEP_TIMES = "StepTimes"
+TYPES = (READY, PLANNED, APPLIED, DEGRADED, ENGINE_KNOBS, STEP_TIMES)
 
 # --- Reasons (CamelCase, stable: alerts and tests match on them) -------------------------------------------------
 #: The plan was computed and every owned object matches it.
@@ -204,6 +208,13 @@ REASONS = REASONS + (KNOBS_IN_FORCE, KNOB_UNSUPPORTED, KNOBS_HELD, KNOB_RULE_FAI
 #: history can start. Ready stays False with the observe reason (``TooFewSamples`` / ``MetricAbsent``).
 CLASSIFICATION_FILE_MOUNTED = "ClassificationFileMounted"
 REASONS = REASONS + (CLASSIFICATION_FILE_MOUNTED,)
+
+# --- StepTimes (:mod:`kvplan_operator.observe.sources.steptime`) ----------------------------------------------------
+#: Every group's step times at its running layout are fitted from its engines' series (or the model scaled to them).
+STEP_TIMES_FITTED = "StepTimesFitted"
+#: Some group keeps its profile's step times: the message names each and why.
+STEP_TIMES_FROM_PROFILE = "StepTimesFromProfile"
+REASONS = REASONS + (STEP_TIMES_FITTED, STEP_TIMES_FROM_PROFILE)
 
 #: Longest message kept, characters. Long enough for a handful of field errors, short enough for `kubectl get -o wide`.
 MAX_MESSAGE = 1024

@@ -3,7 +3,8 @@ an ``InputError`` -> the CR's (``groups[0].gpu_type`` -> ``spec.groups[0].nodePo
 module that knows both vocabularies.
 
 Capacity from the engine: the groups' capacity (:mod:`kvplan_operator.observe.capacity`) becomes engine-scaled
-profiles for kvcore (:func:`capacity_overrides`).
+profiles for kvcore (:func:`capacity_overrides`); step times fitted from the engines become fitted profiles at the
+running layout and fitted / modelled-scaled profiles at the others (:func:`step_overrides`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from kvcore import InputError
 from kvcore import ClassSpec, CostSpec, GroupSpec, Instance, Layout as KLayout
 from kvcore import ProfileOverride, resolve_profile as resolve
+from kvcore import scaled_override, step_fit_ratios
 from kvcore import RadiusPolicy, with_horizon
 from kvcore import SloSpec
 
@@ -53,6 +55,42 @@ def capacity_overrides(spec: KVPlanSpec, view: Mapping[str, GroupCapacity]) -> t
     overrides = tuple(ProfileOverride(gpu_type=k[0], model=k[1], tp=k[2], pp=k[3], kv_capacity_tokens=math.floor(v))
                       for k, (v, _) in sorted(best.items()))
     return overrides, notes
+
+
+def step_overrides(spec: KVPlanSpec, view: Mapping[str, GroupCapacity],
+                   before: tuple[ProfileOverride, ...] = ()) -> tuple[tuple[ProfileOverride, ...], list[str]]:
+    """Step-time :class:`ProfileOverride` for every allowed layout of every group with a step-time fit: t0, t1
+    and the prefill rate of the running layout from the fit, the other layouts' profiles times fitted / modelled
+    at the running one, and each layout's decode throughput from its new line (:func:`kvcore.scaled_override`).
+    ``before``: the overrides they apply on top of (the spec's and the engine capacity's). Groups sharing a
+    (GPU, model, layout) take the fit with the most decode tokens, with a note."""
+    own = SpecProfiles.of(spec)
+    chosen: dict[tuple[str, str], tuple[str, float]] = {}
+    out: dict[tuple[str, str, int, int], ProfileOverride] = {}
+    notes: list[str] = []
+    fitted = [(g, cap, cap.step_fit) for g in spec.groups if (cap := view.get(g.name)) is not None
+              and cap.step_fit is not None and cap.step_fit.ok and cap.layout is not None]
+    for g, cap, fit in sorted(fitted, key=lambda item: -item[2].tokens):
+        assert cap.layout is not None
+        key = (g.node_pool.gpu_name, g.model)
+        if key in chosen:
+            notes.append(f"groups {chosen[key][0]} and {g.name} share {key[0]} {key[1]}: the step times fitted on "
+                         f"{chosen[key][0]} ({chosen[key][1]:.0f} decode tokens) are used for both")
+            continue
+        chosen[key] = (g.name, fit.tokens)
+        try:
+            base = resolve(key[0], key[1], cap.layout[0], cap.layout[1], before, own.models, own.gpus)
+        except InputError:
+            continue
+        ratios = step_fit_ratios(fit, base)
+        for lay in g.layouts:
+            try:
+                prof = resolve(key[0], key[1], lay.tp, lay.pp, before, own.models, own.gpus)
+            except InputError:
+                continue
+            if prof.feasible:
+                out[(*key, lay.tp, lay.pp)] = scaled_override(prof, ratios)
+    return tuple(v for _, v in sorted(out.items())), notes
 
 
 @dataclass(frozen=True)
@@ -122,6 +160,7 @@ def build_instance(spec: KVPlanSpec, observed: Mapping[str, ClassObservation], *
                                 layouts=tuple(KLayout(tp=tp, pp=pp) for tp, pp in allowed)))
     own = SpecProfiles.of(spec)
     profiles = own.overrides + (capacity_overrides(spec, capacity)[0] if capacity else ())
+    profiles += step_overrides(spec, capacity, profiles)[0] if capacity else ()
     costs = CostSpec(kappa=spec.costs.kappa, c_slo=spec.costs.c_slo, c_rej=spec.costs.c_rej)
     return Instance(classes=tuple(classes), groups=tuple(groups), costs=costs, profiles=profiles,
                     models=own.models, gpu_types=own.gpus)

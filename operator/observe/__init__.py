@@ -8,9 +8,11 @@ ScaledObjects, PodAutoscalers) and who owns each group's replicas (:mod:`.replic
 the ConfigMaps holding groups' model configs (:mod:`.model_config`); the KVPlans named as owner by objects this one wants to write; the Prometheus credentials and CA bundle (Secrets, a ConfigMap, an allowed token file); then
 Prometheus: one range query per history source (:mod:`kvplan_operator.observe.sources`), one instant query for the
 engines' capacity (:mod:`kvplan_operator.observe.sources.capacity`) and one for plan calibration
-(:mod:`kvplan_operator.observe.calibration`, when a class has per-class preemption series). With every arrival rate
-from the sources (or given), that is the whole query budget of a re-plan: ``sources + 2``. The calibration query
-never fails the reconcile: its failure is ``Observation.calibration.reason``.
+(:mod:`kvplan_operator.observe.calibration`, when a class has per-class preemption series) and one range query for
+the step times (:mod:`kvplan_operator.observe.sources.steptime`, unless ``spec.capacity.stepTimes.fromEngine`` is
+false). With every arrival rate from the sources (or given), that is the whole query budget of a re-plan:
+``sources + 3``. The calibration and step-time queries never fail the reconcile: their failures are
+``Observation.calibration.reason`` and each group's ``capacity[g].step_fit.reason``.
 
 A failure becomes a :class:`~kvplan_operator.run.Failure` here, at the phase boundary: ``InvalidSpec`` /
 ``LayoutExceedsNode`` (permanent), ``PrometheusUrlRefused``, ``PrometheusAuthRefused``, ``ReadFailed`` (a
@@ -27,6 +29,7 @@ for.
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -51,7 +54,8 @@ from .sources import observe_histories
 from .sources.capacity import capacity_query, engine_capacity
 from .sources.observe import FILE_LABELLED, ClassesAbsent, window_seconds
 from ..spec import InvalidSpec, KVPlanSpec, parse_spec
-from .capacity import GroupCapacity, capacity_view
+from .capacity import GroupCapacity, SpecProfiles, capacity_view
+from .sources.steptime import observe_step_fits
 from .workloads import group_body, read_llmisvcs
 from ..targets import Observed, Target, all_targets
 from ..targets.deployment import read_dp_local, read_layout
@@ -164,6 +168,37 @@ def _budget(run: RunContext, state: Mapping[str, Any] | None) -> tuple[tuple[Lay
     gen_text = ann.get(ANN_RELAYOUT_GENERATION)
     gen = int(gen_text) if isinstance(gen_text, str) and gen_text.isdigit() else None
     return tuple(sorted(changes, key=lambda c: c.t)), gen
+
+
+def rolled_out_at(body: Mapping[str, Any] | None) -> float | None:
+    """When a Deployment's last rollout completed: its ``Progressing`` condition's ``lastUpdateTime`` with reason
+    ``NewReplicaSetAvailable`` (unix seconds), else None."""
+    for cond in ((body or {}).get("status") or {}).get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == "Progressing" \
+                and cond.get("reason") == "NewReplicaSetAvailable":
+            try:
+                return _dt.datetime.strptime(str(cond.get("lastUpdateTime")), "%Y-%m-%dT%H:%M:%SZ").replace(
+                    tzinfo=_dt.UTC).timestamp()
+            except ValueError:
+                return None
+    return None
+
+
+def relayout_times(spec: KVPlanSpec, changes: tuple[LayoutChange, ...],
+                   groups: Mapping[str, GroupState] | None = None) -> dict[str, float]:
+    """Per group, the later of its last re-layout attempt (an attempt naming no group counts for all) and the end of
+    its Deployment's last rollout (:func:`rolled_out_at`), unix seconds: the step-time fit reads only windows
+    after it, so that no window mixes engines of two layouts."""
+    out: dict[str, float] = {}
+    for change in changes:
+        named = {part.partition("=")[0] for part in change.layouts.split(",") if part}
+        for g in spec.groups:
+            if not named or g.name in named:
+                out[g.name] = max(out.get(g.name, change.t), change.t)
+    for name, state in (groups or {}).items():
+        if (done := rolled_out_at(state.body)) is not None:
+            out[name] = max(out.get(name, done), done)
+    return out
 
 
 def unsettled(body: Mapping[str, Any] | None) -> str | None:
@@ -350,8 +385,14 @@ def observe(run: RunContext, deps: Deps) -> Observation | Failure:
                                   classes=(*awaited, *(c.name for c in short)))
         return Failure("observe", reason, message, temporary=True, degraded=True)
     calibration = observe_calibration(prom, spec, run.namespace, now=run.now, window_s=window_seconds(spec))
-    capacity = capacity_view(spec, engines, {k: s.layout for k, s in groups.items()},
-                             {g.name: unsettled(groups[g.name].body) for g in spec.groups})
+    layouts = {k: s.layout for k, s in groups.items()}
+    settling = {g.name: unsettled(groups[g.name].body) for g in spec.groups}
+    own = SpecProfiles.of(spec)
+    fits = observe_step_fits(prom, spec, run.namespace, now=run.now, engines=engines, layouts=layouts,
+                             unsettled=settling, since=relayout_times(spec, changes, groups), models=own.models,
+                             gpus=own.gpus, profile_kv={g.name: own.tokens(g, z) if (z := layouts.get(g.name))
+                                                        else None for g in spec.groups})
+    capacity = capacity_view(spec, engines, layouts, settling, fits)
     legacy = (run.old_status.get("plan") or {}).get("classes")
     return Observation(spec=spec, classes=classes, groups=groups, objects=objects, owners_alive=owners,
                        layout_changes=changes, relayout_generation=relayout_gen,

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvcore import InputError
+from kvcore import InputError, StepFit
 from kvcore import ProfileOverride, resolve_profile as resolve
 
 from .sources.capacity import EngineCapacity
@@ -43,6 +43,8 @@ class GroupCapacity:
     note: str = ""
     profile_source: Mapping[str, str | None] | None = None
     """Where the profile's figures come from (:func:`profile_source`)."""
+    step_fit: StepFit | None = None
+    """The step times fitted from the engines at ``layout`` (None: not asked, ``spec.capacity.stepTimes``)."""
 
 
 def profile_source(spec: KVPlanSpec, g: Group, layout: tuple[int, int] | None) -> dict[str, str | None]:
@@ -90,16 +92,18 @@ class SpecProfiles:
 
 def capacity_view(spec: KVPlanSpec, engines: Mapping[str, EngineCapacity] | None,
                   running: Mapping[str, tuple[int, int] | None],
-                  unsettled: Mapping[str, str | None]) -> dict[str, GroupCapacity]:
+                  unsettled: Mapping[str, str | None],
+                  fits: Mapping[str, StepFit] | None = None) -> dict[str, GroupCapacity]:
     """Per group: the engine's capacity for its running layout if it reported one (and the Deployment is settled:
-    ``unsettled[g]`` None), else the profile, with the reason."""
+    ``unsettled[g]`` None), else the profile, with the reason; ``fits``: the step times fitted per group."""
     out: dict[str, GroupCapacity] = {}
     profiles = SpecProfiles.of(spec)
     for g in spec.groups:
         layout = running.get(g.name)
         eng = (engines or {}).get(g.name)
         prof = profiles.tokens(g, layout) if layout else None
-        extra: dict[str, Any] = {"profile_source": profile_source(spec, g, layout)}
+        extra: dict[str, Any] = {"profile_source": profile_source(spec, g, layout),
+                                 "step_fit": (fits or {}).get(g.name)}
         if eng is not None:
             extra |= {"engines": eng.engines, "usage": eng.usage, "preemptions_per_s": eng.preemptions_per_s}
         why = ""

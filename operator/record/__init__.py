@@ -38,6 +38,7 @@ from ..kube import CYCLE_DEADLINE, KubeError
 from ..observe import Observation
 from ..run import OWNED_STATUS, Deps, Failure, RunContext
 from ..targets.plandetail import FORMAT, chunk_name, detail_writes, digest, encode, plan_json, split
+from .status import step_times_condition
 from .status import (calibration_body, calibration_detail, class_entries, diff_body, diff_full, iso, objective_body,
                      plan_body, status_patch, workload_body)
 
@@ -145,6 +146,8 @@ class Recorder:
         if applied.ok or "state-configmap" in applied.targets_written:  # mirror only what the cluster holds
             self.layout_changes(desired.layout_changes)
         self.cond(C.PLANNED, True, C.PLAN_SUCCEEDED, f"{plan.status.value}: {plan.reason}")
+        if (steps := step_times_condition(spec.capacity.step_times.from_engine, obs.capacity)) is not None:
+            self.cond(C.STEP_TIMES, *steps)
         if not applied.ok:
             assert applied.failed is not None and applied.error is not None
             if applied.relayout_attempted and self.deps.metrics is not None:
@@ -282,7 +285,9 @@ def post_events(deps: Deps, body: Mapping[str, Any], before: list[Any], after: l
             c = C.find(after, type_)
             if c is None:
                 continue
-            bad = (type_ == C.DEGRADED) == (c["status"] == "True") and c["reason"] != C.DRY_RUN
+            # a group on its profile's step times is not a fault (a new fleet has no engine steps yet)
+            bad = ((type_ == C.DEGRADED) == (c["status"] == "True") and c["reason"] != C.DRY_RUN
+                   and type_ != C.STEP_TIMES)
             try:
                 deps.kube.post_event(body, type_="Warning" if bad else "Normal", reason=c["reason"],
                                      message=f"{type_}={c['status']}: {c['message']}")

@@ -14,7 +14,8 @@ like the plan):
   of enginesPerPod engines), maxNumActiveSeqs (only when written), capacity {source (engine | profile), tp, pp (the running layout), engineKvCapacityTokens,
   profileKvCapacityTokens, scale, engines, kvCacheUsage, preemptionsPerSecond, note, profileSource {gpu (catalogue |
   gpuSpec), model (catalogue | modelConfig | modelConfigRef), override (the spec.profiles entry or null); absent for
-  a catalogue GPU and model with no override}}}, ``classCounts`` {total,
+  a catalogue GPU and model with no override}, stepTimes {source (fitted | scaled | profile), windows, residual,
+  t0Seconds, t1Seconds, prefillTokensPerSecond, scale, reason, message; :func:`step_times_body`}}}, ``classCounts`` {total,
   admitted, refused}, ``notes`` (the first :data:`STATUS_NOTES`), ``detail`` {configMaps, format, bytes, digest}:
   where the rest is (:mod:`kvplan_operator.targets.plandetail`: per class reservation, radius, routing, prefix fractions,
   samples, windows, arrival rate, source; every note; the whole diff; the kvcore plan the next solve starts from);
@@ -43,6 +44,7 @@ from kvcore import Plan
 
 from kvcore import CALIBRATION_FLOORS, summarise_calibration
 
+from .. import conditions as C
 from ..conditions import truncate
 from ..decide.calibration import Calibration
 from ..desired import ClassTarget, GroupTarget
@@ -91,7 +93,46 @@ def capacity_body(cap: GroupCapacity | None) -> dict[str, Any] | None:
             "scale": _num(cap.scale, 4), "engines": cap.engines,
             "kvCacheUsage": _num(cap.usage, 4) if cap.usage is not None else None,
             "preemptionsPerSecond": _num(cap.preemptions_per_s, 6) if cap.preemptions_per_s is not None else None,
-            "note": cap.note} | _profile_source(cap)
+            "note": cap.note} | _profile_source(cap) | step_times_body(cap)
+
+
+def step_times_body(cap: GroupCapacity) -> dict[str, Any]:
+    """``stepTimes``: the step-time fit at the running layout {source (fitted | scaled | profile), windows,
+    residual, t0Seconds, t1Seconds, prefillTokensPerSecond (the figures planned with), scale (scaled only), reason,
+    message (profile only)}. Absent when the fit was not asked, or no engine window was usable (the StepTimes
+    condition names those groups; at 64 groups every key costs status bytes)."""
+    fit = cap.step_fit
+    if fit is None or (not fit.ok and fit.windows == 0):
+        return {}
+    body: dict[str, Any] = {"source": fit.source or "profile", "windows": fit.windows}
+    if fit.residual is not None:
+        body["residual"] = _num(fit.residual, 4)
+    if fit.law is not None:
+        t0, t1 = fit.law.line()
+        body |= {"t0Seconds": _num(t0, 6), "t1Seconds": _num(t1, 8),
+                 "prefillTokensPerSecond": _num(fit.law.prefill_tokens_s(), 0)}
+    if fit.scale is not None:
+        body["scale"] = _num(fit.scale, 4)
+    if not fit.ok:
+        body |= {"reason": fit.reason, "message": fit.message}
+    return {"stepTimes": body}
+
+
+def step_times_condition(spec_from_engine: bool, capacity: Mapping[str, GroupCapacity]
+                         ) -> tuple[bool, str, str] | None:
+    """The StepTimes condition (status, reason, message) from each group's fit; None when the fit is off."""
+    if not spec_from_engine:
+        return None
+    fits = {g: cap.step_fit for g, cap in capacity.items() if cap.step_fit is not None}
+    if not fits:
+        return None
+    short = {g: f for g, f in fits.items() if not f.ok}
+    if not short:
+        return True, C.STEP_TIMES_FITTED, "step times fitted from the engines for " + ", ".join(
+            f"{g} ({f.source}, {f.windows} windows, residual {f.residual:.1%})" for g, f in sorted(fits.items())
+            if f.residual is not None)
+    return False, C.STEP_TIMES_FROM_PROFILE, "; ".join(
+        f"{g}: {f.reason} ({f.message})" for g, f in sorted(short.items())) + "; those groups keep their profile"
 
 
 def _profile_source(cap: GroupCapacity) -> dict[str, Any]:

@@ -205,12 +205,25 @@ class Replan(SpecModel):
         return parse_duration(self.interval)
 
 
+class StepTimes(SpecModel):
+    """Step times fitted from the running engines' own series (docs/model.md "Online step-time fit")."""
+
+    from_engine: bool = Field(True, description="True: fit each group's step times (t0, t1, prefill rate) at its "
+                              "running layout from vLLM's inter-token latency and iteration series, and scale the "
+                              "profile of its other layouts by fitted / modelled; False: the profile only.")
+    window_seconds: int = Field(60, ge=5, le=3600, description="One fit window, seconds (a range query step).")
+    lookback_seconds: int = Field(1800, ge=60, le=86400, description="How far back the fit reads, seconds.")
+    min_windows: int = Field(8, ge=4, le=1000, description="Fewest usable windows (engine x window with at least "
+                             "50 decode tokens) for a fit; fewer keep the profile, with status saying so.")
+
+
 class Capacity(SpecModel):
-    """Where M(z), the KV capacity of a replica, comes from."""
+    """Where M(z), the KV capacity of a replica, and the step times come from."""
 
     from_engine: bool = Field(True, description="True: vLLM's own vllm:cache_config_info for the running layout, "
                               "the profile scaled by engine/profile for the others; False: the roofline profile (and "
                               "spec.profiles) only.")
+    step_times: StepTimes = StepTimes()
 
 
 class ProfileOverride(SpecModel):

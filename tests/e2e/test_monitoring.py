@@ -49,7 +49,7 @@ def test_rules_pass_promtool_unit_tests(tools: Any, tmp_path: Path) -> None:
     (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     shutil.copy(TESTS, tmp_path / TESTS.name)
     checked = promtool(tools, "check", "rules", "rules.yml", cwd=tmp_path)
-    assert checked.returncode == 0 and "SUCCESS: 7 rules found" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "SUCCESS: 8 rules found" in checked.stdout, checked.stdout + checked.stderr
     tested = promtool(tools, "test", "rules", TESTS.name, cwd=tmp_path)
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
 

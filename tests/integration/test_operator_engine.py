@@ -180,7 +180,9 @@ def test_an_old_engine_gets_no_watermark_nor_plugin(crd, cluster, kube_api, kube
     events = [e.reason for e in kube.core.list_namespaced_event(namespace).items if e.involved_object.kind == "KVPlan"]
     assert C.KNOB_UNSUPPORTED in events
     wide = cluster.kubectl("get", "kvp", "-n", namespace, "-o", "wide").stdout.split("\n")
-    assert wide[0].split()[-2:] == ["KNOBS", "AGE"] and wide[1].split()[-2] == C.KNOB_UNSUPPORTED, wide
+    assert wide[0].split()[-3:] == ["KNOBS", "STEPTIMES", "AGE"] and wide[1].split()[-3] == C.KNOB_UNSUPPORTED, wide
+    # backfilled series hold no engine steps: the groups keep their profiles' step times, and the column says so
+    assert wide[1].split()[-2] == C.STEP_TIMES_FROM_PROFILE, wide
 
 
 @pytest.mark.parametrize(("mutate", "needle"), [

@@ -166,7 +166,7 @@ def test_queries_do_not_grow_with_the_classes_and_the_record_stays_small(world, 
         out, sent[n], body = world.reconcile(n)
         assert out.ok, (n, out.reason, out.message)
         assert body["status"]["plan"]["classCounts"]["total"] == n
-    assert sent == {SMALL: 3, CLASSES: 3}  # the kvplan source, capacity and calibration, whatever the classes
+    assert sent == {SMALL: 4, CLASSES: 4}  # the kvplan source, capacity, calibration and step times, whatever the classes
     ns = world.ns(CLASSES)
     body = world.kube.get_kvplan(ns, "fleet")
     status = body["status"]
@@ -192,7 +192,7 @@ def test_queries_do_not_grow_with_the_classes_and_the_record_stays_small(world, 
             assert sum(c["routing"].values()) == pytest.approx(1.0, abs=1e-5)
     # The next re-plan starts from the stored plan
     out, again, _ = world.reconcile(CLASSES)
-    assert out.ok and again == 3  # the same three queries: nothing re-read per class
+    assert out.ok and again == 4  # the same four queries: nothing re-read per class
     previous = world.previous[CLASSES][-1]
     first = world.plans[CLASSES][0]
     assert previous is not None and [c.reserve_tokens for c in previous.classes] == [

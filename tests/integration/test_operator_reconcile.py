@@ -80,7 +80,8 @@ def test_apply_plan_to_two_pools(crd, cluster, kube_api, kube, namespace, promet
     assert "REFUSED" in wide[0].split() and wide[1].split()[wide[0].split().index("REFUSED")] == "0", wide
     events = kube.core.list_namespaced_event(namespace).items
     reasons = sorted(e.reason for e in events if e.involved_object.kind == "KVPlan")
-    assert reasons == ["ApplySucceeded", "Healthy", "KnobsInForce", "PlanSucceeded", "Reconciled"], reasons
+    assert reasons == ["ApplySucceeded", "Healthy", "KnobsInForce", "PlanSucceeded", "Reconciled",
+                       "StepTimesFromProfile"], reasons  # backfilled series hold no engine steps
     before = versions(kube, namespace)
     again = run(kube, namespace)
     assert again.ok and again.changed == [] and versions(kube, namespace) == before
@@ -159,6 +160,10 @@ def test_dry_run_changes_nothing(crd, kube_api, kube, namespace, prometheus, tra
         pytest.param(lambda s: s["groups"][0]["nodePool"].update(gpuSpec={**GPU_SPEC, "nodeLabel": ""},
                                                                   nodeSelector={}),
                      "a gpuSpec needs gpuSpec.nodeLabel or nodeSelector", id="gpu-spec-unplaced"),
+        pytest.param(lambda s: s.update(capacity={"stepTimes": {"windowSeconds": 1}}),
+                     "capacity.stepTimes.windowSeconds", id="step-times-window"),
+        pytest.param(lambda s: s.update(capacity={"stepTimes": {"minWindows": 2}}),
+                     "capacity.stepTimes.minWindows", id="step-times-min-windows"),
     ],
 )
 def test_schema_violation_refused_by_apiserver(crd, kube_api, namespace, mutate, needle):

@@ -7,8 +7,8 @@ vLLM per pod, the kvplan plugin's per-class histograms, vLLM's cache_config_info
   Deployments, M(z) of the running layout is vLLM's own number and the others are scaled from it;
 - examples/kvplan-70b.yaml becomes Ready reading the plugin's per-class series through TLS (CA bundle from a
   Secret) and basic auth (from a Secret);
-- the re-plan cycle makes at most one Prometheus query per source plus one for capacity, counted at the client:
-  2 with one source, 3 with two;
+- the re-plan cycle makes one Prometheus query per source plus one each for capacity, plan calibration and step
+  times, counted at the client: 4 with one source, 5 with two;
 - a source whose metric is absent is Degraded with MetricAbsent naming the metric and the selector, and the last
   good plan stays in force; a class label with 1,100 values on the real Prometheus is TooManySeries.
 """
@@ -133,7 +133,7 @@ def test_stock_example_is_ready_on_stock_vllm_metrics_alone(crd, cluster, kube_a
     counting = Counting()
     out, sent, body = _reconcile(kube, namespace, counting)
     assert out.ok, (out, body.get("status"))
-    assert sent == 3  # one history source (vllm), the capacity query and plan calibration's
+    assert sent == 4  # one history source (vllm), the capacity query, plan calibration's and the step times'
     assert cond(body, C.READY)["status"] == "True"
     st = body["status"]["plan"]
     classes = detail(kube, namespace, "llama-70b")["classes"]
@@ -173,7 +173,7 @@ def test_plugin_example_over_tls_and_basic_auth_then_a_missing_metric(crd, clust
     counting = Counting()
     out, sent, body = _reconcile(kube, namespace, counting)
     assert out.ok, (out, body.get("status"))
-    assert sent == 3  # the kvplan source, capacity and calibration, for three classes
+    assert sent == 4  # the kvplan source, capacity, calibration and step times, for three classes
     for name, c in detail(kube, namespace, "llama-70b")["classes"].items():
         assert (c["source"], c["arrivalRateFrom"]) == ("kvplan", "source")
         assert c["arrivalRate"] == pytest.approx(TRACE_RATE[name], rel=0.06)
@@ -185,7 +185,7 @@ def test_plugin_example_over_tls_and_basic_auth_then_a_missing_metric(crd, clust
                                             {"spec": {"classes": spec["classes"]}})
     out, sent, body = _reconcile(kube, namespace, counting)
     assert out.ok, (out, body.get("status"))
-    assert sent == 4  # kvplan + vllm + capacity + calibration
+    assert sent == 5  # kvplan + vllm + capacity + calibration + step times
     assert detail(kube, namespace, "llama-70b")["classes"]["batch"]["source"] == "vllm"
     good = copy.deepcopy(body["status"])
     good_detail = detail(kube, namespace, "llama-70b")

@@ -54,6 +54,8 @@ class EngineCapacity:
     preemptions_per_s: float | None
     reason: str = ""
     spread: float = 0.0
+    block_size: float | None = None
+    """The engines' KV block size (tokens, the smallest reported), None when none reported one."""
 
 
 def _names(metric: str) -> str:
@@ -99,6 +101,7 @@ def engine_capacity(data: Mapping[str, Any], spec: KVPlanSpec, *, at: float | No
     tokens: dict[str, list[float]] = {}
     unset: dict[str, int] = {}
     usage: dict[str, list[float]] = {}
+    blocks: dict[str, list[float]] = {}
     preempt: dict[str, list[float]] = {}
     for labels, raw in instant_samples(data, "capacity query", max_series=MAX_SERIES, at=at,
                                        too_many_hint="; narrow the groups' metricsSelector"):
@@ -111,6 +114,9 @@ def engine_capacity(data: Mapping[str, Any], spec: KVPlanSpec, *, at: float | No
                 preempt.setdefault(group, []).append(value)
         elif name == VLLM_CACHE_CONFIG_INFO:
             t = engine_tokens(labels)
+            size = _float(labels.get("block_size"))
+            if size is not None and 0 < size <= 2**20:
+                blocks.setdefault(group, []).append(size)
             if t is None:
                 unset[group] = unset.get(group, 0) + 1
             else:
@@ -127,5 +133,6 @@ def engine_capacity(data: Mapping[str, Any], spec: KVPlanSpec, *, at: float | No
                       else "no vllm:cache_config_info series for the group's pods yet")
         out[g.name] = EngineCapacity(
             g.name, min(got) if got else None, len(got) + unset.get(g.name, 0), sum(u) / len(u) if u else None,
-            sum(p) if p else None, reason, (max(got) / min(got) - 1.0) if got else 0.0)
+            sum(p) if p else None, reason, (max(got) / min(got) - 1.0) if got else 0.0,
+            min(blocks[g.name]) if g.name in blocks else None)
     return out

@@ -50,13 +50,17 @@ class RecordedProm:
     """A recorded Prometheus: every history source's range query gets ``matrix`` once per key it asks for (the
     ``kvplan_key`` values of a stock-vLLM union, or ``values`` of a labelled source's class label); the capacity
     query gets ``engines`` (a vector; none by default: the groups stay on their profiles); any other instant query
-    (an ``arrivalRateQuery``) gets ``rate``. Records every call. As a real Prometheus, it answers the times asked:
+    (an ``arrivalRateQuery``) gets ``rate``; the step-time range query gets ``steps(start, end, step)`` (none by
+default). Records every call. As a real Prometheus, it answers the times asked:
     ``matrix``'s timestamps are read relative to ``anchor`` (the fixtures' "now", ``T[-1]``) and moved with the
     query's ``end`` (a point an hour before ``anchor`` is an hour before ``end``)."""
 
-    def __init__(self, matrix=MATRIX, rate=0.7, fail=False, values=("chat", "code-gen"), engines=(), anchor=T[-1]):
+    def __init__(self, matrix=MATRIX, rate=0.7, fail=False, values=("chat", "code-gen"), engines=(), anchor=T[-1],
+                 steps=None):
         self.matrix, self.rate, self.fail, self.values, self.engines = matrix, rate, fail, values, list(engines)
         self.anchor = anchor
+        #: the step-time query's answer: ``steps(start, end, step)`` -> series (None: no engine step series)
+        self.steps = steps
         self.calls: list[tuple] = []
 
     def query(self, promql, *, at=None):
@@ -75,6 +79,8 @@ class RecordedProm:
         self.calls.append(("range", promql, start, end, step))
         if self.fail:
             raise PrometheusUnavailable("down")
+        if "iteration_tokens_total" in promql:
+            return {"resultType": "matrix", "result": self.steps(start, end, step) if self.steps else []}
         keys = re.findall(r'"kvplan_key", "([^"]+)"', promql)
         by = re.match(r"sum by \(le, (\w+)\)", promql)
         if keys:
@@ -86,3 +92,22 @@ class RecordedProm:
         for s in result:
             s["values"] = [[float(t) + end - self.anchor, v] for t, v in s.get("values") or []]
         return {"resultType": "matrix", "result": result}
+
+
+#: Two groups of llama-70b on A100-80GB (Deployments vllm-i and vllm-b, TP 4 or 8), one class each: the capacity and
+#: step-time tests' KVPlan.
+TWO_GROUPS: dict = {
+    "groups": [
+        {"name": "interactive", "deployment": "vllm-i", "model": "llama-70b", "nodePool": {"gpuCount": 16},
+         "layouts": [{"tp": 4}, {"tp": 8}]},
+        {"name": "batch", "deployment": "vllm-b", "model": "llama-70b", "nodePool": {"gpuCount": 8},
+         "layouts": [{"tp": 4}, {"tp": 8}]},
+    ],
+    "classes": [
+        {"name": "interactive", "inputTokens": 500, "maxOutputTokens": 2048, "history": {"group": "interactive"},
+         "costs": {"preemption": 10, "waste": 1}},
+        {"name": "batch", "inputTokens": 500, "maxOutputTokens": 2048, "history": {"group": "batch"},
+         "costs": {"preemption": 2, "waste": 1}},
+    ],
+    "prometheus": {"url": "http://prom:9090", "lookback": "3h", "windows": 3},
+}

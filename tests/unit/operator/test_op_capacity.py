@@ -22,26 +22,11 @@ from kvplan_operator.spec import parse_spec
 from kvplan_operator.decide.translate import build_instance, capacity_overrides
 from kvplan_operator.observe.capacity import capacity_view
 from op_fakes import FakeKube, ScriptedKnobs, dep, kvplan  # type: ignore[import-not-found]
-from op_history_world import T, RecordedProm  # type: ignore[import-not-found]
+from op_history_world import T, TWO_GROUPS as SPEC, RecordedProm  # type: ignore[import-not-found]
 from op_reconcile_world import busy_matrix  # type: ignore[import-not-found]
 
 R4 = roofline("A100-80GB", "llama-70b", 4, 1).kv_capacity_tokens
 R8 = roofline("A100-80GB", "llama-70b", 8, 1).kv_capacity_tokens
-SPEC = {
-    "groups": [
-        {"name": "interactive", "deployment": "vllm-i", "model": "llama-70b", "nodePool": {"gpuCount": 16},
-         "layouts": [{"tp": 4}, {"tp": 8}]},
-        {"name": "batch", "deployment": "vllm-b", "model": "llama-70b", "nodePool": {"gpuCount": 8},
-         "layouts": [{"tp": 4}, {"tp": 8}]},
-    ],
-    "classes": [
-        {"name": "interactive", "inputTokens": 500, "maxOutputTokens": 2048, "history": {"group": "interactive"},
-         "costs": {"preemption": 10, "waste": 1}},
-        {"name": "batch", "inputTokens": 500, "maxOutputTokens": 2048, "history": {"group": "batch"},
-         "costs": {"preemption": 2, "waste": 1}},
-    ],
-    "prometheus": {"url": "http://prom:9090", "lookback": "3h", "windows": 3},
-}
 
 
 def info(group: str, **labels: str) -> dict:
@@ -202,5 +187,11 @@ def test_reconcile_status_shows_both_numbers_usage_and_preemptions():
     assert b["source"] == "profile" and b["engineKvCapacityTokens"] is None and "using the profile" in b["note"]
     assert any("group batch capacity" in n for n in kube.status["plan"]["notes"])
     ranges = [c for c in prom.calls if c[0] == "range"]
-    assert len(ranges) == 1 and len(prom.calls) == 3  # one history source + one capacity + one calibration query
+    # one history source + one step-time range query, one capacity + one calibration instant query
+    assert len(ranges) == 2 and len(prom.calls) == 4
+    assert sum("iteration_tokens_total" in str(c) for c in ranges) == 1
+    # no engine step series here: no stepTimes in status, and the condition says each group keeps its profile
+    steps = C.find(kube.status["conditions"], C.STEP_TIMES)
+    assert steps["status"] == "False" and steps["reason"] == C.STEP_TIMES_FROM_PROFILE
+    assert "interactive: TooFewWindows" in steps["message"] and "batch: TooFewWindows" in steps["message"]
     assert C.find(kube.status["conditions"], C.READY)["status"] == "True"

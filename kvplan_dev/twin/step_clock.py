@@ -6,6 +6,11 @@ The token-fabricating executor (:mod:`kvplan_dev.vllm_fake`) reads :data:`ENV` (
 Pod asking for TP=4 on an A100-80GB runs each step as long as that layout's step (scaled), so a re-layout changes
 the engine's speed as it would on GPUs. ``kv_scale`` shrinks the KV cache (and so the load that fills it) to what
 fits this machine; the block count is :meth:`StepClock.kv_blocks`.
+
+With ``law`` set (the coefficients of a :class:`kvcore.profiles.online.StepLaw`), every step sleeps that linear law
+instead: ``intercept + per_seq * B + per_context_token * S + per_prefill_token * P`` (B decoding sequences, S the sum
+of their contexts, P the step's prefill tokens), times ``time_scale``. The online step-time fit is tested against
+an engine sleeping a known law (tests/vllm/test_step_fit_online.py).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Sequence
 from kvcore.profiles.calibrate import Coefficients
 from kvcore.profiles.gpus import get_gpu
 from kvcore.profiles.models import get_model
+from kvcore.profiles.online import StepLaw
 from kvcore.profiles.steptime import Layout, kv_tokens, layout, step_time
 
 ENV = "KVPLAN_FAKE_STEP_CLOCK"
@@ -38,6 +44,8 @@ class ClockSpec:
     coeff: Coefficients | None = None
     """The GPU family's fitted kernel coefficients. The agent fits them (scipy, in kvplan's environment) and the
     engine process reads them from :data:`ENV`, so vLLM's environment needs no scipy."""
+    law: dict[str, float] | None = None
+    """A :class:`~kvcore.profiles.online.StepLaw`'s fields: each step sleeps that law instead of the layout's."""
 
     def fitted(self) -> "ClockSpec":
         """This spec with its GPU family's coefficients filled in."""
@@ -60,8 +68,9 @@ class ClockSpec:
             c["allreduce"] = {int(k): (float(a), float(b)) for k, (a, b) in c["allreduce"].items()}
             c["p2p"] = (float(c["p2p"][0]), float(c["p2p"][1]))
             coeff = Coefficients(**c)
+        law = {str(k): float(v) for k, v in data["law"].items()} if data.get("law") else None
         return cls(str(data["gpu"]), str(data["model"]), int(data.get("tp", 1)), int(data.get("pp", 1)),
-                   float(data.get("time_scale", 1.0)), float(data.get("kv_scale", 1.0)), coeff)
+                   float(data.get("time_scale", 1.0)), float(data.get("kv_scale", 1.0)), coeff, law)
 
 
 class StepClock:
@@ -74,19 +83,28 @@ class StepClock:
         if not 0 < spec.kv_scale <= 1:
             raise ValueError(f"kv_scale={spec.kv_scale}: must be in (0, 1]")
         self.spec = spec
-        self.layout: Layout = layout(get_gpu(spec.gpu, field="clock.gpu"), get_model(spec.model, field="clock.model"),
-                                     spec.tp, spec.pp, field="clock", coeff=spec.coeff)
+        self.law = StepLaw(**spec.law) if spec.law else None
+        # a law needs no layout (nor the kernel fit, whose scipy vLLM's environment lacks)
+        self.layout: Layout | None = None if self.law is not None else layout(
+            get_gpu(spec.gpu, field="clock.gpu"), get_model(spec.model, field="clock.model"), spec.tp, spec.pp,
+            field="clock", coeff=spec.coeff)
 
     def seconds(self, decode_contexts: Sequence[float], prefill: Sequence[tuple[float, float]]) -> float:
         """Emulated seconds of a step: ``decode_contexts`` each decoding sequence's context (tokens),
         ``prefill`` (chunk tokens, context before the chunk) pairs."""
         if not decode_contexts and not prefill:
             return 0.0
+        if self.law is not None:
+            return self.law.step(float(len(decode_contexts)), float(sum(decode_contexts)),
+                                 float(sum(t for t, _ in prefill))) * self.spec.time_scale
+        assert self.layout is not None
         return step_time(self.layout, list(decode_contexts), list(prefill)) * self.spec.time_scale
 
     def kv_blocks(self, block_size: int, max_model_len: int) -> int:
         """GPU blocks of the layout's KV capacity times ``kv_scale``, at least what one ``max_model_len`` request
         and vLLM's null block need (vLLM refuses to start otherwise)."""
+        if self.layout is None:
+            raise ValueError("a step law gives no KV capacity: give the engine its blocks")
         blocks = int(kv_tokens(self.layout) * self.spec.kv_scale) // block_size
         return max(blocks, math.ceil(max_model_len / block_size) + 1)
 

@@ -158,6 +158,18 @@ def test_step_clock_is_the_layouts_measured_step_scaled() -> None:
     assert StepClock(fitted).seconds(decode, prefill) == clock.seconds(decode, prefill)
 
 
+def test_a_step_law_clock_sleeps_the_law_over_decoding_contexts_and_prefill_chunks() -> None:
+    law = {"intercept_s": 0.02, "per_seq_s": 1e-3, "per_context_token_s": 1e-6, "per_prefill_token_s": 5e-5}
+    spec = ClockSpec("A100-80GB", "llama-70b", law=law, time_scale=2.0)
+    clock = StepClock(ClockSpec.from_env(spec.to_env()))
+    assert clock.spec == spec and clock.layout is None  # no layout: vLLM's environment has no scipy for the fit
+    want = 2.0 * (0.02 + 1e-3 * 2 + 1e-6 * (512 + 2048) + 5e-5 * (256 + 64))
+    assert clock.seconds([512.0, 2048.0], [(256.0, 0.0), (64.0, 1024.0)]) == pytest.approx(want)
+    assert clock.seconds([], []) == 0.0
+    with pytest.raises(ValueError, match="blocks"):
+        clock.kv_blocks(16, 4096)
+
+
 @pytest.mark.parametrize("spec, message", [
     (ClockSpec("A100-80GB", "llama-70b", time_scale=-1), "time_scale"),
     (ClockSpec("A100-80GB", "llama-70b", kv_scale=0), "kv_scale"),

@@ -21,6 +21,7 @@ from kvplan_operator.spec import parse_spec
 WINDOW = Window(end_unix_s=1.7e9, duration_s=6 * 3600, step_s=600)
 
 
+@pytest.mark.slow
 def test_the_kvplan_parses_and_is_the_instance():
     fleet = Fleet(40, 12, namespace="f")
     spec = parse_spec(fleet.spec("http://prometheus:9090"))
@@ -39,6 +40,7 @@ def test_the_kvplan_parses_and_is_the_instance():
     assert query.source == "kvplan" and len(query.keys) == 40  # one query for every class
 
 
+@pytest.mark.slow
 def test_series_have_the_plugins_shape_and_the_instances_rates():
     fleet = Fleet(30, 8, namespace="f", pods_per_class=2)
     series = fleet.series(WINDOW)

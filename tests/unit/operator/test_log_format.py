@@ -32,6 +32,7 @@ def test_json_lines() -> None:
 
 
 @pytest.mark.parametrize(("fmt", "expected"), [("plain", "plan llm/p ready"), ("full", "[WARNING ] plan llm/p ready")])
+@pytest.mark.slow
 def test_text_formats(fmt: str, expected: str) -> None:
     last = _stderr("--log-format", fmt).stderr.strip().splitlines()[-1]
     assert last.endswith(expected) if fmt == "full" else last == expected

@@ -173,6 +173,7 @@ def within(times: list[float], t: float) -> int:
 
 
 @pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.slow
 def test_the_budget_holds_under_oscillation(name: str) -> None:
     case = CASES[name]
     w = Timed()

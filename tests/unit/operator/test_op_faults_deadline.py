@@ -147,6 +147,7 @@ def test_cycle_deadline_matrix():
 
 
 @pytest.mark.parametrize("behaviour", ["status-line", "headers", "body-content-length", "series-by-series"])
+@pytest.mark.slow
 def test_cycle_deadline_against_a_slow_server(behaviour):
     """The real client, the real clock: timeoutSeconds 60 would let the request run; the 1 s cycle deadline ends
     the reconcile well inside the server's 60 s of trickle (bound 20 s: load cannot flip it)."""

@@ -208,6 +208,7 @@ CREDENTIAL_FAULTS = {
 }
 
 
+@pytest.mark.slow
 def test_bearer_token_secret_matrix(prometheus_script):
     script, url = prometheus_script
     good_answers = {RANGE: prom_answer("matrix", keyed(busy())), INSTANT: GOOD_RATE}

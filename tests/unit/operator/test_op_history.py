@@ -134,6 +134,7 @@ def test_inf_bucket_below_the_last_finite_one_is_named():
     assert "+Inf bucket (12) is lower than the last finite bucket le=100 (40)" in str(info.value)
 
 
+@pytest.mark.slow
 def test_a_class_label_with_thousands_of_values_is_refused():
     """A request id as class label: one series per request. Refused by name, not turned into thousands of plans."""
     result = [{"metric": {"le": "+Inf", "request_id": f"r{i}"}, "values": [[T[0], "1"]]} for i in range(MAX_KEYS + 1)]

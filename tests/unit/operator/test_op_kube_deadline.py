@@ -59,6 +59,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return now
 
 
+@pytest.mark.slow
 def test_outside_a_block_each_call_has_the_client_timeout():
     transport = Transport()
     assert kube_with(transport).get_deployment("ns", "vllm-a") is not None

@@ -30,6 +30,7 @@ def chart_limit_mib() -> float:
 
 @pytest.mark.parametrize(("classes", "reason"), [pytest.param(16, "Reconciled", id="16-classes-plan"),
                                                  pytest.param(256, "TooManySeries", id="256-classes-bounded")])
+@pytest.mark.slow
 def test_three_kvplans_at_the_caps_stay_under_the_chart_limit(classes, reason):
     with CapsPrometheus() as prom:
         out = subprocess.run([sys.executable, str(CHILD), prom.url, "3", str(classes)], capture_output=True,

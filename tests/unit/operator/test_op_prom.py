@@ -113,6 +113,7 @@ def test_failures_are_named_and_never_quote_the_body(servers, status, body, reas
     assert SECRET_BODY not in str(info.value)
 
 
+@pytest.mark.slow
 def test_connection_refused_and_timeout(servers):
     a, url_a, _, _ = servers
     import socket

@@ -31,6 +31,7 @@ def _timed(call):
 
 @pytest.mark.parametrize("behaviour", sorted(BEHAVIOURS), ids=sorted(BEHAVIOURS))
 @pytest.mark.parametrize("kind", ["instant", "range"])
+@pytest.mark.slow
 def test_the_request_timeout_bounds_the_whole_request(behaviour, kind):
     with slow_prometheus(behaviour, pause=0.2, duration=TRICKLE_S) as server:
         client = PromClient(server.url, timeout_s=1)
@@ -43,6 +44,7 @@ def test_the_request_timeout_bounds_the_whole_request(behaviour, kind):
 
 
 @pytest.mark.parametrize("behaviour", ["status-line", "body-content-length", "series-by-series"])
+@pytest.mark.slow
 def test_the_cycle_deadline_cuts_a_request_with_a_longer_timeout(behaviour):
     with slow_prometheus(behaviour, pause=0.2, duration=TRICKLE_S) as server:
         client = PromClient(server.url, timeout_s=60)

@@ -153,6 +153,7 @@ def _huge_error(status: int) -> bytes:
     pytest.param(400, C.PROMETHEUS_REJECTED, id="400"), pytest.param(422, C.PROMETHEUS_REJECTED, id="422"),
     pytest.param(500, C.PROMETHEUS_UNAVAILABLE, id="500"), pytest.param(503, C.PROMETHEUS_UNAVAILABLE, id="503"),
     pytest.param(302, C.PROMETHEUS_REJECTED, id="302")])
+@pytest.mark.slow
 def test_a_huge_error_body_is_never_parsed_whole(status, reason):
     import tracemalloc
 

@@ -191,6 +191,7 @@ def test_an_unresolvable_name_sends_no_request():
 
 
 @pytest.mark.parametrize("cut", ["request", "cycle", "stopping"])
+@pytest.mark.slow
 def test_a_hanging_name_lookup_is_cut_and_sends_no_request(cut):
     """A DNS server that never answers no longer holds the reconcile: the injected raw resolver hangs, and the
     lookup is cut by timeoutSeconds (1 s, the CRD's least), by the cycle deadline, or by the operator's stop."""

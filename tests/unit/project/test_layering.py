@@ -187,6 +187,7 @@ def test_circle_finder_finds_a_circle() -> None:
     assert _circles({"a": {"b"}, "b": set()}) == []
 
 
+@pytest.mark.slow
 def test_no_import_circles() -> None:
     graph = _import_graph({"kvcore": "kvcore", "operator": "kvplan_operator", "kvplan_vllm": "kvplan_vllm"})
     assert len(graph) > 100  # the walk found the packages

@@ -33,6 +33,7 @@ def _top_levels(wheel: zipfile.ZipFile) -> set[str]:
     return {name.split("/", 1)[0] for name in wheel.namelist() if not name.split("/", 1)[0].endswith(".dist-info")}
 
 
+@pytest.mark.slow
 def test_wheel_carries_the_product_not_the_dev_tooling(wheel: zipfile.ZipFile) -> None:
     tops = _top_levels(wheel)
     expected = {"kvcore", "kvplan_operator"} | ({"kvplan_vllm"} if (REPO / "kvplan_vllm").is_dir() else set())

@@ -111,6 +111,7 @@ def _metadata(path: Path, name: str) -> str:
         return zf.read(member).decode()
 
 
+@pytest.mark.slow
 def test_wheel_carries_exactly_the_import_closure(wheel: Path) -> None:
     modules, _ = _closure()
     expected = {str(_module_file(m).relative_to(REPO)) for m in modules}
@@ -161,6 +162,7 @@ def test_entry_points_in_metadata(wheel: Path) -> None:
     assert kvplan["vllm.stat_logger_plugins"] == {name: value}
 
 
+@pytest.mark.slow
 def test_two_builds_are_identical(wheel: Path, tmp_path: Path) -> None:
     again = build_plugin_wheel(REPO, tmp_path, EPOCH)
     assert again.read_bytes() == wheel.read_bytes()

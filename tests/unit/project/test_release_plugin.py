@@ -65,6 +65,7 @@ def _empty(tar_bytes: bytes) -> bytes:
     return out.getvalue()
 
 
+@pytest.mark.slow
 def test_pushes_the_wheel_and_reports_it(tmp_path: Path) -> None:
     crane = FakeCrane()
     report: dict[str, object] = {}
@@ -84,6 +85,7 @@ def test_pushes_the_wheel_and_reports_it(tmp_path: Path) -> None:
     pytest.param(_replace_wheel, "is not the one built here", id="another-wheel"),
     pytest.param(_empty, "has no wheels/", id="no-wheel"),
 ])
+@pytest.mark.slow
 def test_a_registry_serving_something_else_fails(tmp_path: Path, serve: Callable[[bytes], bytes],
                                                  message: str) -> None:
     with pytest.raises(RuntimeError, match=message):

@@ -105,8 +105,13 @@ def test_the_base_instance_plans(server: ForkServer, tmp_path: Path) -> None:
     assert reply["status"] == 0, reply["stderr"]
 
 
+#: Cases that read a million-line file or plan 10,000 classes: seconds each, so `make test-fast` leaves them out.
+HEAVY = ("million-lines", "10000-classes")
+
+
 @pytest.mark.timeout(300)  # a guard for a deadlock, not the assertion: CPU time is limited by the server
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.slow] if any(h in c.id for h in HEAVY)
+                                               else []) for c in CASES])
 def test_bad_input_is_one_line_naming_the_field(server: ForkServer, tmp_path: Path, case: Case) -> None:
     reply, field = _run(server, case, tmp_path)
     err = reply["stderr"]

@@ -48,6 +48,7 @@ def _closed_pipe_run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[
 
 @pytest.mark.parametrize("form", ["table", "json"])
 @pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.slow
 def test_a_closed_output_pipe_ends_quietly_with_141(command: str, form: str, tmp_path: Path) -> None:
     (tmp_path / "small.csv").write_bytes(SMALL)
     argv = [str(tmp_path / w[1:]) if w.startswith("@") else w for w in COMMANDS[command]]

@@ -80,6 +80,7 @@ def test_sample_forms(tmp_path: Path) -> None:
     assert inst.classes[0].samples().values.max() == 1000  # +Inf capped at lmax
 
 
+@pytest.mark.slow
 def test_bench_scale_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "scale", "--size", "3x4x100", "--seed", "1", "--exact", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -98,6 +99,7 @@ def test_bench_scale_bad_size(capsys: pytest.CaptureFixture[str], size: str) -> 
     assert "--size" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bench_fleet_json(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["bench", "fleet", "--classes", "40", "--groups", "12", "--configs", "6", "--samples", "200", "--seed",
             "3", "--warm", "--json"]

@@ -73,6 +73,7 @@ def test_bad_samples_name_the_field(values: list[float], weights: list[float] | 
     assert err.value.field == field
 
 
+@pytest.mark.slow
 def test_predicted_preemptions_fast_equals_reference_and_a_direct_count() -> None:
     classes, group = _classes(), _group()
     engine = EngineConfig(max_num_seqs=64, max_num_batched_tokens=2048)

@@ -80,6 +80,7 @@ def test_bad_observe_and_model_are_refused() -> None:
     assert info.value.field == "bucket_model"
 
 
+@pytest.mark.slow
 def test_cli_rows_gain_observe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = ["arrival_s,input_tokens,output_tokens"] + [f"{i}.0,10,{5 + (i * 37) % 900}" for i in range(96)]
     p = tmp_path / "trace.csv"

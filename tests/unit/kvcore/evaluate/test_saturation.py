@@ -27,6 +27,7 @@ def test_full_batch_closed_form(replicas: int) -> None:
     assert rate == pytest.approx(replicas * 256 / 21, rel=0.1)
 
 
+@pytest.mark.slow
 def test_prefill_and_memory_lower_it() -> None:
     n = 1024
     free = saturation_rps(_group(), np.full(n, 1000.0), np.full(n, 20.0))
@@ -40,6 +41,7 @@ def test_short_trace_is_tiled() -> None:
     assert a == pytest.approx(2 * 256 / 21, rel=0.1)  # 8 requests alone would never fill a batch
 
 
+@pytest.mark.slow
 def test_capacity_rps_is_the_measurement() -> None:
     inp, out = np.full(300, 200.0), np.full(300, 50.0)
     assert capacity_rps(_group(prefill=4400.0), inp, out) == saturation_rps(_group(prefill=4400.0), inp, out)

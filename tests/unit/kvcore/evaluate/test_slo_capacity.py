@@ -37,6 +37,7 @@ def _csv(tmp_path: Path, traces_dir: Path, name: str, rows: int) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_search_on_the_engine_agrees_with_a_scan(traces_dir: Path) -> None:
     setup = EngineSetup(_head(traces_dir, "burstgpt_first7d_gpt4_conv.csv", 300), EngineFleet(replicas=1), 100)
     runner = MethodRunner(setup, rho=10.0, seed=0)
@@ -56,6 +57,7 @@ def test_search_on_the_engine_agrees_with_a_scan(traces_dir: Path) -> None:
     assert start * 1.01 ** k == pytest.approx(found.rate_rps, rel=0.01)
 
 
+@pytest.mark.slow
 def test_clairvoyant_never_preempts_and_ties_where_memory_is_free(traces_dir: Path) -> None:
     setup = EngineSetup(_head(traces_dir, "burstgpt_first7d_gpt4_conv.csv", 400), EngineFleet(replicas=1,
                         kv_capacity_tokens=15_000), 200)
@@ -69,6 +71,7 @@ def test_clairvoyant_never_preempts_and_ties_where_memory_is_free(traces_dir: Pa
     assert light["clairvoyant"].attainment >= light["kvplan-plugin+knobs"].attainment
 
 
+@pytest.mark.slow
 def test_json_rows(tmp_path: Path, traces_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = _csv(tmp_path, traces_dir, "burstgpt_first7d_gpt4_conv.csv", 240)
     assert main(["evaluate", "--trace", str(trace), "--engine", "vllm", "--slo-capacity", "--json",
@@ -84,6 +87,7 @@ def test_json_rows(tmp_path: Path, traces_dir: Path, capsys: pytest.CaptureFixtu
     assert "methods [" in captured.err  # the progress bar
 
 
+@pytest.mark.slow
 def test_table(tmp_path: Path, traces_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = _csv(tmp_path, traces_dir, "burstgpt_first7d_gpt4_conv.csv", 240)
     assert main(["evaluate", "--trace", str(trace), "--engine", "vllm", "--slo-capacity", "--no-progress",
@@ -121,6 +125,7 @@ def test_slo_capacity_needs_the_engine(tmp_path: Path, traces_dir: Path, capsys:
     assert "--slo-capacity" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_method_that_cannot_run_is_a_row(traces_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise InputError("engine.max_num_seqs", "this fleet cannot run the knob rule")
@@ -133,6 +138,7 @@ def test_method_that_cannot_run_is_a_row(traces_dir: Path, monkeypatch: pytest.M
     assert all(r.slo_rate_rps is not None for r in ev.rows if r.method == "vllm-default")
 
 
+@pytest.mark.slow
 def test_fleet_too_small_for_the_share_is_a_row(traces_dir: Path) -> None:
     # 2,000 KV tokens: the 2.5% of the replay longer than that are refused as oversize, so no rate meets 99%
     ev = evaluate_slo_capacity(_head(traces_dir, "burstgpt_first7d_gpt4_conv.csv", 240), replay_requests=100,
@@ -142,6 +148,7 @@ def test_fleet_too_small_for_the_share_is_a_row(traces_dir: Path) -> None:
     assert p90.slo_rate_rps is not None and p90.ratio_vs_default == 1.0
 
 
+@pytest.mark.slow
 def test_untimed_trace_gets_seeded_poisson(traces_dir: Path) -> None:
     trace = _head(traces_dir, "burstgpt_first7d_gpt4_conv.csv", 240, timed=False)
     a = evaluate_slo_capacity(trace, replay_requests=100, methods=("vllm-default",), seed=1)

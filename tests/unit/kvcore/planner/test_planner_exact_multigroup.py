@@ -97,6 +97,7 @@ def test_grid_agrees_with_branch_and_bound() -> None:
     assert (best - upper) / upper <= 5e-3      # and the grid, at spacing 1/12, comes close to it
 
 
+@pytest.mark.slow
 def test_size_limit_and_one_group_path() -> None:
     big = solve_exact(generate(7, 2, 30, seed=0, groups=2))
     assert big.status is PlanStatus.ERROR

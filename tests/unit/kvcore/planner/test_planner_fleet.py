@@ -119,6 +119,7 @@ def test_groups_without_a_layout_are_named_with_the_reason(classes: int) -> None
         assert f"{name} (groups[{k}]): 1x1: weights need" in p.reason
 
 
+@pytest.mark.slow
 def test_auto_keeps_bcd_on_the_paper_sizes_and_prices_the_fleet() -> None:
     assert choose_method(compile_problem(generate(15, 12, 200, seed=0))) == "bcd"
     assert choose_method(compile_problem(generate(3, 3, 50, seed=0, groups=2))) == "bcd"
@@ -128,6 +129,7 @@ def test_auto_keeps_bcd_on_the_paper_sizes_and_prices_the_fleet() -> None:
 
 
 @pytest.mark.parametrize("shrink", [30.0, 100.0])
+@pytest.mark.slow
 def test_fleet_method_stays_feasible_when_kv_memory_binds(shrink: float) -> None:
     # Measured KV capacities `shrink` times below the roofline's: filling runs out of memory, the routing LP and
     # the price escalation take over; the plan must pass the re-check and stay above its bound.

@@ -93,6 +93,7 @@ def test_edge_cases_match_lp(
 
 @settings(max_examples=200, deadline=None)
 @given(instances())
+@pytest.mark.slow
 def test_eps_zero_is_the_critical_fractile(inst: tuple[Samples, float, float, float, float]) -> None:
     s, cp, cw, lmax, _ = inst
     zero = RadiusPolicy(kind="absolute", eps=0.0)

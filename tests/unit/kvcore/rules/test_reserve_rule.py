@@ -18,6 +18,7 @@ from kvcore.sim.engine import EngineConfig, simulate_engine
 from reserve_rule_world import (classes, group)  # noqa: F401 - fixtures are found by name
 
 
+@pytest.mark.slow
 def test_no_pressure_reserves_nothing(traces_dir: Path) -> None:
     cls = classes(traces_dir)
     rs = ReplaySet(group(3_000_000), cls, requests=500)
@@ -54,6 +55,7 @@ def test_pressure_reservation_pays_and_holds_on_a_fresh_replay(traces_dir: Path,
     assert gated.goodput_rps >= 0.95 * stock.goodput_rps
 
 
+@pytest.mark.slow
 def test_repricing_reuses_the_replays(traces_dir: Path) -> None:
     g = group(20_000)
     rs = ReplaySet(g, classes(traces_dir), requests=600)

@@ -51,6 +51,7 @@ def test_fast_moves_only_preempted_classes_pays_and_measures_less(traces_dir: Pa
     assert np.all(rs.costs(ys, rho) <= rs.costs(zero, rho) - MIN_GAIN), fast.reason
 
 
+@pytest.mark.slow
 def test_the_work_limit_stops_the_search_and_says_so(traces_dir: Path) -> None:
     cls = classes(traces_dir, (10.0, 3.0))
     g = group(20_000)

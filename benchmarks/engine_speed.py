@@ -5,9 +5,11 @@ issue 21): 100,000 requests resampled (seeded) from ``azure2023_conv.csv`` at 35
 median prompt, four groups (15 replicas, 40k-300k KV tokens, routed by a fixed matrix, shared class prefixes of 64
 and 256 tokens), through the vLLM engine model: 16-token blocks, ``max_num_seqs`` 256, 2048 batched tokens, in three variants: vLLM's
 defaults (prefix caching on), prefix caching off, and kvplan's gate with the policy's reservations; and vLLM's defaults with each group's decode curve from the
-measured step-time model (``SimGroup.decode_step_knots_s``) instead of its line. Each runs
+measured step-time model (``SimGroup.decode_step_knots_s``) instead of its line, without and with the model's
+context term (``SimGroup.step_time_per_context_token_s``: each step follows its requests' context). Each runs
 ``--repeats`` times; best and median are reported as wall time and as this process's CPU time (the machine is
-shared). In the same run a 2,000-request case is replayed by the fast model and the step-by-step reference: their
+shared). In the same run a 2,000-request case is replayed by the fast model and the step-by-step reference, with
+the line and with context-dependent steps: their
 per-request outcomes must be identical (exit 1 otherwise) and the speed ratio is reported. Target:
 >= 20,000 requests/s on the 100,000-request benchmark.
 
@@ -68,16 +70,20 @@ def build_case(path: Path, n: int, rate_rps: float, seed: int) -> tuple[Workload
     )
     return workload, policy
 
-def measured_curves(groups: tuple[SimGroup, ...]) -> tuple[SimGroup, ...]:
+def measured_curves(groups: tuple[SimGroup, ...], *, context: bool = False) -> tuple[SimGroup, ...]:
     """The groups with the decode curve of the measured step-time model of the layout each names (A100-80GB,
-    Llama-70B or -8B at its TP): what ``SimGroup.from_profile`` gives the planner's groups."""
+    Llama-70B or -8B at its TP), and with ``context`` its context term (each step's duration follows its requests'
+    context): what ``SimGroup.from_profile`` gives the planner's groups."""
     from kvcore.profiles import roofline
 
     out = []
     for g in groups:
         _, tp, model = g.name.split("-")
         prof = roofline("A100-80GB", "llama-" + model, int(tp[2:]), 1)
-        out.append(g.model_copy(update={"decode_step_knots_s": prof.decode_knots}))
+        update: dict[str, object] = {"decode_step_knots_s": prof.decode_knots}
+        if context:
+            update["step_time_per_context_token_s"] = prof.context_s_per_token
+        out.append(g.model_copy(update=update))
     return tuple(out)
 
 
@@ -86,6 +92,7 @@ VARIANTS = {
     "no-prefix-cache": (EngineConfig(prefix_caching=False), GROUPS),
     "gate": (EngineConfig(admission="gate"), GROUPS),
     "vllm-default, measured decode curves": (EngineConfig(), measured_curves(GROUPS)),
+    "vllm-default, measured curves, context-dependent steps": (EngineConfig(), measured_curves(GROUPS, context=True)),
 }
 
 
@@ -123,20 +130,24 @@ def main(argv: list[str] | None = None) -> int:
         }
     report["variants"] = variants
     small_w, small_p = build_case(DEFAULT_TRACE, args.small, 60.0, args.seed + 1)
-    timings, results = {}, {}
-    for label, reference in (("fast", False), ("reference", True)):
-        cpu = time.process_time()
-        results[label] = simulate_engine(small_w, GROUPS, small_p, rng=np.random.default_rng(1),
-                                         reference=reference, keep_requests=True)
-        timings[label] = time.process_time() - cpu
-    fast_o, ref_o = results["fast"].outcomes, results["reference"].outcomes
-    assert fast_o is not None and ref_o is not None
-    agree = all(np.array_equal(getattr(fast_o, f), getattr(ref_o, f)) for f in
-                ("admit_ns", "finish_ns", "first_token_ns", "max_gap_ns", "preemptions", "recomputed", "steps"))
-    report["small_case"] = {"requests": args.small, "fast_cpu_s": timings["fast"],
-                            "reference_cpu_s": timings["reference"],
-                            "speed_ratio": timings["reference"] / timings["fast"],
-                            "preemptions": results["fast"].preemptions, "identical": agree}
+    cases = {"small_case": GROUPS, "small_case_context": measured_curves(GROUPS, context=True)}
+    agree = True
+    for key, groups in cases.items():
+        timings, results = {}, {}
+        for label, reference in (("fast", False), ("reference", True)):
+            cpu = time.process_time()
+            results[label] = simulate_engine(small_w, groups, small_p, rng=np.random.default_rng(1),
+                                             reference=reference, keep_requests=True)
+            timings[label] = time.process_time() - cpu
+        fast_o, ref_o = results["fast"].outcomes, results["reference"].outcomes
+        assert fast_o is not None and ref_o is not None
+        same = all(np.array_equal(getattr(fast_o, f), getattr(ref_o, f)) for f in
+                   ("admit_ns", "finish_ns", "first_token_ns", "max_gap_ns", "preemptions", "recomputed", "steps"))
+        agree = agree and same
+        report[key] = {"requests": args.small, "fast_cpu_s": timings["fast"],
+                       "reference_cpu_s": timings["reference"],
+                       "speed_ratio": timings["reference"] / timings["fast"],
+                       "preemptions": results["fast"].preemptions, "identical": same}
     report["load_average_1m"] = os.getloadavg()[0]
     report["python"] = platform.python_version()
     report["machine"] = platform.processor() or platform.machine()
@@ -148,11 +159,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"{v['requests_per_wall_s_median']:,.0f} median; {v['requests_per_cpu_s_best']:,.0f} / "
                   f"{v['requests_per_cpu_s_median']:,.0f} per CPU second ({v['engine_steps']:,} engine steps, "
                   f"{v['preemptions']:,} preemptions, e2e P99 {v['e2e_p99_s']:.1f} s)")
-        sc = report["small_case"]
-        assert isinstance(sc, dict)
-        print(f"small case ({args.small:,} requests, CPU time): fast {sc['fast_cpu_s']:.2f} s, reference "
-              f"{sc['reference_cpu_s']:.2f} s, ratio {sc['speed_ratio']:.1f}x, identical: {sc['identical']} "
-              f"(load average {report['load_average_1m']:.1f})")
+        for key in cases:
+            sc = report[key]
+            assert isinstance(sc, dict)
+            print(f"{key.replace('_', ' ')} ({args.small:,} requests, CPU time): fast {sc['fast_cpu_s']:.2f} s, "
+                  f"reference {sc['reference_cpu_s']:.2f} s, ratio {sc['speed_ratio']:.1f}x, identical: "
+                  f"{sc['identical']} (load average {report['load_average_1m']:.1f})")
     return 0 if agree else 1
 
 

@@ -99,6 +99,11 @@ class ProfileOverride(BaseModel):
     prefill_tokens_s: float | None = Field(
         default=None, description="Prefill rate per replica, tokens/s; must be > 0. None keeps the profile's."
     )
+    context_s_per_token: float | None = Field(
+        default=None, description="Step seconds per token of context the step's requests hold (>= 0, at most 1 ms); "
+                                  "the line t0 + t1*B holds at 1,024 tokens of context per sequence. None keeps "
+                                  "the profile's."
+    )
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,11 @@ class Profile:
     """(batch, seconds) points of the measured model's decode step at a 1,024-token context, at B = 1, 2, 4, ...,
     B* and max_num_seqs: the curve the engine model takes (:class:`kvcore.sim.engine.StepTiming`); the line
     ``t0 + t1*B`` is fitted to it and exact at B*. Empty for an override of t0 or t1 (the user's line then)."""
+    context_s_per_token: float = 0.0
+    """Seconds a step takes per token of context its requests hold (the KV read of one token: the step-time model's
+    slope in the context, exact since its attention term is linear in the KV bytes read). The knots and the line
+    hold at :data:`NOMINAL_CONTEXT_TOKENS` per sequence; the engine model moves each step by this much per token
+    above or below that (:class:`kvcore.sim.engine.StepTiming`). 0: context-free."""
 
     @property
     def gpus_per_replica(self) -> int:
@@ -258,8 +268,9 @@ def measured(gpu_type: str | _GpuType, arch: "_ModelArch", tp: int, pp: int) -> 
                        f"weights need {need:.1f} GB per GPU; {usable:.1f} GB usable at TP={tp}, PP={pp} (less the "
                        f"activation reserve)", 0.0, 0.0, t0, t1, float(n), prefill, seqs, knots)
     thr = batch / (t0 + t1 * batch)
+    ctx = (_step_time(lay, 2 * NOMINAL_CONTEXT_TOKENS, batch=1) - _step_time(lay, NOMINAL_CONTEXT_TOKENS, batch=1))
     return Profile(gpu_type, arch.name, tp, pp, True, "measured step-time model", float(cap), thr, t0, t1, float(n),
-                   prefill, seqs, knots)
+                   prefill, seqs, knots, max(ctx / NOMINAL_CONTEXT_TOKENS, 0.0))
 
 
 def doubling_batches(top: int) -> list[int]:
@@ -308,7 +319,7 @@ def resolve(gpu_type: str, model: str, tp: int, pp: int, overrides: tuple[Profil
         if (ov.gpu_type, ov.model, ov.tp, ov.pp) != (gpu_type, model, tp, pp):
             continue
         for name in ("kv_capacity_tokens", "throughput_tokens_s", "step_t0_s", "step_t1_s", "phi",
-                     "prefill_tokens_s"):
+                     "prefill_tokens_s", "context_s_per_token"):
             value = getattr(ov, name)
             if value is not None:
                 fields[name] = float(value)
@@ -322,12 +333,15 @@ def resolve(gpu_type: str, model: str, tp: int, pp: int, overrides: tuple[Profil
                    fields.get("step_t0_s", base.step_t0_s), fields.get("step_t1_s", base.step_t1_s),
                    fields.get("phi", base.phi), fields.get("prefill_tokens_s", base.prefill_tokens_s),
                    base.max_num_seqs,
-                   () if {"step_t0_s", "step_t1_s"} & set(fields) else base.decode_knots)
+                   () if {"step_t0_s", "step_t1_s"} & set(fields) else base.decode_knots,
+                   fields.get("context_s_per_token", base.context_s_per_token))
 
 
+MAX_CONTEXT_S_PER_TOKEN = 1e-3
+"""A step's seconds per token of context above this are not a KV read (the engine model refuses them too)."""
 _OVERRIDE_MAX = {"kv_capacity_tokens": MAX_KV_TOKENS, "throughput_tokens_s": MAX_TOKENS_PER_S,
                  "step_t0_s": MAX_SECONDS, "step_t1_s": MAX_SECONDS, "phi": float(MAX_COUNT),
-                 "prefill_tokens_s": MAX_TOKENS_PER_S}
+                 "prefill_tokens_s": MAX_TOKENS_PER_S, "context_s_per_token": MAX_CONTEXT_S_PER_TOKEN}
 """Upper bound of each override field (kvcore.bounds): past it the number cannot be a measurement."""
 
 
@@ -340,7 +354,7 @@ def check_override(ov: ProfileOverride, *, field: str, models: Mapping[str, Mapp
         value = getattr(ov, name)
         if value is not None and not (math.isfinite(value) and value > 0):
             raise InputError(f"{field}.{name}", f"must be a finite number > 0, got {value}")
-    for name in ("step_t0_s", "step_t1_s", "phi"):
+    for name in ("step_t0_s", "step_t1_s", "phi", "context_s_per_token"):
         value = getattr(ov, name)
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise InputError(f"{field}.{name}", f"must be a finite number >= 0, got {value}")

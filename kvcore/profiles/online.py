@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from kvcore.profiles import NOMINAL_CONTEXT_TOKENS, PREFILL_PROMPT_TOKENS, Profile, ProfileOverride, gpu_of
+from kvcore.profiles import (MAX_CONTEXT_S_PER_TOKEN, NOMINAL_CONTEXT_TOKENS, PREFILL_PROMPT_TOKENS, Profile,
+                             ProfileOverride, gpu_of)
 from kvcore.profiles import _arch_of
 from kvcore.profiles.steptime import layout as _layout
 from kvcore.profiles.steptime import step_time as _step_time
@@ -227,7 +228,8 @@ def scaled_override(base: Profile, ratios: tuple[float, float, float]) -> Profil
     batch = base.operating_batch
     thr = batch / (t0 + t1 * batch) if batch > 0 and t0 + t1 * batch > 0 else base.throughput_tokens_s
     return ProfileOverride(gpu_type=base.gpu_type, model=base.model, tp=base.tp, pp=base.pp, step_t0_s=t0,
-                           step_t1_s=t1, throughput_tokens_s=thr, prefill_tokens_s=pf)
+                           step_t1_s=t1, throughput_tokens_s=thr, prefill_tokens_s=pf,
+                           context_s_per_token=min(base.context_s_per_token * ratios[1], MAX_CONTEXT_S_PER_TOKEN))
 
 
 def ratios(fit: StepFit, base: Profile) -> tuple[float, float, float]:

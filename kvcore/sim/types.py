@@ -60,6 +60,11 @@ class SimGroup(BaseModel):
     """(batch, seconds) points of the decode step time (the measured model's curve at a 1,024-token context,
     :attr:`kvcore.profiles.Profile.decode_knots`). Given, the engine model takes the curve through them instead of
     ``t0 + t1 * B`` (:class:`kvcore.sim.engine.StepTiming`); empty, the line."""
+    step_time_per_context_token_s: float = Field(default=0.0, ge=0, le=1e-3, allow_inf_nan=False)
+    """Seconds a step takes per token of context its requests hold (the KV read of a token); t0, t1 and the curve
+    hold at 1,024 tokens of context per sequence and each step moves by this much per token above or below
+    (:class:`kvcore.sim.engine.StepTiming`). 0 (the default): context-free; :meth:`from_profile` takes the
+    profile's ``context_s_per_token``."""
     prefill_tokens_per_s: float = Field(default=4400.0, gt=0, allow_inf_nan=False)
     """Prefill throughput of one replica, tokens/s. Default 4400, a guess (compute-bound prefill of a 70B model on
     4 A100-80GB at 50% of peak bf16 FLOPS); :meth:`from_profile` takes the profile's measured-model rate
@@ -71,11 +76,13 @@ class SimGroup(BaseModel):
     ) -> SimGroup:
         """A group whose replicas follow ``profile`` (a ``kvcore.profiles.Profile`` or anything with its
         ``kv_capacity_tokens``, ``step_t0_s`` and ``step_t1_s``); the capacity is floored to whole tokens, the
-        decode curve is the profile's ``decode_knots`` where it has them. The prefill rate is ``prefill_tokens_per_s``, else the profile's ``prefill_tokens_s`` where it has one, else
-        the default."""
+        decode curve is the profile's ``decode_knots`` and its context term ``context_s_per_token`` where it has
+        them. The prefill rate is ``prefill_tokens_per_s``, else the profile's ``prefill_tokens_s`` where it has
+        one, else the default."""
         rate = prefill_tokens_per_s if prefill_tokens_per_s is not None else getattr(profile, "prefill_tokens_s", None)
         extra: dict[str, Any] = {} if rate is None else {"prefill_tokens_per_s": float(rate)}
         extra["decode_step_knots_s"] = tuple(getattr(profile, "decode_knots", ()))
+        extra["step_time_per_context_token_s"] = float(getattr(profile, "context_s_per_token", 0.0))
         return cls(
             name=name,
             replicas=replicas,

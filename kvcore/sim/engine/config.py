@@ -91,29 +91,44 @@ Knots = tuple[tuple[int, float], ...]
 
 @dataclass(frozen=True, slots=True)
 class StepTiming:
-    """Duration of one engine step: ``d(B) + (T - B) * t_prefill`` seconds, rounded to whole nanoseconds.
+    """Duration of one engine step, integer nanoseconds::
 
-    B is the number of requests scheduled in the step and T the tokens scheduled; a decode step schedules one token
-    per request (T = B) and costs ``d(B)``: the profile's line ``t0 + t1 * B``, or, when ``decode_knots`` are given
-    (the measured step-time model's curve, :attr:`kvcore.profiles.Profile.decode_knots`), the curve through them,
-    linear between knots and along the last segment past the last one. Every further token (prompt, chunk or
-    recompute) costs ``t_prefill = 1 / prefill_tokens_per_s``. ``StepTiming(1.0, 0.0, 0.0)`` makes every step last
-    exactly one second, which is how the parity tier counts steps.
+        step_ns = max(1, round(1e9 * (d(B) - c * n0 * B + (T - B) * t_prefill))) + floor((S * c_ps + 500) / 1000)
+
+    B is the number of requests scheduled in the step, T the tokens scheduled and S their context: the sum over the
+    scheduled requests of the tokens each holds in the KV cache once the step has computed (a decoder at
+    ``prompt + output`` tokens reads its whole context). A decode step schedules one token per request (T = B) and,
+    at the nominal context ``n0`` (1,024 tokens) per sequence, costs ``d(B)``: the profile's line ``t0 + t1 * B``,
+    or, when ``decode_knots`` are given (the measured step-time model's curve,
+    :attr:`kvcore.profiles.Profile.decode_knots`), the curve through them, linear between knots and along the last
+    segment past the last one. Every further token (prompt, chunk or recompute) costs ``t_prefill = 1 /
+    prefill_tokens_per_s``. ``c = context_s_per_token`` (seconds per step per context token: the KV read of one
+    token) moves the step with the context; it is taken as ``c_ps = round(1e12 * c)`` whole picoseconds, so a run
+    of decode steps, whose context grows by B tokens a step, sums exactly (:func:`floor_sum`). ``c = 0`` (the
+    default) is the context-free model. ``StepTiming(1.0, 0.0, 0.0)`` makes every step last exactly one second,
+    which is how the parity tier counts steps.
     """
 
     t0_s: float
     t1_s: float
     prefill_s_per_token: float
     decode_knots: Knots = ()
+    context_s_per_token: float = 0.0
+    nominal_context: int = 1024
 
     def __post_init__(self) -> None:
-        for name in ("t0_s", "t1_s", "prefill_s_per_token"):
+        for name in ("t0_s", "t1_s", "prefill_s_per_token", "context_s_per_token"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise InputError(f"timing.{name}", f"must be finite and >= 0, got {v}")
         if self.t0_s <= 0:
             raise InputError("timing.t0_s", "must be > 0 (a step takes time)")
         check_knots(self.decode_knots, field="timing.decode_knots")
+        if self.context_s_per_token > 1e-3:
+            raise InputError("timing.context_s_per_token", f"{self.context_s_per_token} s per context token per step "
+                                                           "is not a KV read time (at most 1 ms)")
+        if self.nominal_context < 0:
+            raise InputError("timing.nominal_context", f"must be >= 0, got {self.nominal_context}")
 
     def decode_s(self, batch: float) -> float:
         """Seconds of a decode step of ``batch`` sequences (``d(B)`` above)."""
@@ -126,9 +141,44 @@ class StepTiming:
         (b0, s0), (b1, s1) = k[i - 1], k[i]
         return max(s0 + (s1 - s0) * (batch - b0) / (b1 - b0), min(s0, s1))
 
-    def step_ns(self, batch: int, tokens: int) -> int:
-        """Duration of a step of ``batch`` requests and ``tokens`` tokens, integer nanoseconds (>= 1)."""
-        return max(1, round(NS_PER_S * (self.decode_s(batch) + (tokens - batch) * self.prefill_s_per_token)))
+    @property
+    def context_ps(self) -> int:
+        """``c`` in whole picoseconds per context token per step."""
+        return round(self.context_s_per_token * 1e12)
+
+    def base_ns(self, batch: int, tokens: int) -> int:
+        """The step's duration without its context term, integer nanoseconds (>= 1)."""
+        s = self.decode_s(batch)
+        if self.context_s_per_token:
+            s -= self.context_ps * 1e-12 * self.nominal_context * batch
+        return max(1, round(NS_PER_S * (s + (tokens - batch) * self.prefill_s_per_token)))
+
+    def context_ns(self, context: int) -> int:
+        """The context term of a step whose scheduled requests hold ``context`` tokens, integer nanoseconds."""
+        return (context * self.context_ps + 500) // 1000
+
+    def step_ns(self, batch: int, tokens: int, context: int = 0) -> int:
+        """Duration of a step of ``batch`` requests, ``tokens`` tokens and ``context`` tokens of context, integer
+        nanoseconds (>= 1)."""
+        return self.base_ns(batch, tokens) + self.context_ns(context)
+
+
+def floor_sum(n: int, m: int, a: int, b: int) -> int:
+    """``sum(floor((a * i + b) / m) for i in range(n))`` for integers ``n >= 0, m >= 1, a >= 0, b >= 0``, in
+    O(log m) steps (the Euclid-like reduction of the lattice-point count under a line)."""
+    total = 0
+    while True:
+        if a >= m:
+            total += n * (n - 1) // 2 * (a // m)
+            a %= m
+        if b >= m:
+            total += n * (b // m)
+            b %= m
+        top = a * n + b
+        if top < m:
+            return total
+        n, b = divmod(top, m)
+        m, a = a, m
 
 
 def check_knots(knots: Knots, *, field: str) -> None:

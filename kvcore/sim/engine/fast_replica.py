@@ -1,13 +1,13 @@
-"""One replica of the fast engine model: vLLM 0.33's ``schedule()`` applied only at *interesting* steps.
-
-Between interesting steps every running request is a decoder (:mod:`kvcore.sim.engine.fast_state`), nothing is
-admitted and nothing finishes, so every step has the same batch and duration and only allocates the blocks its
-boundary-crossing decoders need. Decoders are counted per residue ``b mod B`` (``cnt``), so the blocks allocated over
-any run of steps is a cyclic prefix sum, and the first step at which they would run out is found in O(B).
-Interesting steps: a completion's next step, the first step short of blocks, a step with an explicit (prefilling)
-request, the step after a preemption, and a step at which an arrival may be admitted (decided by the caller). At an
-interesting step the rules of :mod:`kvcore.sim.engine.reference` run in the same order; the per-request decode loop
-is only materialised when the free blocks do not cover every allocation of the step.
+"""One replica of the fast engine model: vLLM 0.33's ``schedule()`` applied only at *interesting* steps. Between
+interesting steps every running request is a decoder (:mod:`kvcore.sim.engine.fast_state`), nothing is admitted and
+nothing finishes, so every step has the same batch, a duration that grows by the same context term each step (each
+decoder holds one token more), and only allocates the blocks its boundary-crossing decoders need. Decoders are
+counted per residue ``b mod B`` (``cnt``), so the blocks allocated over any run of steps is a cyclic prefix sum, and
+the first step at which they would run out is found in O(B). Interesting steps: a completion's next step, the first
+step short of blocks, a step with an explicit (prefilling) request, the step after a preemption, and a step at which
+an arrival may be admitted (decided by the caller). At an interesting step the rules of
+:mod:`kvcore.sim.engine.reference` run in the same order; the per-request decode loop is only materialised when the
+free blocks do not cover every allocation of the step.
 
 kvplan's gate needs the running requests' outstanding claims. A decoder below its reservation (``K = ceil((prompt +
 y) / B)`` blocks) owes ``K - ceil((s - b) / B)``; those are summed per residue too (``under_*``), and decoders leave
@@ -54,6 +54,8 @@ class FastReplica:
         self.fifo: deque[int] = deque()
         self.heap: list[tuple[int, int]] = []
         self.n_dec = 0
+        self.sum_base = 0
+        """Sum of the decoders' bases: at step s they hold ``n_dec * s - sum_base`` tokens of context."""
         self.cnt = [0] * self.B
         self.fin: list[tuple[int, int, int, int]] = []
         self.under_cnt = [0] * self.B
@@ -72,7 +74,8 @@ class FastReplica:
         self.ver = 0
         self.steps = 0
         self.decode_ns: dict[int, int] = {}
-        """Duration of a decode-only step by batch size (cached)."""
+        """Duration of a decode-only step by batch size, less its context term (cached)."""
+        self.ctx_ps = timing.context_ps
         self.idle_step = 0
         """Index of the next step when the replica is idle (step indices do not advance while idle)."""
 
@@ -138,6 +141,7 @@ class FastReplica:
         rq.base[j] = b
         rq.gap_from[j] = from_step
         self.n_dec += 1
+        self.sum_base += b
         self.cnt[b % self.B] += 1
         heapq.heappush(self.fin, (b + rq.prompt[j] + rq.target[j] - 1, rq.seq[j], j, rq.epoch[j]))
         if self.gate:
@@ -162,6 +166,7 @@ class FastReplica:
     def _drop_decoder(self, j: int) -> None:
         rq = self.rq
         self.n_dec -= 1
+        self.sum_base -= rq.base[j]
         self.cnt[rq.base[j] % self.B] -= 1
         self._drop_under(j)
         rq.kind[j] = EXPLICIT

@@ -139,8 +139,9 @@ class FastStep(FastReplica):
                 explicit_sched: list[tuple[int, int]] = []
                 batch = tokens = n_dec
                 budget = self.M - n_dec
+                ctx = n_dec * s - self.sum_base
             else:
-                explicit_sched, batch, tokens, budget, preempted = self._running_slow(s, t)
+                explicit_sched, batch, tokens, budget, preempted, ctx = self._running_slow(s, t)
         else:
             budget = self.M - n_dec
             plan = []
@@ -160,8 +161,9 @@ class FastStep(FastReplica):
                     self.grow(j, computed[j] + n)
                 explicit_sched = plan
                 batch, tokens = n_dec + len(plan), n_dec + sum(n for _, n in plan)
+                ctx = n_dec * s - self.sum_base
             else:
-                explicit_sched, batch, tokens, budget, preempted = self._running_slow(s, t)
+                explicit_sched, batch, tokens, budget, preempted, ctx = self._running_slow(s, t)
         # ---- 2. waiting requests (none in a step that preempted)
         if not preempted and budget > 0 and (self.fifo or self.heap):
             budget, batch, tokens = self._admit(s, t, budget, batch, tokens, explicit_sched)
@@ -172,7 +174,11 @@ class FastStep(FastReplica):
             self.idle_step = s
             return -1
         # ---- 3. the step runs; its explicit requests advance and may sample
-        dt1 = self.timing.step_ns(batch, tokens) if batch != tokens else self._decode_ns(batch)
+        dt1 = self.timing.base_ns(batch, tokens) if batch != tokens else self._decode_ns(batch)
+        ps = self.ctx_ps
+        if ps:
+            ctx += sum(computed[j] + n for j, n in explicit_sched)
+            dt1 += (ctx * ps + 500) // 1000
         t_end = t + dt1
         high = rq.high
         for j, n in explicit_sched:
@@ -197,7 +203,11 @@ class FastStep(FastReplica):
                 self._add_decoder(j, s - c, s + 1)
         nd = self.n_dec
         dt = self._decode_ns(nd) if nd else dt1
-        self.hist.start_run(s, dt1, dt)
+        lengthens = bool(ps and nd)
+        if lengthens:  # step s + 1 + k: dt + floor((a * k + b) / 1000), its decoders' context growing by nd a step
+            self.hist.start_run(s, dt1, dt, ps * nd, ps * (nd * (s + 1) - self.sum_base) + 500)
+        else:
+            self.hist.start_run(s, dt1, dt)
         self.steps += 1
         # ---- 4. the next interesting step: the step after a preemption admits again; a queue head held back by
         # this step's token budget (spent by prefill) may fit the next one; an explicit request continues
@@ -212,20 +222,23 @@ class FastStep(FastReplica):
                 if short >= 0 and (nxt < 0 or short < nxt):
                     nxt = short
         self.c0, self.t0, self.dt1, self.dt, self.c_next = s, t, dt1, dt, nxt
-        return t_end + (nxt - s - 1) * dt
+        return t_end + (self.hist.elapsed(nxt - s - 1) if lengthens else (nxt - s - 1) * dt)
 
     def _decode_ns(self, batch: int) -> int:
         dt = self.decode_ns.get(batch)
         if dt is None:
-            dt = self.decode_ns[batch] = self.timing.step_ns(batch, batch)
+            dt = self.decode_ns[batch] = self.timing.base_ns(batch, batch)
         return dt
 
-    def _running_slow(self, s: int, t: int) -> tuple[list[tuple[int, int]], int, int, int, bool]:
+    def _running_slow(self, s: int, t: int) -> tuple[list[tuple[int, int]], int, int, int, bool, int]:
+        """The slow running loop's explicit requests scheduled, batch, tokens, budget left, whether it preempted,
+        and the context its scheduled decoders hold after the step."""
         scheduled, preempted = self._slow_running(s, t)
-        kind = self.rq.kind
+        kind, base = self.rq.kind, self.rq.base
         explicit_sched = [(j, n) for j, n in scheduled.items() if kind[j] == EXPLICIT]
         tokens = sum(scheduled.values())
-        return explicit_sched, len(scheduled), tokens, self.M - tokens, preempted
+        ctx = sum(s - base[j] for j in scheduled if kind[j] == DECODER) if self.ctx_ps else 0
+        return explicit_sched, len(scheduled), tokens, self.M - tokens, preempted, ctx
 
     def _admit(self, s: int, t: int, budget: int, batch: int, tokens: int,
                explicit_sched: list[tuple[int, int]]) -> tuple[int, int, int]:
@@ -281,9 +294,18 @@ class FastStep(FastReplica):
         if len(self.running) >= self.max_seqs or self.M - self.n_dec <= 0:
             return -1
         first = self.t0 + self.dt1
-        i = 1 if ta <= first else 1 + _cdiv(ta - first, self.dt)
+        if ta <= first:
+            i, wait = 1, 0
+        elif not self.hist.run_a[-1]:
+            i = 1 + _cdiv(ta - first, self.dt)
+            wait = (i - 1) * self.dt
+        else:  # the run's steps lengthen with their context
+            m, wait = self.hist.first_reaching(ta - first, self.c_next - self.c0 - 2)
+            if m < 0:
+                return -1
+            i = 1 + m
         cs = self.c0 + i
         if cs >= self.c_next:
             return -1
         self.c_next = cs
-        return first + (i - 1) * self.dt
+        return first + wait

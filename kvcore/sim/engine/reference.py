@@ -227,7 +227,8 @@ class _Replica:
         self.step_start = now
         if not scheduled:
             return 0
-        return self.timing.step_ns(len(scheduled), sum(scheduled.values()))
+        context = sum(r.computed for r in scheduled) if self.timing.context_ps else 0
+        return self.timing.step_ns(len(scheduled), sum(scheduled.values()), context)
 
     def finish_step(self, now: int) -> int:
         """``update_from_output`` at the step's end; returns how many requests finished."""

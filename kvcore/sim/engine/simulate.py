@@ -52,9 +52,9 @@ def engine_groups(groups: Sequence[SimGroup], engine: EngineConfig | Sequence[En
 
 
 def group_timing(g: SimGroup) -> StepTiming:
-    """The group's step timing: its decode curve (or line) and its prefill rate."""
+    """The group's step timing: its decode curve (or line), its prefill rate and its context term."""
     return StepTiming(g.step_time_base_s, g.step_time_per_seq_s, 1.0 / g.prefill_tokens_per_s,
-                      tuple(g.decode_step_knots_s))
+                      tuple(g.decode_step_knots_s), g.step_time_per_context_token_s)
 
 
 def build_jobs(workload: Workload, groups: Sequence[SimGroup], policy: SimPolicy,

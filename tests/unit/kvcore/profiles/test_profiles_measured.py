@@ -169,3 +169,45 @@ def test_bad_knots_name_the_knot(knots: tuple[tuple[int, float], ...], where: st
     with pytest.raises(InputError) as err:
         StepTiming(0.01, 0.0, 0.0, knots)
     assert err.value.field == "timing.decode_knots" + where
+
+
+@pytest.mark.parametrize(("gpu", "model", "tp", "pp"), [
+    ("A100-80GB", "llama-70b", 4, 1), ("A100-80GB", "llama-70b", 8, 1), ("A100-80GB", "llama-8b", 1, 1),
+    ("H100-SXM", "llama-70b", 4, 2)])
+def test_context_term_is_the_kv_read_of_one_token(gpu: str, model: str, tp: int, pp: int) -> None:
+    # the step's slope in its context, worked out from the architecture: one token's KV bytes, split over the KV-head
+    # shards and the pipeline's stages, read at the calibrated share of the GPU's bandwidth
+    lay = layout(GPUS[gpu], MODELS[model], tp, pp)
+    m = MODELS[model]
+    want = m.kv_bytes_per_token / (pp * min(tp, m.kv_heads) * lay.coeff.eta_bw * GPUS[gpu].hbm_bytes_s)
+    p = roofline(gpu, model, tp, pp)
+    assert p.context_s_per_token == pytest.approx(want, rel=1e-9)
+    # the engine model takes it: a decode step at 2,048 tokens of context per sequence is the model's own
+    from kvcore.sim.engine import group_timing
+
+    timing = group_timing(SimGroup.from_profile("g", 1, p))
+    b = 16
+    model_s = step_time(lay, 2048.0, batch=b)
+    assert timing.step_ns(b, b, 2048 * b) == pytest.approx(model_s * 1e9, rel=2e-3)   # the curve is exact at knots
+    assert timing.step_ns(b, b, 1024 * b) == pytest.approx(step_time(lay, 1024.0, batch=b) * 1e9, rel=1e-6)
+
+
+def test_context_term_overrides_and_scales_with_the_fit() -> None:
+    from kvcore.profiles import ProfileOverride, check_override, resolve
+    from kvcore.profiles.online import scaled_override
+
+    base = roofline("A100-80GB", "llama-70b", 4, 1)
+    ov = ProfileOverride(gpu_type="A100-80GB", model="llama-70b", tp=4, pp=1, step_t1_s=2e-4, context_s_per_token=1e-8)
+    mine = resolve("A100-80GB", "llama-70b", 4, 1, (ov,))
+    assert mine.context_s_per_token == 1e-8
+    assert SimGroup.from_profile("g", 1, mine).step_time_per_context_token_s == 1e-8
+    # an override of the line alone keeps the model's context term (the line holds at the nominal context)
+    line = ProfileOverride(gpu_type="A100-80GB", model="llama-70b", tp=4, pp=1, step_t1_s=2e-4)
+    assert resolve("A100-80GB", "llama-70b", 4, 1, (line,)).context_s_per_token == base.context_s_per_token
+    # a fit scales it as the per-sequence slope it is part of
+    assert scaled_override(base, (1.0, 1.5, 1.0)).context_s_per_token == pytest.approx(1.5 * base.context_s_per_token)
+    for bad in (-1e-9, 0.01, float("inf")):
+        with pytest.raises(InputError) as err:
+            check_override(ProfileOverride(gpu_type="A100-80GB", model="llama-70b", tp=4, pp=1,
+                                           context_s_per_token=bad), field="profiles[0]")
+        assert err.value.field == "profiles[0].context_s_per_token"

@@ -17,7 +17,7 @@ FIELDS = ("replica", "admit_ns", "first_token_ns", "finish_ns", "finish_step_ns"
           "recomputed", "cached", "steps")
 
 
-def random_jobs(seed: int, *, big: bool, timed: bool, curved: bool = False) -> Jobs:
+def random_jobs(seed: int, *, big: bool, timed: bool, curved: bool = False, context: bool = False) -> Jobs:
     rng = np.random.default_rng(seed)
     bs = int(rng.choice([1, 2, 4, 8, 16, 32] if not big else [8, 16, 32]))
     n = int(rng.integers(5, 60) if not big else rng.integers(150, 500))
@@ -49,6 +49,9 @@ def random_jobs(seed: int, *, big: bool, timed: bool, curved: bool = False) -> J
         if curved:  # a measured-model-like decode curve: flat, then rising, through a few knots
             knots = tuple((b, 0.02 + 0.0004 * max(0, b - 4) + 0.0001 * b) for b in (1, 2, 4, 8, 16))
             timing = StepTiming(0.02, 0.001, 0.0002, knots)
+        if context:  # a KV read per context token: whole, odd and sub-nanosecond picoseconds, and a heavy one
+            c = float(rng.choice([1e-9, 37.123e-9, 0.3e-9, 2.5e-6])) * (1.0 + float(rng.random()))
+            timing = StepTiming(timing.t0_s, timing.t1_s, timing.prefill_s_per_token, timing.decode_knots, c)
     else:
         arrival = np.cumsum(rng.choice([0, 0, 0, 1, 2, 3, 8], size=n)) * 1_000_000_000
         timing, replicas = StepTiming(1.0, 0.0, 0.0), 1
@@ -84,6 +87,21 @@ def test_small_instances_curved_decode_times(seed: int) -> None:
     jobs = random_jobs(3000 + seed, big=False, timed=True, curved=True)
     assert jobs.groups[0].timing.decode_knots
     assert_same(jobs)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_small_instances_context_dependent_steps(seed: int) -> None:
+    # every step's duration grows with its requests' context (StepTiming.context_s_per_token): the fast model's runs
+    # sum those steps with floor_sum and invert time to steps for arrivals; the reference adds them one by one
+    jobs = random_jobs(5000 + seed, big=False, timed=True, curved=bool(seed % 2), context=True)
+    assert jobs.groups[0].timing.context_ps > 0
+    assert_same(jobs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(6))
+def test_larger_instances_context_dependent_steps(seed: int) -> None:
+    assert_same(random_jobs(6000 + seed, big=True, timed=True, curved=bool(seed % 2), context=True))
 
 
 @pytest.mark.slow

@@ -15,8 +15,9 @@ Three switches for tests, by environment variable (read in the engine-core proce
 
 - ``KVPLAN_FAKE_STEP_LOG=<path>``: append one JSON line per executed step: the step's index, the requests
   admitted (new), resumed after preemption, their scheduled tokens and those finished since the last step;
-- ``KVPLAN_FAKE_STEP_CLOCK=<json>``: sleep each step as long as the step of the layout it names would take
-  (:mod:`kvplan_dev.twin.step_clock`, kvcore's measured step-time model), for the twin's pods;
+- ``KVPLAN_FAKE_STEP_CLOCK=<json>``: make each step last as long as the step of the layout it names would take
+  (:mod:`kvplan_dev.twin.step_clock`, kvcore's measured step-time model, or a given law), counting the engine's own
+  work in it, for the twin's pods;
 - ``KVPLAN_FAKE_ASYNC_SCHEDULING=1``: turn async scheduling back on. vLLM's CPU platform forces it off
   (``vllm/platforms/cpu.py``); a GPU platform leaves it on, and then the engine core runs its batch-queue loop
   (``step_with_batch_queue``) with an ``AsyncScheduler``. The engine core reads the flag after building the
@@ -199,6 +200,10 @@ class TokenFabricatingExecutor(Executor):
         self._steps = 0
         self._step_log = os.environ.get(ENV_STEP_LOG) or None
         self._clock: StepClock | None = None
+        self._began: list[float] = []
+        """When each pending step was handed to the executor (monotonic seconds)."""
+        self._last_end: float | None = None
+        """When the previous step's output was returned (monotonic seconds)."""
         if os.environ.get(ENV_CLOCK):
             from kvplan_dev.twin.step_clock import ClockSpec, StepClock
 
@@ -235,6 +240,7 @@ class TokenFabricatingExecutor(Executor):
             self._fabricator.forget(scheduler_output.finished_req_ids)
             self._steps += 1
             return _done(EMPTY_MODEL_RUNNER_OUTPUT) if non_block else EMPTY_MODEL_RUNNER_OUTPUT
+        self._began.append(time.monotonic())
         self._pending.append(scheduler_output)
         if self._step_log is not None and scheduler_output.total_num_scheduled_tokens > 0:
             self._log_step(scheduler_output)
@@ -256,9 +262,24 @@ class TokenFabricatingExecutor(Executor):
         self, grammar_output: GrammarOutput | None, non_block: bool = False
     ) -> Any:
         output = self._fabricator.run(self._pending.pop(0))
+        began = self._began.pop(0)
         if self._clock is not None:  # the step takes as long as the layout's would (the twin's pods)
-            time.sleep(self._clock.seconds(self._fabricator.decode_contexts, self._fabricator.prefill_chunks))
+            self._wait_out(began, self._clock.seconds(self._fabricator.decode_contexts,
+                                                      self._fabricator.prefill_chunks))
         return _done(output) if non_block else output
+
+    def _wait_out(self, began: float, seconds: float) -> None:
+        """Return ``seconds`` after the step began: after the previous step's output when the engine went straight
+        on (the engine core's own work between steps, its scheduling and output handling, is inside the step, as
+        it is on a GPU), else after the step was handed over. Sleeping to that deadline, instead of for
+        ``seconds`` after the work, keeps each step at the clock's length however loaded the machine is, as long
+        as the engine's work fits in it."""
+        if self._last_end is not None and began - self._last_end < seconds:
+            began = self._last_end
+        delay = began + seconds - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        self._last_end = time.monotonic()
 
     def take_draft_token_ids(self) -> DraftTokenIds | None:
         return None

@@ -23,7 +23,8 @@ __version__ = "0.1.0"
 
 _BY_MODULE: dict[str, str] = {
     "kvcore.catalogue": "GpuType HistorySource",
-    "kvcore.classification": "ClassRule PromptLengthRule RequestView UNKNOWN_VALUE=UNKNOWN_CLASS_SOURCE",
+    "kvcore.classification": ("ClassRule FAIRNESS_HEADER OBJECTIVE_HEADER PromptLengthRule RequestView "
+                              "UNKNOWN_VALUE=UNKNOWN_CLASS_SOURCE"),
     "kvcore.errors": "InputError",
     "kvcore.evaluate": ("Cell DEFAULT_METHODS DEFAULT_RHOS DEFAULT_SHIFTS evaluate=run_evaluation Evaluation "
                         "gm_markdown ratio_cells register_policy split_episodes"),
@@ -104,13 +105,15 @@ __all__ = [
     "DEFAULT_METHODS", "DEFAULT_MODEL", "DEFAULT_RADIUS", "DEFAULT_RHOS", "DEFAULT_SHIFTS", "drift_radius",
     "engine_rho", "EngineConfig", "EngineEvaluation", "EngineFleet", "EngineRow", "EngineSetup", "ENVOY_TOKEN_TYPE",
     "ENVOY_TOKEN_USAGE", "episodes_for", "evaluate_engine", "evaluate_slo_capacity", "Evaluation", "exact_bounds",
-    "exposed_side", "FileProblem", "find_slo_rate", "fit_step_law", "FLEET_BYTES_PER_SAMPLE", "FRONTIER_WATERMARKS",
+    "exposed_side", "FAIRNESS_HEADER", "FileProblem", "find_slo_rate", "fit_step_law", "FLEET_BYTES_PER_SAMPLE",
+    "FRONTIER_WATERMARKS",
     "gate", "generate_fleet", "generate_instance", "get_policy", "gm_markdown", "GPU_CATALOGUE", "gpu_from_spec",
     "GpuFigures", "GpuType", "GroupEngine", "GroupPlan", "GroupReplays", "GroupSpec", "History", "HistorySource",
     "input_error", "InputError", "Instance", "Jobs", "KnobClass", "knobs_for_plan", "kvplan_buckets",
     "KVPLAN_CLASS_LABEL", "KVPLAN_OUTPUT_TOKENS", "Layout", "layout_model", "LAYOUTS", "LLMD_OUTPUT_TOKENS",
     "load_trace", "MAX_RESERVATION_FILE_BYTES", "measure_row", "meets_slo", "MODELS", "NO_RESERVATIONS",
-    "ObjectiveTerms", "parse_reservations", "path_identity", "plan", "Plan", "plan_groups", "PlanStatus",
+    "OBJECTIVE_HEADER", "ObjectiveTerms", "parse_reservations", "path_identity", "plan", "Plan", "plan_groups",
+    "PlanStatus",
     "ProfileOverride", "PromptLengthRule", "RadiusChoice", "RadiusPolicy", "ratio_cells", "read_regular_file",
     "register_policy", "render_reservations", "ReplaySet", "ReplayStore", "request_cost", "RequestView",
     "resample_trace", "ReservationResult", "Reservations", "ReservationsError", "reserve", "ReserveChoice",
@@ -127,7 +130,8 @@ __all__ = [
 if TYPE_CHECKING:
     from kvcore.catalogue import GpuType, HistorySource
     from kvcore.classification import (
-        ClassRule, PromptLengthRule, RequestView, UNKNOWN_VALUE as UNKNOWN_CLASS_SOURCE,
+        ClassRule, FAIRNESS_HEADER, OBJECTIVE_HEADER, PromptLengthRule, RequestView,
+        UNKNOWN_VALUE as UNKNOWN_CLASS_SOURCE,
     )
     from kvcore.errors import InputError
     from kvcore.evaluate import (

@@ -29,6 +29,9 @@ DEGRADED = "Degraded"
 ENGINE_KNOBS = "EngineKnobs"
 STEP_TIMES = "StepTimes"
 TYPES = (READY, PLANNED, APPLIED, DEGRADED, ENGINE_KNOBS, STEP_TIMES)
+INFORMATIONAL = frozenset({STEP_TIMES})
+"""Condition types whose False is a state, not a fault (a new fleet has no engine steps to fit yet): their
+transitions are Normal events."""
 
 # --- Reasons (CamelCase, stable: alerts and tests match on them) -------------------------------------------------
 #: The plan was computed and every owned object matches it.

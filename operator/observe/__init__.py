@@ -186,15 +186,19 @@ def rolled_out_at(body: Mapping[str, Any] | None) -> float | None:
 
 def relayout_times(spec: KVPlanSpec, changes: tuple[LayoutChange, ...],
                    groups: Mapping[str, GroupState] | None = None) -> dict[str, float]:
-    """Per group, the later of its last re-layout attempt (an attempt naming no group counts for all) and the end of
-    its Deployment's last rollout (:func:`rolled_out_at`), unix seconds: the step-time fit reads only windows
-    after it, so that no window mixes engines of two layouts."""
+    """Per group, the later of its last re-layout attempt and the end of its Deployment's last rollout
+    (:func:`rolled_out_at`), unix seconds: the step-time fit reads only windows after it, so that no window mixes
+    engines of two layouts. An attempt names every group's target; it re-lays out a group only where that target
+    differs from the group's target in the attempt before (the first attempt naming a group counts; an attempt
+    naming no group counts for all)."""
     out: dict[str, float] = {}
-    for change in changes:
-        named = {part.partition("=")[0] for part in change.layouts.split(",") if part}
+    target: dict[str, str] = {}
+    for change in sorted(changes, key=lambda c: c.t):
+        named = dict(part.partition("=")[::2] for part in change.layouts.split(",") if part)
         for g in spec.groups:
-            if not named or g.name in named:
+            if not named or (g.name in named and target.get(g.name) != named[g.name]):
                 out[g.name] = max(out.get(g.name, change.t), change.t)
+        target.update(named)
     for name, state in (groups or {}).items():
         if (done := rolled_out_at(state.body)) is not None:
             out[name] = max(out.get(name, done), done)

@@ -60,6 +60,10 @@ def profile_source(spec: KVPlanSpec, g: Group, layout: tuple[int, int] | None) -
             "override": override}
 
 
+_LAST_OF: dict[str, tuple[Any, Any]] = {}
+"""``"last"``: (the last spec :meth:`SpecProfiles.of` built for, its SpecProfiles), one tuple (read atomically)."""
+
+
 @dataclass(frozen=True)
 class SpecProfiles:
     """What kvcore resolves a spec's profiles from, built once per spec: its measured overrides
@@ -72,6 +76,17 @@ class SpecProfiles:
 
     @classmethod
     def of(cls, spec: KVPlanSpec) -> SpecProfiles:
+        """The spec's profile inputs; the last spec's are kept, so a cycle's observe, capacity view, overrides and
+        instance build them once (specs are frozen; a new spec object misses the cache)."""
+        last = _LAST_OF.get("last")
+        if last is not None and last[0] is spec:
+            return last[1]  # type: ignore[no-any-return]
+        built = cls._build(spec)
+        _LAST_OF["last"] = (spec, built)
+        return built
+
+    @classmethod
+    def _build(cls, spec: KVPlanSpec) -> SpecProfiles:
         overrides = tuple(ProfileOverride(gpu_type=p.gpu_type, model=p.model, tp=p.tp, pp=p.pp,
                                           kv_capacity_tokens=p.kv_capacity_tokens,
                                           throughput_tokens_s=p.throughput_tokens_per_second) for p in spec.profiles)

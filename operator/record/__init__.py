@@ -38,9 +38,8 @@ from ..kube import CYCLE_DEADLINE, KubeError
 from ..observe import Observation
 from ..run import OWNED_STATUS, Deps, Failure, RunContext
 from ..targets.plandetail import FORMAT, chunk_name, detail_writes, digest, encode, plan_json, split
-from .status import step_times_condition
 from .status import (calibration_body, calibration_detail, class_entries, diff_body, diff_full, iso, objective_body,
-                     plan_body, status_patch, workload_body)
+                     plan_body, status_patch, step_times_condition, workload_body)
 
 
 @dataclass(frozen=True)
@@ -285,9 +284,8 @@ def post_events(deps: Deps, body: Mapping[str, Any], before: list[Any], after: l
             c = C.find(after, type_)
             if c is None:
                 continue
-            # a group on its profile's step times is not a fault (a new fleet has no engine steps yet)
             bad = ((type_ == C.DEGRADED) == (c["status"] == "True") and c["reason"] != C.DRY_RUN
-                   and type_ != C.STEP_TIMES)
+                   and type_ not in C.INFORMATIONAL)
             try:
                 deps.kube.post_event(body, type_="Warning" if bad else "Normal", reason=c["reason"],
                                      message=f"{type_}={c['status']}: {c['message']}")

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from kvcore import FAIRNESS_HEADER, OBJECTIVE_HEADER
+
 from .base import SpecModel
 
 #: ``major.minor[.patch]`` with an optional local suffix (``0.33.0+cu128``); pre-releases are not accepted.
@@ -42,12 +44,6 @@ class Plugin(SpecModel):
     enabled: bool = Field(False, description="Add --scheduler-cls and mount the reservation file.")
     scheduler: Literal["Auto", "Async", "Sync"] = Field("Auto", description="Auto: the async variant unless the "
                                                         "container's flags or layout turn vLLM's async scheduling off.")
-
-
-#: The Gateway API inference extension's request headers naming an ``InferenceObjective`` and a tenant
-#: (kvcore.classification's ``objective`` and ``fairnessId`` matchers).
-OBJECTIVE_HEADER = "x-gateway-inference-objective"
-FAIRNESS_HEADER = "x-gateway-inference-fairness-id"
 
 
 def match_keys(match: Any) -> list[tuple[str | None, str]]:

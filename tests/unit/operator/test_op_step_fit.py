@@ -312,6 +312,11 @@ def test_the_fit_starts_after_the_last_re_layout_and_the_last_rollout() -> None:
     changes = (LayoutChange(rolled - 600, "interactive=8x1"), LayoutChange(rolled + 60, "batch=4x1"))
     assert relayout_times(spec, changes, states) == {"interactive": rolled, "batch": rolled + 60}
     assert relayout_times(spec, (LayoutChange(5.0, ""),)) == {"interactive": 5.0, "batch": 5.0}
+    # an attempt names every group's target: only the groups whose target moved since the attempt before restart
+    both = (LayoutChange(100.0, "batch=8x1,interactive=4x1"), LayoutChange(200.0, "batch=4x1,interactive=4x1"),
+            LayoutChange(300.0, "batch=4x1,interactive=8x1"))
+    assert relayout_times(spec, both) == {"interactive": 300.0, "batch": 200.0}
+    assert relayout_times(spec, both[:1]) == {"interactive": 100.0, "batch": 100.0}
 
 
 def test_the_streaming_client_s_packed_points_read_as_lists_do() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 
 import pytest
 
@@ -82,6 +83,31 @@ def test_the_floor_is_the_least_that_finishes(old_r, old_g, new_r, new_g, nodes,
         assert not any(completes(**kw, max_unavailable=u) for u in range(user, floor))
     # new_r unavailable removes every old pod before the new ones need room: it always finishes.
     assert completes(**kw, max_unavailable=new_r)
+
+
+def test_finishing_is_monotone_in_max_unavailable():
+    # rollout_floor bisects on it: on seeded random pools, a rollout that finishes with u pods unavailable finishes
+    # with u + 1, and the floor it finds is the least value that finishes (a scan of every value)
+    rng = random.Random(20261207)
+    floors = 0
+    for _ in range(400):
+        old_g, new_g = rng.choice([1, 2, 4, 8]), rng.choice([1, 2, 4, 8])
+        nodes = [rng.choice([0, 2, 4, 8, 8, 8]) for _ in range(rng.randint(1, 6))]
+        old_r = rng.randint(1, max(1, sum(nodes) // old_g))
+        new_r = rng.randint(1, max(1, sum(nodes) // new_g + 1))
+        surge = rng.choice([0, 0, 1, 2])
+        kw = dict(old_replicas=old_r, old_gpus=old_g, new_replicas=new_r, new_gpus=new_g, nodes=nodes)
+        ok = [completes(**kw, max_surge=surge, max_unavailable=u) for u in range(new_r + 1)]
+        assert all(b for a, b in zip(ok, ok[1:]) if a), (kw, surge, ok)
+        user = rng.randint(0, new_r)
+        floor = rollout_floor(**kw, max_surge=surge, max_unavailable=user)
+        scan = next((u for u in range(user, new_r + 1) if ok[u]), None)
+        if scan == user:
+            assert floor is None
+        else:
+            floors += 1
+            assert floor == (scan if scan is not None else max(new_r, 1)), (kw, surge, user, ok)
+    assert floors > 40  # the draw holds rollouts that need a hold, not only ones that finish alone
 
 
 def body(*, replicas: int = 1, gpus: int = 8, tp: int = 8, surge: object = 0, unavailable: object = 1,

@@ -35,6 +35,10 @@ s (a trace in milliseconds, 1.8e12, is refused rather than read as seconds)."""
 MAX_WEIGHT = 1e15
 """Sample weights and histogram counts: 1e15 requests is 30 years at a million requests per second."""
 
+MAX_CONTEXT_S_PER_TOKEN = 1e-3
+"""A step's seconds per token of context (the KV read of one token): 1 ms per token is a thousand times any GPU's
+KV read (tens of ns per token); past it the number is not a read time."""
+
 MAX_RATIO = 1e3
 """Dimensionless multipliers given by users: output-length shifts, radius fractions, horizon ratios (a plan held
 1,000 times as long as its history, or a radius 1,000 times the mean, is already saturated)."""

@@ -196,12 +196,11 @@ class TokenFabricatingExecutor(Executor):
     def _init_executor(self) -> None:
         self._worker = _FakeWorker(self)
         self._fabricator = TokenFabricator()
-        self._pending: list[SchedulerOutput] = []
+        self._pending: list[tuple[SchedulerOutput, float]] = []
+        """Each step handed to the executor and not yet sampled, with when it was handed over (monotonic s)."""
         self._steps = 0
         self._step_log = os.environ.get(ENV_STEP_LOG) or None
         self._clock: StepClock | None = None
-        self._began: list[float] = []
-        """When each pending step was handed to the executor (monotonic seconds)."""
         self._last_end: float | None = None
         """When the previous step's output was returned (monotonic seconds)."""
         if os.environ.get(ENV_CLOCK):
@@ -240,8 +239,7 @@ class TokenFabricatingExecutor(Executor):
             self._fabricator.forget(scheduler_output.finished_req_ids)
             self._steps += 1
             return _done(EMPTY_MODEL_RUNNER_OUTPUT) if non_block else EMPTY_MODEL_RUNNER_OUTPUT
-        self._began.append(time.monotonic())
-        self._pending.append(scheduler_output)
+        self._pending.append((scheduler_output, time.monotonic()))
         if self._step_log is not None and scheduler_output.total_num_scheduled_tokens > 0:
             self._log_step(scheduler_output)
         self._steps += 1
@@ -261,8 +259,8 @@ class TokenFabricatingExecutor(Executor):
     def sample_tokens(  # type: ignore[override]
         self, grammar_output: GrammarOutput | None, non_block: bool = False
     ) -> Any:
-        output = self._fabricator.run(self._pending.pop(0))
-        began = self._began.pop(0)
+        step, began = self._pending.pop(0)
+        output = self._fabricator.run(step)
         if self._clock is not None:  # the step takes as long as the layout's would (the twin's pods)
             self._wait_out(began, self._clock.seconds(self._fabricator.decode_contexts,
                                                       self._fabricator.prefill_chunks))

@@ -39,7 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kvcore.bounds import MAX_COUNT, MAX_KV_TOKENS, MAX_SECONDS, MAX_TOKENS_PER_S
+from kvcore.bounds import MAX_CONTEXT_S_PER_TOKEN, MAX_COUNT, MAX_KV_TOKENS, MAX_SECONDS, MAX_TOKENS_PER_S
 from kvcore.catalogue import GPU_TYPES
 from kvcore.catalogue import MODELS as CATALOGUE_MODELS
 from kvcore.errors import InputError
@@ -337,8 +337,6 @@ def resolve(gpu_type: str, model: str, tp: int, pp: int, overrides: tuple[Profil
                    fields.get("context_s_per_token", base.context_s_per_token))
 
 
-MAX_CONTEXT_S_PER_TOKEN = 1e-3
-"""A step's seconds per token of context above this are not a KV read (the engine model refuses them too)."""
 _OVERRIDE_MAX = {"kv_capacity_tokens": MAX_KV_TOKENS, "throughput_tokens_s": MAX_TOKENS_PER_S,
                  "step_t0_s": MAX_SECONDS, "step_t1_s": MAX_SECONDS, "phi": float(MAX_COUNT),
                  "prefill_tokens_s": MAX_TOKENS_PER_S, "context_s_per_token": MAX_CONTEXT_S_PER_TOKEN}

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from kvcore.profiles import (MAX_CONTEXT_S_PER_TOKEN, NOMINAL_CONTEXT_TOKENS, PREFILL_PROMPT_TOKENS, Profile,
-                             ProfileOverride, gpu_of)
+from kvcore.bounds import MAX_CONTEXT_S_PER_TOKEN
+from kvcore.profiles import NOMINAL_CONTEXT_TOKENS, PREFILL_PROMPT_TOKENS, Profile, ProfileOverride, gpu_of
 from kvcore.profiles import _arch_of
 from kvcore.profiles.steptime import layout as _layout
 from kvcore.profiles.steptime import step_time as _step_time

@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from pydantic import BaseModel, ConfigDict, Field
 
+from kvcore.bounds import MAX_CONTEXT_S_PER_TOKEN
 from kvcore.errors import InputError
 
 FloatArray = NDArray[np.float64]
@@ -60,7 +61,7 @@ class SimGroup(BaseModel):
     """(batch, seconds) points of the decode step time (the measured model's curve at a 1,024-token context,
     :attr:`kvcore.profiles.Profile.decode_knots`). Given, the engine model takes the curve through them instead of
     ``t0 + t1 * B`` (:class:`kvcore.sim.engine.StepTiming`); empty, the line."""
-    step_time_per_context_token_s: float = Field(default=0.0, ge=0, le=1e-3, allow_inf_nan=False)
+    step_time_per_context_token_s: float = Field(default=0.0, ge=0, le=MAX_CONTEXT_S_PER_TOKEN, allow_inf_nan=False)
     """Seconds a step takes per token of context its requests hold (the KV read of a token); t0, t1 and the curve
     hold at 1,024 tokens of context per sequence and each step moves by this much per token above or below
     (:class:`kvcore.sim.engine.StepTiming`). 0 (the default): context-free; :meth:`from_profile` takes the

@@ -60,7 +60,7 @@ def profile_source(spec: KVPlanSpec, g: Group, layout: tuple[int, int] | None) -
             "override": override}
 
 
-_LAST_OF: dict[str, tuple[Any, Any]] = {}
+_LAST_OF: dict[str, tuple[KVPlanSpec, SpecProfiles]] = {}
 """``"last"``: (the last spec :meth:`SpecProfiles.of` built for, its SpecProfiles), one tuple (read atomically)."""
 
 
@@ -80,7 +80,7 @@ class SpecProfiles:
         instance build them once (specs are frozen; a new spec object misses the cache)."""
         last = _LAST_OF.get("last")
         if last is not None and last[0] is spec:
-            return last[1]  # type: ignore[no-any-return]
+            return last[1]
         built = cls._build(spec)
         _LAST_OF["last"] = (spec, built)
         return built

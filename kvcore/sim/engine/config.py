@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from kvcore.bounds import MAX_CONTEXT_S_PER_TOKEN
 from kvcore.errors import InputError
 
 NS_PER_S = 1_000_000_000
@@ -115,6 +116,8 @@ class StepTiming:
     decode_knots: Knots = ()
     context_s_per_token: float = 0.0
     nominal_context: int = 1024
+    context_ps: int = field(init=False, repr=False, compare=False)
+    """``c`` in whole picoseconds per context token per step (derived from ``context_s_per_token``)."""
 
     def __post_init__(self) -> None:
         for name in ("t0_s", "t1_s", "prefill_s_per_token", "context_s_per_token"):
@@ -124,11 +127,12 @@ class StepTiming:
         if self.t0_s <= 0:
             raise InputError("timing.t0_s", "must be > 0 (a step takes time)")
         check_knots(self.decode_knots, field="timing.decode_knots")
-        if self.context_s_per_token > 1e-3:
+        if self.context_s_per_token > MAX_CONTEXT_S_PER_TOKEN:
             raise InputError("timing.context_s_per_token", f"{self.context_s_per_token} s per context token per step "
-                                                           "is not a KV read time (at most 1 ms)")
+                                                           f"is not a KV read time (at most {MAX_CONTEXT_S_PER_TOKEN})")
         if self.nominal_context < 0:
             raise InputError("timing.nominal_context", f"must be >= 0, got {self.nominal_context}")
+        object.__setattr__(self, "context_ps", round(self.context_s_per_token * 1e12))
 
     def decode_s(self, batch: float) -> float:
         """Seconds of a decode step of ``batch`` sequences (``d(B)`` above)."""
@@ -141,15 +145,12 @@ class StepTiming:
         (b0, s0), (b1, s1) = k[i - 1], k[i]
         return max(s0 + (s1 - s0) * (batch - b0) / (b1 - b0), min(s0, s1))
 
-    @property
-    def context_ps(self) -> int:
-        """``c`` in whole picoseconds per context token per step."""
-        return round(self.context_s_per_token * 1e12)
+        object.__setattr__(self, "context_ps", round(self.context_s_per_token * 1e12))
 
     def base_ns(self, batch: int, tokens: int) -> int:
         """The step's duration without its context term, integer nanoseconds (>= 1)."""
         s = self.decode_s(batch)
-        if self.context_s_per_token:
+        if self.context_ps:
             s -= self.context_ps * 1e-12 * self.nominal_context * batch
         return max(1, round(NS_PER_S * (s + (tokens - batch) * self.prefill_s_per_token)))
 
@@ -157,7 +158,7 @@ class StepTiming:
         """The context term of a step whose scheduled requests hold ``context`` tokens, integer nanoseconds."""
         return (context * self.context_ps + 500) // 1000
 
-    def step_ns(self, batch: int, tokens: int, context: int = 0) -> int:
+    def step_ns(self, batch: int, tokens: int, context: int) -> int:
         """Duration of a step of ``batch`` requests, ``tokens`` tokens and ``context`` tokens of context, integer
         nanoseconds (>= 1)."""
         return self.base_ns(batch, tokens) + self.context_ns(context)

@@ -24,6 +24,6 @@ packages += [
 setup(
     packages=packages,
     package_dir={_OPERATOR_PKG: _OPERATOR_DIR},
-    package_data={"": ["*.csv", "README.md", "*.yaml", "py.typed", "LICENSE.vidur"]},
+    package_data={"": ["*.csv", "*.json", "README.md", "*.yaml", "py.typed", "LICENSE.vidur"]},
     include_package_data=False,
 )

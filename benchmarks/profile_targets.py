@@ -6,9 +6,11 @@ Measured figures (MEASURED below) are the ones issue 22 compiled from public A10
 (vidur's per-operator profiles composed into steps, and published per-token latencies of optimised engines at TP4
 and TP8): decode step at batch 1, TP4 31-36 ms, TP8 26 ms; decode slope at TP4 about 0.19 ms per sequence; TP4
 1.2-1.4x the decode tokens/s per GPU of TP8. They were NOT used to fit anything: the coefficients are fitted on the
-vendored vidur kernel profiles only (kvcore/profiles/calibrate.py). Targets without a measured figure here
-(first-token latency, Llama-3-8B on one A100, the 70B on H100) are printed as modelled only. Last, the planner's
-line t0 + t1*B (kvcore.profiles.linear_step) against the model it is fitted to, over every catalogue layout.
+vendored vidur kernel profiles only (kvcore/profiles/calibrate.py). Then the published vLLM runs
+(kvcore/data/profiling/published_vllm_runs.json: Llama-3-8B on one A100, Llama-3-70B at TP4 and TP8 on A100 and
+H100), each replayed step by step through the model (kvcore.profiles.published): first-token latency of the
+batched prompts and the decode step of each measured phase. Last, the planner's line t0 + t1*B
+(kvcore.profiles.linear_step) against the model it is fitted to, over every catalogue layout.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from datetime import datetime, timezone
 from kvcore.profiles import GPUS, MODELS, doubling_batches, measured, roofline
 from kvcore.profiles.gpus import CATALOGUE
 from kvcore.profiles.models import get_model
+from kvcore.profiles.published import compare, load_runs
 from kvcore.profiles.steptime import layout, prefill_time, step_time, tokens_per_s_per_gpu
 
 MEASURED = {
@@ -76,7 +79,19 @@ def main() -> None:
     for i in range(n):
         measured.__wrapped__("A100-80GB", get_model("llama-70b"), (1, 2, 4, 8)[i % 4], 1)
     print(f"planner profile (kvcore.profiles.measured, uncached): {(time.perf_counter() - t) / n * 1e3:.3f} ms")
+    published()
     line_errors()
+
+
+def published() -> None:
+    """Modelled against measured for each published vLLM run (see kvcore.profiles.published)."""
+    print("\n| GPU | model | TP | figure | batch | modelled ms | measured ms | modelled / measured |\n"
+          "|---|---|---|---|---|---|---|---|")
+    for r in load_runs():
+        lay = layout(CATALOGUE[r.gpu], get_model(r.model), r.tp, 1)
+        for c in compare(r, lambda d, p: step_time(lay, list(d), list(p))):
+            print(f"| {r.gpu} | {r.model} | {r.tp} | {c.figure} | {c.batch} | {c.modelled_s * 1e3:.1f} | "
+                  f"{c.measured_s * 1e3:.1f} | {c.ratio:.2f} |")
 
 
 def line_errors() -> None:

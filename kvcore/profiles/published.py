@@ -1,0 +1,106 @@
+"""The step-time model against published end-to-end vLLM runs: the same requests, replayed step by step.
+
+Each run in ``kvcore/data/profiling/published_vllm_runs.json`` sent its prompts at once to one vLLM server (one
+layout), which prefilled them in one step and then decoded in bursts of ``steps_per_burst`` steps (vLLM's
+multi-step scheduling: a streamed chunk, one inter-token latency sample, per burst). Decode step s (s = 0, 1, ...)
+samples token s + 2 of every request whose output has at least s + 2 tokens; such a request then holds its prompt
+plus s + 1 tokens of context. So a burst's batch and contexts follow from the prompt and output lengths alone, and
+the model prices each step of a measured phase exactly as the run scheduled it:
+
+    modelled TTFT  = step_time(no decoders; one prefill chunk (prompt, 0) per request)              (s)
+    modelled phase = mean over the phase's steps s of step_time(contexts of the requests active at s)  (s)
+
+against the run's median TTFT and its phase's median inter-token latency over ``steps_per_burst`` (s per step).
+The TTFT measured also holds the HTTP round trip and tokenisation, which the model leaves out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kvcore.errors import InputError
+
+RUNS_FILE = Path(__file__).resolve().parents[1] / "data" / "profiling" / "published_vllm_runs.json"
+
+StepFn = Callable[[Sequence[float], Sequence[tuple[float, float]]], float]
+"""(decode contexts, prefill (tokens, context before) chunks) -> seconds of one step."""
+
+
+@dataclass(frozen=True)
+class Phase:
+    first_burst: int
+    last_burst: int
+    measured_s: float
+    """Median inter-token latency of the phase's bursts over the steps per burst (s per step)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    gpu: str
+    model: str
+    tp: int
+    path: str
+    commit: str
+    date: str
+    input_lens: tuple[int, ...]
+    output_lens: tuple[int, ...]
+    ttft_s: float
+    phases: tuple[Phase, ...]
+    steps_per_burst: int
+
+
+@dataclass(frozen=True)
+class Compared:
+    figure: str
+    batch: str
+    """The batch sizes the figure's steps ran at ("10" for the prefill), as a range."""
+    modelled_s: float
+    measured_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.modelled_s / self.measured_s
+
+
+def load_runs(path: Path = RUNS_FILE) -> list[Run]:
+    """The vendored runs; a file whose prompts or outputs do not add up to its recorded totals is refused."""
+    doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    k = int(doc["steps_per_burst"])
+    runs = []
+    for i, r in enumerate(doc["runs"]):
+        ins, outs = tuple(int(x) for x in r["input_lens"]), tuple(int(x) for x in r["output_lens"])
+        if sum(ins) != r["total_input_tokens"] or sum(outs) != r["total_output_tokens"] or len(ins) != len(outs):
+            raise InputError(f"runs[{i}]", "prompt or output lengths do not add up to the run's recorded totals")
+        phases = tuple(Phase(int(p["bursts"][0]), int(p["bursts"][1]), float(p["step_ms"]) * 1e-3)
+                       for p in r["phases"])
+        runs.append(Run(r["gpu"], r["model"], int(r["tp"]), r["path"], r["commit"], r["date"], ins, outs,
+                        float(r["ttft_ms"]) * 1e-3, phases, k))
+    return runs
+
+
+def active_contexts(run: Run, step: int) -> list[float]:
+    """Contexts (tokens) of the requests decode step ``step`` (from 0) samples for."""
+    return [float(i + step + 1) for i, o in zip(run.input_lens, run.output_lens) if o >= step + 2]
+
+
+def compare(run: Run, step_s: StepFn) -> list[Compared]:
+    """The run's TTFT and each decode phase, modelled by ``step_s`` against measured."""
+    out = [Compared("ttft", str(len(run.input_lens)), step_s((), [(float(i), 0.0) for i in run.input_lens]),
+                    run.ttft_s)]
+    for ph in run.phases:
+        steps = range(ph.first_burst * run.steps_per_burst, (ph.last_burst + 1) * run.steps_per_burst)
+        batches, total = [], 0.0
+        for s in steps:
+            ctx = active_contexts(run, s)
+            if not ctx:
+                raise InputError("phases", f"{run.path}: no request is decoding at step {s}")
+            batches.append(len(ctx))
+            total += step_s(ctx, ())
+        lo, hi = min(batches), max(batches)
+        out.append(Compared(f"decode bursts {ph.first_burst}-{ph.last_burst}", f"{lo}" if lo == hi else f"{lo}-{hi}",
+                            total / len(steps), ph.measured_s))
+    return out

@@ -4,7 +4,8 @@
 
 Measured figures (MEASURED below) are the ones issue 22 compiled from public A100 measurements of Llama-2-70B
 (vidur's per-operator profiles composed into steps, and published per-token latencies of optimised engines at TP4
-and TP8): decode step at batch 1, TP4 31-36 ms, TP8 26 ms; decode slope at TP4 about 0.19 ms per sequence; TP4
+and TP8): decode step at batch 1, TP4 31-36 ms, TP8 26 ms (composed from vidur's eager profiles; vLLM's own run
+below measured 16.4 ms); decode slope at TP4 about 0.19 ms per sequence; TP4
 1.2-1.4x the decode tokens/s per GPU of TP8. They were NOT used to fit anything: the coefficients are fitted on the
 vendored vidur kernel profiles only (kvcore/profiles/calibrate.py). Then the published vLLM runs
 (kvcore/data/profiling/published_vllm_runs.json: Llama-3-8B on one A100, Llama-3-70B at TP4 and TP8 on A100 and
@@ -15,6 +16,7 @@ batched prompts and the decode step of each measured phase. Last, the planner's 
 
 from __future__ import annotations
 
+import math
 import platform
 import statistics
 import time
@@ -23,8 +25,8 @@ from datetime import datetime, timezone
 from kvcore.profiles import GPUS, MODELS, doubling_batches, measured, roofline
 from kvcore.profiles.gpus import CATALOGUE
 from kvcore.profiles.models import get_model
-from kvcore.profiles.published import compare, load_runs
-from kvcore.profiles.steptime import layout, prefill_time, step_time, tokens_per_s_per_gpu
+from kvcore.profiles.published import compare, decode_log_errors, fit_step_costs, load_runs, model_step
+from kvcore.profiles.steptime import GRAPH, layout, prefill_time, step_time, tokens_per_s_per_gpu
 
 MEASURED = {
     ("A100-80GB", "llama-2-70b", 4, "step_b1_ms"): (31.0, 36.0),
@@ -84,14 +86,22 @@ def main() -> None:
 
 
 def published() -> None:
-    """Modelled against measured for each published vLLM run (see kvcore.profiles.published)."""
+    """Modelled against measured for each published vLLM run (see kvcore.profiles.published), then the graph-step
+    costs fitted on all runs and on all but one, with the held-out run's decode errors."""
     print("\n| GPU | model | TP | figure | batch | modelled ms | measured ms | modelled / measured |\n"
           "|---|---|---|---|---|---|---|---|")
-    for r in load_runs():
-        lay = layout(CATALOGUE[r.gpu], get_model(r.model), r.tp, 1)
-        for c in compare(r, lambda d, p: step_time(lay, list(d), list(p))):
+    runs = load_runs()
+    for r in runs:
+        for c in compare(r, model_step(r, GRAPH)):
             print(f"| {r.gpu} | {r.model} | {r.tp} | {c.figure} | {c.batch} | {c.modelled_s * 1e3:.1f} | "
                   f"{c.measured_s * 1e3:.1f} | {c.ratio:.2f} |")
+    print("\n| fitted on | kernel us | all-reduce us | CPU ms | decode errors of the run left out |\n|---|---|---|---|---|")
+    for i, held in enumerate([None, *runs]):
+        rest = [r for r in runs if r is not held]
+        f = fit_step_costs(rest, GRAPH)
+        errs = "-" if held is None else " ".join(f"{math.exp(e) - 1:+.1%}" for e in decode_log_errors([held], f))
+        name = "all five runs" if held is None else f"all but {held.gpu} {held.model} TP{held.tp}"
+        print(f"| {name} | {f.kernel_s * 1e6:.2f} | {f.allreduce_s * 1e6:.1f} | {f.cpu_s * 1e3:.2f} | {errs} |")
 
 
 def line_errors() -> None:

@@ -24,8 +24,9 @@ For each layout z = (TP, PP) a replica uses ``TP * PP`` GPUs and the profile giv
 
 GPU figures are datasheets (:mod:`kvcore.profiles.gpus`), models their config.json (:mod:`kvcore.profiles.models`),
 kernel efficiencies and NCCL latencies fitted on vidur's measured profiles (:mod:`kvcore.profiles.calibrate`); the
-per-step CPU overhead is an assumption (:data:`kvcore.profiles.steptime.CPU_STEP_S`). Measured numbers of a
-user's own fleet replace any field through :class:`ProfileOverride`.
+costs of a step inside a CUDA graph and the CPU per step fitted on published vLLM runs
+(:data:`kvcore.profiles.steptime.GRAPH`). Measured numbers of a user's own fleet replace any field through
+:class:`ProfileOverride`.
 """
 
 from __future__ import annotations

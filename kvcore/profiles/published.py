@@ -12,6 +12,9 @@ the model prices each step of a measured phase exactly as the run scheduled it:
 
 against the run's median TTFT and its phase's median inter-token latency over ``steps_per_burst`` (s per step).
 The TTFT measured also holds the HTTP round trip and tokenisation, which the model leaves out.
+
+:func:`fit_step_costs` fits the step-time model's graph-step costs (:class:`~kvcore.profiles.steptime.StepCosts`)
+to the decode phases: least squares on log(modelled / measured), every other coefficient as vidur's fit gives it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from scipy.optimize import least_squares
+
 from kvcore.errors import InputError
+from kvcore.profiles.gpus import CATALOGUE
+from kvcore.profiles.models import get_model
+from kvcore.profiles.steptime import StepCosts, layout, step_time
 
 RUNS_FILE = Path(__file__).resolve().parents[1] / "data" / "profiling" / "published_vllm_runs.json"
 
@@ -104,3 +113,25 @@ def compare(run: Run, step_s: StepFn) -> list[Compared]:
         out.append(Compared(f"decode bursts {ph.first_burst}-{ph.last_burst}", f"{lo}" if lo == hi else f"{lo}-{hi}",
                             total / len(steps), ph.measured_s))
     return out
+
+
+def model_step(run: Run, costs: StepCosts) -> StepFn:
+    """The step-time model of the run's layout, with graph-step costs ``costs``."""
+    lay = layout(CATALOGUE[run.gpu], get_model(run.model), run.tp, 1, costs=costs)
+    return lambda ctx, prefill: step_time(lay, list(ctx), list(prefill))
+
+
+def decode_log_errors(runs: Sequence[Run], costs: StepCosts) -> list[float]:
+    """log(modelled / measured) of every decode phase of ``runs``."""
+    return [float(np.log(c.ratio)) for r in runs for c in compare(r, model_step(r, costs))
+            if c.figure != "ttft"]
+
+
+def fit_step_costs(runs: Sequence[Run], start: StepCosts) -> StepCosts:
+    """The graph-step costs (each within 0-20 us, 0-100 us, 0-5 ms) that minimise the decode phases' squared log
+    errors, from ``start``; the solver's iterations are capped, so the fit takes the same steps on any machine."""
+    scale = np.array([1e-6, 1e-5, 1e-3])
+    res = least_squares(lambda x: decode_log_errors(runs, StepCosts(*(x * scale))),
+                        np.array([start.kernel_s, start.allreduce_s, start.cpu_s]) / scale,
+                        bounds=([0.0, 0.0, 0.0], [20.0, 10.0, 5.0]), max_nfev=200)
+    return StepCosts(*(res.x * scale))

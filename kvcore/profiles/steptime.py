@@ -14,24 +14,47 @@ A step is ``PP * stage(n / PP) + (PP-1) * (alpha_p2p + n*hidden*2/beta_p2p) + lm
 batch into PP micro-batches that flow through the stages. MoE layers read the weights of the distinct experts the
 step's tokens touch (E * (1 - (1 - k/E)^n) of E) and compute only the active ones. eta_bw, eta_fl, c_lin, e0, e1,
 alpha and beta are fitted on vidur's measured A100/H100 operator and NCCL profiles (:mod:`kvcore.profiles.calibrate`);
-a GPU type without vidur data uses its family's efficiencies with its own datasheet peaks. ``CPU_STEP_S`` is not
-in vidur's kernel data: an assumption (vLLM V1 overlaps most CPU work with async scheduling), to be replaced by
-the online fit (part 4).
+a GPU type without vidur data uses its family's efficiencies with its own datasheet peaks.
+
+vidur timed its kernels one by one, launched eagerly, and NCCL's collectives alone. vLLM runs a step of at most
+``min(2 * max_num_seqs, 512)`` tokens inside a captured CUDA graph, where a kernel costs no launch and a small
+all-reduce over NVLink or xGMI is vLLM's own one-shot kernel. Such a step takes :class:`StepCosts` (``GRAPH``) in
+place of c_lin and alpha_ar; every step pays its CPU share ``GRAPH.cpu_s``. The three figures are fitted on the
+decode steps of published end-to-end vLLM runs (:mod:`kvcore.profiles.published`), not on vidur's data.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 
 from kvcore.errors import InputError
 from kvcore.profiles.arch import ModelArch, check_arch, check_tp
 from kvcore.profiles.calibrate import Coefficients, fit
 from kvcore.profiles.gpus import GiB, GpuType
 
-CPU_STEP_S = 1.5e-3
-"""Per-step CPU overhead (scheduling, sampling, detokenisation not hidden by async scheduling). Assumed."""
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """The fixed costs of a step that vidur's kernel profiles cannot show (seconds)."""
+
+    kernel_s: float
+    """One kernel inside a captured CUDA graph (replaces c_lin, which holds an eager launch)."""
+    allreduce_s: float
+    """Latency of one small all-reduce inside a graph over NVLink or xGMI (replaces NCCL's alpha_ar)."""
+    cpu_s: float
+    """CPU time per step that the GPU waits for (scheduling, input preparation, sampling), every step."""
+
+
+GRAPH = StepCosts(kernel_s=3.1e-6, allreduce_s=1.7e-5, cpu_s=3.1e-4)
+"""Fitted (least squares on log error) on the 14 decode phases of the five published vLLM runs in
+``kvcore/data/profiling/published_vllm_runs.json`` (:func:`kvcore.profiles.published.fit_step_costs`); every fit
+that leaves one layout out gives 2.9-3.5 us, 15-18 us and 0.29-0.41 ms (docs/model.md)."""
+GRAPH_MAX_TOKENS = 512
+"""vLLM's largest CUDA-graph capture size: ``min(2 * max_num_seqs, 512)`` tokens."""
 GPU_MEMORY_UTILIZATION = 0.90
 NOMINAL_CONTEXT = 1024
 _REF_LINK = {"a100": 300e9, "h100": 450e9}
@@ -45,16 +68,33 @@ class Layout:
     tp: int
     pp: int
     coeff: Coefficients
+    costs: StepCosts = GRAPH
 
     @property
     def gpus(self) -> int:
         return self.tp * self.pp
 
+    @cached_property
+    def graph_coeff(self) -> Coefficients:
+        """The coefficients of a step inside a CUDA graph: ``costs.kernel_s`` per kernel; over NVLink or xGMI,
+        ``costs.allreduce_s`` per all-reduce (vLLM's custom all-reduce needs a full peer-to-peer link; over PCIe
+        NCCL's latency stays)."""
+        ar = self.coeff.allreduce
+        if self.gpu.interconnect != "pcie":
+            ar = {g: (self.costs.allreduce_s, beta) for g, (_, beta) in ar.items()}
+        return replace(self.coeff, c_lin_s=self.costs.kernel_s, allreduce=ar)
+
+    def step_coeff(self, tokens: float) -> Coefficients:
+        """The coefficients of a step of ``tokens`` tokens: graphed up to vLLM's capture size, else eager."""
+        graphed = tokens <= min(2 * self.gpu.vllm_max_num_seqs, GRAPH_MAX_TOKENS)
+        return self.graph_coeff if graphed else self.coeff
+
 
 def layout(gpu: GpuType, model: ModelArch, tp: int, pp: int, *, field: str = "profile",
-           coeff: Coefficients | None = None) -> Layout:
+           coeff: Coefficients | None = None, costs: StepCosts = GRAPH) -> Layout:
     """Check a layout (TP/PP against the heads, fp8 against the GPU) and bind its calibrated coefficients
-    (``coeff``: coefficients already fitted, e.g. in another process; default: the GPU family's fit)."""
+    (``coeff``: coefficients already fitted, e.g. in another process; default: the GPU family's fit) and its
+    graph-step costs (``costs``)."""
     check_arch(model, field=f"{field}.model")
     if tp < 1 or pp < 1:
         raise InputError(f"{field}.tp" if tp < 1 else f"{field}.pp", "must be >= 1")
@@ -67,7 +107,7 @@ def layout(gpu: GpuType, model: ModelArch, tp: int, pp: int, *, field: str = "pr
         raise InputError(f"{field}.kv_dtype", f"fp8 KV cache needs fp8 support; {gpu.name} has none")
     if model.weight_dtype == "fp8" and not gpu.has_fp8:
         raise InputError(f"{field}.model.weight_dtype", f"fp8 weights need fp8 support; {gpu.name} has none")
-    return Layout(gpu, model, tp, pp, coeff if coeff is not None else fit(gpu.family))
+    return Layout(gpu, model, tp, pp, coeff if coeff is not None else fit(gpu.family), costs)
 
 
 def activation_reserve_bytes(lay: Layout) -> float:
@@ -91,30 +131,30 @@ def check_fits(lay: Layout, *, field: str = "profile") -> None:
                          f"PP={lay.pp}; {usable:.1f} GB usable on {lay.gpu.name} (less the activation reserve)")
 
 
-def _linear(lay: Layout, k: float, m: float, tokens: float, *, weights: float | None = None) -> float:
-    g, c, mod = lay.gpu, lay.coeff, lay.model
+def _linear(lay: Layout, c: Coefficients, k: float, m: float, tokens: float, *, weights: float | None = None) -> float:
+    g, mod = lay.gpu, lay.model
     wb = mod.weight_bytes_per_param
     flops_peak = g.fp8_flops if (mod.weight_dtype == "fp8" and g.has_fp8) else g.bf16_flops
     nbytes = (k * m if weights is None else weights) * wb + 2.0 * tokens * (k + m)
     return max(nbytes / (c.eta_bw * g.hbm_bytes_s), 2.0 * tokens * k * m / (c.eta_fl * flops_peak)) + c.c_lin_s
 
 
-def _layer(lay: Layout, n: float, kv_bytes: float, prefill_qc: float, moe_layer: bool) -> float:
-    m, tp, c, g = lay.model, lay.tp, lay.coeff, lay.gpu
+def _layer(lay: Layout, c: Coefficients, n: float, kv_bytes: float, prefill_qc: float, moe_layer: bool) -> float:
+    m, tp, g = lay.model, lay.tp, lay.gpu
     h, d = m.hidden, m.head_dim
-    t = _linear(lay, h, (m.heads + 2 * m.kv_heads) * d / tp, n) + _linear(lay, m.heads * d / tp, h, n)
+    t = _linear(lay, c, h, (m.heads + 2 * m.kv_heads) * d / tp, n) + _linear(lay, c, m.heads * d / tp, h, n)
     if moe_layer:
         e, k = m.experts, m.experts_per_token
         touched = e * (1.0 - (1.0 - k / e) ** max(n, 0.0)) if n > 0 else 0.0
         per = h * m.moe_intermediate / tp
-        t += _linear(lay, h, 2 * m.moe_intermediate * k / tp, n, weights=2 * per * touched)
-        t += _linear(lay, m.moe_intermediate * k / tp, h, n, weights=per * touched)
+        t += _linear(lay, c, h, 2 * m.moe_intermediate * k / tp, n, weights=2 * per * touched)
+        t += _linear(lay, c, m.moe_intermediate * k / tp, h, n, weights=per * touched)
         if m.shared_experts:
             si = m.moe_intermediate * m.shared_experts
-            t += _linear(lay, h, 2 * si / tp, n) + _linear(lay, si / tp, h, n)
+            t += _linear(lay, c, h, 2 * si / tp, n) + _linear(lay, c, si / tp, h, n)
         inter = m.moe_intermediate * k
     else:
-        t += _linear(lay, h, 2 * m.intermediate / tp, n) + _linear(lay, m.intermediate / tp, h, n)
+        t += _linear(lay, c, h, 2 * m.intermediate / tp, n) + _linear(lay, c, m.intermediate / tp, h, n)
         inter = m.intermediate
     t += c.elem0_s + c.elem1_s_per_elem * n * (h + inter / tp)
     kv_shard = min(tp, m.kv_heads) if not m.kv_bytes_per_token_override else 1
@@ -145,21 +185,22 @@ def step_time(lay: Layout, decode_contexts: Sequence[float] | float = (), prefil
     qc = float(sum(q * (cb + q / 2.0) for q, cb in prefill))
     n = b + p_tok
     if n <= 0:
-        return CPU_STEP_S
+        return lay.costs.cpu_s
+    c = lay.step_coeff(n)
     kv_bytes = (sum_ctx + prefill_ctx + p_tok) * m.kv_bytes_per_token
     # PP micro-batches: each stage sees n/PP tokens at a time, PP times per step
     mb = n / pp
     dense_layers = m.layers if not m.moe else m.dense_layers
     moe_layers = m.layers - dense_layers
-    per_mb = dense_layers * _layer(lay, mb, kv_bytes / pp, qc / pp, False) / pp if dense_layers else 0.0
+    per_mb = dense_layers * _layer(lay, c, mb, kv_bytes / pp, qc / pp, False) / pp if dense_layers else 0.0
     if moe_layers:
-        per_mb += moe_layers * _layer(lay, mb, kv_bytes / pp, qc / pp, True) / pp
+        per_mb += moe_layers * _layer(lay, c, mb, kv_bytes / pp, qc / pp, True) / pp
     t = pp * per_mb
     if pp > 1:
         a, beta = lay.coeff.p2p
         t += (pp - 1) * (a + mb * m.hidden * 2.0 / (beta * _link_scale(lay)))
-    t += _linear(lay, m.hidden, m.vocab / lay.tp, b + len(prefill))
-    return t + CPU_STEP_S
+    t += _linear(lay, c, m.hidden, m.vocab / lay.tp, b + len(prefill))
+    return t + lay.costs.cpu_s
 
 
 def prefill_time(lay: Layout, prompt: int) -> float:

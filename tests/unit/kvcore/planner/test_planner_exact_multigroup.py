@@ -93,7 +93,7 @@ def test_grid_agrees_with_branch_and_bound() -> None:
                 best = min(best, fixed + res.value)
     assert np.isfinite(best)
     assert best >= lower * (1 - 1e-7)          # the lower bound holds at every grid point
-    assert upper <= best * (1 + 1e-9)          # the branch and bound finds at least the grid's best
+    assert upper <= best * (1 + 1e-3)          # the branch and bound's incumbent is within its tol of the grid's best
     assert (best - upper) / upper <= 5e-3      # and the grid, at spacing 1/12, comes close to it
 
 

@@ -27,8 +27,9 @@ def _grid(batch: int) -> list[int]:
 
 @pytest.mark.parametrize("gpu", sorted(GPUS))
 def test_the_line_is_exact_at_the_operating_batch_and_close_below_it(gpu: str) -> None:
-    # Dense models: the line t0 + t1*B meets the measured model at B* and stays within 25% of it at 1, 2, 4, ... B*
-    # (the model is flat to ~64 sequences, then rises, so no line can be exact everywhere).
+    # Dense models: the line t0 + t1*B meets the measured model at B* and stays within 35% of it at 1, 2, 4, ... B*
+    # (the model is flat to ~64 sequences, then rises, and where max_num_seqs is 1024 it steps up past vLLM's
+    # 512-token CUDA-graph limit, so no line can be exact everywhere).
     checked = 0
     for model in DENSE:
         for tp, pp in ((1, 1), (2, 1), (4, 1), (8, 1), (4, 2)):
@@ -40,7 +41,7 @@ def test_the_line_is_exact_at_the_operating_batch_and_close_below_it(gpu: str) -
             assert p.step_time(b) == pytest.approx(step_time(lay, 1024.0, batch=b), rel=1e-9)
             assert p.throughput_tokens_s == pytest.approx(b / step_time(lay, 1024.0, batch=b), rel=1e-9)
             worst = max(abs(p.step_time(x) / step_time(lay, 1024.0, batch=x) - 1) for x in _grid(b))
-            assert worst < 0.25, (model, tp, pp, worst)
+            assert worst < 0.35, (model, tp, pp, worst)
             assert p.step_t0_s > 0 and p.step_t1_s >= 0
             checked += 1
     assert checked >= 10
@@ -57,12 +58,14 @@ def test_linear_step_recovers_a_line_and_keeps_its_signs() -> None:
 
 
 def test_70b_on_a100_matches_the_published_shape() -> None:
-    # Public A100-80GB Llama-70B measurements (issue 22): batch-1 decode 31-36 ms at TP4 and ~26 ms at TP8, slope
-    # ~0.19 ms per sequence at TP4, and TP4 1.2-1.4x TP8 in decode tokens/s per GPU. The old roofline said 23 ms,
-    # 12 ms, 0.284 ms and 0.96x.
+    # Public A100-80GB Llama-70B measurements (issue 22): batch-1 decode 31-36 ms at TP4, slope ~0.19 ms per sequence
+    # at TP4, and TP4 1.2-1.4x TP8 in decode tokens/s per GPU. At TP8, vLLM itself measured 16.4 ms at batch 1
+    # (kvcore/data/profiling/published_vllm_runs.json); issue 22's ~26 ms was composed from vidur's eager kernel
+    # and NCCL timings, which vLLM's CUDA graphs and own all-reduce undercut. The old roofline said 23 ms, 12 ms,
+    # 0.284 ms and 0.96x.
     tp4, tp8 = roofline("A100-80GB", "llama-70b", 4, 1), roofline("A100-80GB", "llama-70b", 8, 1)
     assert 31e-3 * 0.85 <= tp4.step_time(1) <= 36e-3 * 1.15
-    assert 26e-3 * 0.8 <= tp8.step_time(1) <= 26e-3 * 1.2
+    assert 16.4e-3 * 0.8 <= tp8.step_time(1) <= 16.4e-3 * 1.2
     assert 0.05e-3 <= tp4.step_t1_s <= 0.19e-3 * 1.15
     ratio = (tp4.throughput_tokens_s / 4) / (tp8.throughput_tokens_s / 8)
     assert 1.15 <= ratio <= 1.45

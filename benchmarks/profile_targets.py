@@ -95,8 +95,9 @@ def published() -> None:
         for c in compare(r, model_step(r, GRAPH)):
             print(f"| {r.gpu} | {r.model} | {r.tp} | {c.figure} | {c.batch} | {c.modelled_s * 1e3:.1f} | "
                   f"{c.measured_s * 1e3:.1f} | {c.ratio:.2f} |")
-    print("\n| fitted on | kernel us | all-reduce us | CPU ms | decode errors of the run left out |\n|---|---|---|---|---|")
-    for i, held in enumerate([None, *runs]):
+    print("\n| fitted on | kernel us | all-reduce us | CPU ms | decode errors of the run left out |\n"
+          "|---|---|---|---|---|")
+    for held in [None, *runs]:
         rest = [r for r in runs if r is not held]
         f = fit_step_costs(rest, GRAPH)
         errs = "-" if held is None else " ".join(f"{math.exp(e) - 1:+.1%}" for e in decode_log_errors([held], f))

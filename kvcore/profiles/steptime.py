@@ -36,7 +36,6 @@ from kvcore.profiles.calibrate import Coefficients, fit
 from kvcore.profiles.gpus import GiB, GpuType
 
 
-
 @dataclass(frozen=True)
 class StepCosts:
     """The fixed costs of a step that vidur's kernel profiles cannot show (seconds)."""

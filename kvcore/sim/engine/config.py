@@ -145,8 +145,6 @@ class StepTiming:
         (b0, s0), (b1, s1) = k[i - 1], k[i]
         return max(s0 + (s1 - s0) * (batch - b0) / (b1 - b0), min(s0, s1))
 
-        object.__setattr__(self, "context_ps", round(self.context_s_per_token * 1e12))
-
     def base_ns(self, batch: int, tokens: int) -> int:
         """The step's duration without its context term, integer nanoseconds (>= 1)."""
         s = self.decode_s(batch)

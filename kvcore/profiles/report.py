@@ -13,7 +13,7 @@ PROMPTS = (128, 512, 2048, 8192)
 
 
 def profile_report(lay: Layout) -> dict[str, Any]:
-    g, m, c = lay.gpu, lay.model, lay.coeff
+    g, m, c, k = lay.gpu, lay.model, lay.coeff, lay.costs
     return {
         "gpu": g.name, "model": m.name, "tp": lay.tp, "pp": lay.pp, "kv_dtype": m.kv_dtype,
         "weight_dtype": m.weight_dtype, "params": m.params, "active_params": m.active_params,
@@ -25,5 +25,7 @@ def profile_report(lay: Layout) -> dict[str, Any]:
         "max_num_seqs": g.vllm_max_num_seqs, "max_num_batched_tokens": g.vllm_max_num_batched_tokens,
         "tokens_per_s_per_gpu": tokens_per_s_per_gpu(lay),
         "source": (f"step-time model calibrated on vidur {g.family.upper()} profiles "
-                   f"(eta_bw={c.eta_bw:.3f}, eta_fl={c.eta_fl:.3f}); GPU: {g.source}; model: {m.source or 'given'}"),
+                   f"(eta_bw={c.eta_bw:.3f}, eta_fl={c.eta_fl:.3f}) and, for steps inside CUDA graphs, on published "
+                   f"vLLM runs ({k.kernel_s * 1e6:.1f} us per kernel, {k.allreduce_s * 1e6:.0f} us per all-reduce, "
+                   f"{k.cpu_s * 1e3:.2f} ms CPU per step); GPU: {g.source}; model: {m.source or 'given'}"),
     }

@@ -13,7 +13,7 @@ from kvcore.errors import InputError
 from kvcore.profiles.arch import from_hf_config
 from kvcore.profiles.gpus import CATALOGUE, gpu_from_spec
 from kvcore.profiles.models import CONFIGS, get_model
-from kvcore.profiles.steptime import check_fits, layout, prefill_time, step_time, tokens_per_s_per_gpu
+from kvcore.profiles.steptime import GRAPH, check_fits, layout, prefill_time, step_time, tokens_per_s_per_gpu
 
 LLAMA = dict(CONFIGS["llama-70b"][1])
 
@@ -91,6 +91,7 @@ def test_cli_profile_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
     assert set(out["decode_step_s_ctx"]) == {"512", "2048", "8192"}
     assert set(out["prefill_s"]) == {"128", "512", "2048", "8192"}
     assert out["kv_tokens"] > 0 and out["tokens_per_s_per_gpu"] > 0 and "vidur" in out["source"]
+    assert "published vLLM runs" in out["source"] and f"{GRAPH.kernel_s * 1e6:.1f} us per kernel" in out["source"]
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({**LLAMA, "num_hidden_layers": 0}))
     assert main(["profile", "--gpu", "H100-SXM", "--model-config", str(cfg), "--tp", "4"]) == 2

@@ -10,7 +10,9 @@ below measured 16.4 ms); decode slope at TP4 about 0.19 ms per sequence; TP4
 vendored vidur kernel profiles only (kvcore/profiles/calibrate.py). Then the published vLLM runs
 (kvcore/data/profiling/published_vllm_runs.json: Llama-3-8B on one A100, Llama-3-70B at TP4 and TP8 on A100 and
 H100), each replayed step by step through the model (kvcore.profiles.published): first-token latency of the
-batched prompts and the decode step of each measured phase. Last, the planner's line t0 + t1*B
+batched prompts (the prefill step plus the server's first-token cost, fitted on the same five runs) and the decode
+step of each measured phase; four more runs (70B at TP2, the 8B on H100, Mixtral-8x7B at TP2 and TP4) are checks no
+fit sees. Last, the planner's line t0 + t1*B
 (kvcore.profiles.linear_step) against the model it is fitted to, over every catalogue layout.
 """
 
@@ -25,8 +27,9 @@ from datetime import datetime, timezone
 from kvcore.profiles import GPUS, MODELS, doubling_batches, measured, roofline
 from kvcore.profiles.gpus import CATALOGUE
 from kvcore.profiles.models import get_model
-from kvcore.profiles.published import compare, decode_log_errors, fit_step_costs, load_runs, model_step
-from kvcore.profiles.steptime import GRAPH, layout, prefill_time, step_time, tokens_per_s_per_gpu
+from kvcore.profiles.published import (compare, decode_log_errors, fit_first_token, fit_step_costs, fitting,
+                                       load_runs, model_step)
+from kvcore.profiles.steptime import FIRST_TOKEN, GRAPH, first_token_time, layout, step_time, tokens_per_s_per_gpu
 
 MEASURED = {
     ("A100-80GB", "llama-2-70b", 4, "step_b1_ms"): (31.0, 36.0),
@@ -47,7 +50,7 @@ def main() -> None:
         lay = layout(CATALOGUE[gpu], get_model(model), tp, 1)
         steps = {b: step_time(lay, 1024.0, batch=b) * 1e3 for b in (1, 16, 32, 64)}
         slope = (steps[64] - steps[1]) / 63
-        ttft = {p: prefill_time(lay, p) * 1e3 for p in (128, 2048)}
+        ttft = {p: first_token_time(lay, p) * 1e3 for p in (128, 2048)}
         per_gpu[(gpu, model, tp)] = tokens_per_s_per_gpu(lay)
         for key, val in (("step_b1_ms", steps[1]), ("slope_ms_per_seq", slope)):
             lo, hi = MEASURED.get((gpu, model, tp, key), (float("nan"), float("nan")))
@@ -87,22 +90,28 @@ def main() -> None:
 
 def published() -> None:
     """Modelled against measured for each published vLLM run (see kvcore.profiles.published), then the graph-step
-    costs fitted on all runs and on all but one, with the held-out run's decode errors."""
-    print("\n| GPU | model | TP | figure | batch | modelled ms | measured ms | modelled / measured |\n"
-          "|---|---|---|---|---|---|---|---|")
+    costs and the first-token cost fitted on all five fit runs and on all but one, with the held-out run's errors."""
+    print("\n| role | GPU | model | TP | figure | batch | modelled ms | measured ms | modelled / measured |\n"
+          "|---|---|---|---|---|---|---|---|---|")
     runs = load_runs()
     for r in runs:
-        for c in compare(r, model_step(r, GRAPH)):
-            print(f"| {r.gpu} | {r.model} | {r.tp} | {c.figure} | {c.batch} | {c.modelled_s * 1e3:.1f} | "
+        for c in compare(r, model_step(r, GRAPH), FIRST_TOKEN):
+            print(f"| {r.role} | {r.gpu} | {r.model} | {r.tp} | {c.figure} | {c.batch} | {c.modelled_s * 1e3:.1f} | "
                   f"{c.measured_s * 1e3:.1f} | {c.ratio:.2f} |")
-    print("\n| fitted on | kernel us | all-reduce us | CPU ms | decode errors of the run left out |\n"
-          "|---|---|---|---|---|")
-    for held in [None, *runs]:
-        rest = [r for r in runs if r is not held]
-        f = fit_step_costs(rest, GRAPH)
-        errs = "-" if held is None else " ".join(f"{math.exp(e) - 1:+.1%}" for e in decode_log_errors([held], f))
-        name = "all five runs" if held is None else f"all but {held.gpu} {held.model} TP{held.tp}"
-        print(f"| {name} | {f.kernel_s * 1e6:.2f} | {f.allreduce_s * 1e6:.1f} | {f.cpu_s * 1e3:.2f} | {errs} |")
+    fit = fitting(runs)
+    print("\n| fitted on | kernel us | all-reduce us | CPU ms | first token ms + ms/GPU | errors of the run left out "
+          "(decode; TTFT) |\n|---|---|---|---|---|---|")
+    for held in [None, *fit]:
+        rest = [r for r in fit if r is not held]
+        f, ft = fit_step_costs(rest, GRAPH), fit_first_token(rest, GRAPH)
+        errs = "-"
+        if held is not None:
+            ttft = [c.ratio for c in compare(held, model_step(held, f), ft) if c.kind == "ttft"]
+            errs = " ".join(f"{math.exp(e) - 1:+.1%}" for e in decode_log_errors([held], f))
+            errs += "; " + " ".join(f"{x - 1:+.1%}" for x in ttft)
+        name = "all five fit runs" if held is None else f"all but {held.gpu} {held.model} TP{held.tp}"
+        print(f"| {name} | {f.kernel_s * 1e6:.2f} | {f.allreduce_s * 1e6:.1f} | {f.cpu_s * 1e3:.2f} | "
+              f"{ft.base_s * 1e3:.1f} + {ft.per_gpu_s * 1e3:.2f} | {errs} |")
 
 
 def line_errors() -> None:

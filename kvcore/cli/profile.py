@@ -1,4 +1,5 @@
-"""``kvcore profile``: one layout's KV capacity, step times, prefill times and throughput from the time model.
+"""``kvcore profile``: one layout's KV capacity, step times, prefill and first-token times and throughput from the
+time model.
 
     kvcore profile (--gpu G | --gpu-config F) (--model M | --model-config F) --tp T [--pp P]
                    [--kv-dtype bf16|fp8] [--json] [--plot F.png]
@@ -104,6 +105,7 @@ def _run(args: argparse.Namespace) -> int:
                              for b, t in rep["decode_step_s"].items()]
     rows += [["decode, batch 32", f"ctx {c}", f"{t * 1e3:.2f}"] for c, t in rep["decode_step_s_ctx"].items()]
     rows += [["prefill, batch 1", f"prompt {p}", f"{t * 1e3:.2f}"] for p, t in rep["prefill_s"].items()]
+    rows += [["first token, idle server", f"prompt {p}", f"{t * 1e3:.2f}"] for p, t in rep["first_token_s"].items()]
     print(format_table(["step", "at", "ms"], rows))
     print(f"source: {rep['source']}")
     return 0

@@ -7,14 +7,17 @@ samples token s + 2 of every request whose output has at least s + 2 tokens; suc
 plus s + 1 tokens of context. So a burst's batch and contexts follow from the prompt and output lengths alone, and
 the model prices each step of a measured phase exactly as the run scheduled it:
 
-    modelled TTFT  = step_time(no decoders; one prefill chunk (prompt, 0) per request)              (s)
+    modelled TTFT  = step_time(no decoders; one prefill chunk (prompt, 0) per request)
+                     + the server's first-token cost (FirstTokenCost.seconds(GPUs))                    (s)
     modelled phase = mean over the phase's steps s of step_time(contexts of the requests active at s)  (s)
 
 against the run's median TTFT and its phase's median inter-token latency over ``steps_per_burst`` (s per step).
-The TTFT measured also holds the HTTP round trip and tokenisation, which the model leaves out.
 
-:func:`fit_step_costs` fits the step-time model's graph-step costs (:class:`~kvcore.profiles.steptime.StepCosts`)
-to the decode phases: least squares on log(modelled / measured), every other coefficient as vidur's fit gives it.
+A run's ``role`` says what it is for: the ``fit`` runs are what :func:`fit_step_costs` fits the graph-step costs
+(:class:`~kvcore.profiles.steptime.StepCosts`) to (least squares on the decode phases' log(modelled / measured), every
+other coefficient as vidur's fit gives it) and :func:`fit_first_token` the server's first-token cost to; the
+``check`` runs (other layouts, other GPUs, MoE) are never fitted on, only compared. A run whose first token the model
+cannot stand for (``ttft_ms`` null, docs in the data's README) has decode phases only.
 """
 
 from __future__ import annotations
@@ -31,10 +34,11 @@ from scipy.optimize import least_squares
 from kvcore.errors import InputError
 from kvcore.profiles.gpus import CATALOGUE
 from kvcore.profiles.models import get_model
-from kvcore.profiles.steptime import StepCosts, layout, step_time
+from kvcore.profiles.steptime import FirstTokenCost, StepCosts, layout, step_time
 
 RUNS_FILE = Path(__file__).resolve().parents[1] / "data" / "profiling" / "published_vllm_runs.json"
 
+ROLES = ("fit", "check")
 StepFn = Callable[[Sequence[float], Sequence[tuple[float, float]]], float]
 """(decode contexts, prefill (tokens, context before) chunks) -> seconds of one step."""
 
@@ -52,18 +56,21 @@ class Run:
     gpu: str
     model: str
     tp: int
+    role: str
     path: str
     commit: str
     date: str
     input_lens: tuple[int, ...]
     output_lens: tuple[int, ...]
-    ttft_s: float
+    ttft_s: float | None
     phases: tuple[Phase, ...]
     steps_per_burst: int
 
 
 @dataclass(frozen=True)
 class Compared:
+    kind: str
+    """``ttft`` or ``decode``."""
     figure: str
     batch: str
     """The batch sizes the figure's steps ran at ("10" for the prefill), as a range."""
@@ -84,10 +91,13 @@ def load_runs(path: Path = RUNS_FILE) -> list[Run]:
         ins, outs = tuple(int(x) for x in r["input_lens"]), tuple(int(x) for x in r["output_lens"])
         if sum(ins) != r["total_input_tokens"] or sum(outs) != r["total_output_tokens"] or len(ins) != len(outs):
             raise InputError(f"runs[{i}]", "prompt or output lengths do not add up to the run's recorded totals")
+        if r.get("role") not in ROLES:
+            raise InputError(f"runs[{i}].role", f"must be one of {', '.join(ROLES)}, not {r.get('role')!r}")
         phases = tuple(Phase(int(p["bursts"][0]), int(p["bursts"][1]), float(p["step_ms"]) * 1e-3)
                        for p in r["phases"])
-        runs.append(Run(r["gpu"], r["model"], int(r["tp"]), r["path"], r["commit"], r["date"], ins, outs,
-                        float(r["ttft_ms"]) * 1e-3, phases, k))
+        ttft = None if r["ttft_ms"] is None else float(r["ttft_ms"]) * 1e-3
+        runs.append(Run(r["gpu"], r["model"], int(r["tp"]), r["role"], r["path"], r["commit"], r["date"], ins, outs,
+                        ttft, phases, k))
     return runs
 
 
@@ -96,10 +106,23 @@ def active_contexts(run: Run, step: int) -> list[float]:
     return [float(i + step + 1) for i, o in zip(run.input_lens, run.output_lens) if o >= step + 2]
 
 
-def compare(run: Run, step_s: StepFn) -> list[Compared]:
-    """The run's TTFT and each decode phase, modelled by ``step_s`` against measured."""
-    out = [Compared("ttft", str(len(run.input_lens)), step_s((), [(float(i), 0.0) for i in run.input_lens]),
-                    run.ttft_s)]
+def fitting(runs: Sequence[Run]) -> list[Run]:
+    """The runs the step-time model's published-run figures are fitted on."""
+    return [r for r in runs if r.role == "fit"]
+
+
+def prefill_step(run: Run, step_s: StepFn) -> float:
+    """Seconds of the run's one prefill step of all its prompts."""
+    return step_s((), [(float(i), 0.0) for i in run.input_lens])
+
+
+def compare(run: Run, step_s: StepFn, first_token: FirstTokenCost | None = None) -> list[Compared]:
+    """The run's TTFT (when it has one: the prefill step plus ``first_token``'s share) and each decode phase,
+    modelled by ``step_s`` against measured."""
+    out = []
+    if run.ttft_s is not None:
+        server = first_token.seconds(run.tp) if first_token is not None else 0.0
+        out.append(Compared("ttft", "ttft", str(len(run.input_lens)), prefill_step(run, step_s) + server, run.ttft_s))
     for ph in run.phases:
         steps = range(ph.first_burst * run.steps_per_burst, (ph.last_burst + 1) * run.steps_per_burst)
         batches, total = [], 0.0
@@ -110,8 +133,8 @@ def compare(run: Run, step_s: StepFn) -> list[Compared]:
             batches.append(len(ctx))
             total += step_s(ctx, ())
         lo, hi = min(batches), max(batches)
-        out.append(Compared(f"decode bursts {ph.first_burst}-{ph.last_burst}", f"{lo}" if lo == hi else f"{lo}-{hi}",
-                            total / len(steps), ph.measured_s))
+        out.append(Compared("decode", f"decode bursts {ph.first_burst}-{ph.last_burst}",
+                            f"{lo}" if lo == hi else f"{lo}-{hi}", total / len(steps), ph.measured_s))
     return out
 
 
@@ -124,7 +147,7 @@ def model_step(run: Run, costs: StepCosts) -> StepFn:
 def decode_log_errors(runs: Sequence[Run], costs: StepCosts) -> list[float]:
     """log(modelled / measured) of every decode phase of ``runs``."""
     return [float(np.log(c.ratio)) for r in runs for c in compare(r, model_step(r, costs))
-            if c.figure != "ttft"]
+            if c.kind == "decode"]
 
 
 def fit_step_costs(runs: Sequence[Run], start: StepCosts) -> StepCosts:
@@ -135,3 +158,13 @@ def fit_step_costs(runs: Sequence[Run], start: StepCosts) -> StepCosts:
                         np.array([start.kernel_s, start.allreduce_s, start.cpu_s]) / scale,
                         bounds=([0.0, 0.0, 0.0], [20.0, 10.0, 5.0]), max_nfev=200)
     return StepCosts(*(res.x * scale))
+
+
+def fit_first_token(runs: Sequence[Run], costs: StepCosts) -> FirstTokenCost:
+    """The server's first-token cost ``base + per_gpu * GPUs`` that fits, by least squares, what ``runs``' measured
+    TTFTs hold beyond their modelled prefill step (runs without a TTFT are left out)."""
+    pts = [(float(r.tp), r.ttft_s - prefill_step(r, model_step(r, costs))) for r in runs if r.ttft_s is not None]
+    if len({g for g, _ in pts}) < 2:
+        raise InputError("runs", "fitting the first-token cost needs TTFTs of at least two GPU counts")
+    per_gpu, base = np.polyfit([g for g, _ in pts], [gap for _, gap in pts], 1)
+    return FirstTokenCost(base_s=float(base), per_gpu_s=float(per_gpu))

@@ -52,6 +52,26 @@ GRAPH = StepCosts(kernel_s=3.1e-6, allreduce_s=1.7e-5, cpu_s=3.1e-4)
 """Fitted (least squares on log error) on the 14 decode phases of the five published vLLM runs in
 ``kvcore/data/profiling/published_vllm_runs.json`` (:func:`kvcore.profiles.published.fit_step_costs`); every fit
 that leaves one layout out gives 2.9-3.5 us, 15-18 us and 0.29-0.41 ms (docs/model.md)."""
+
+
+@dataclass(frozen=True)
+class FirstTokenCost:
+    """What a vLLM server adds to a request's first token beyond the engine's steps (seconds): the request's HTTP
+    round trip, tokenisation, the first detokenisation and the stream (``base_s``), and a part that grows with the
+    layout's GPUs (``per_gpu_s``: the driver hands each step's inputs to every worker, and the prefill's large
+    all-reduces; the published runs cannot separate the causes)."""
+
+    base_s: float
+    per_gpu_s: float
+
+    def seconds(self, gpus: int) -> float:
+        return self.base_s + self.per_gpu_s * gpus
+
+
+FIRST_TOKEN = FirstTokenCost(base_s=2.34e-2, per_gpu_s=2.95e-3)
+"""Fitted (least squares) on the first-token latencies of the five published vLLM runs the graph-step costs are
+fitted on (:func:`kvcore.profiles.published.fit_first_token`); it predicts the runs held out of every fit within
+4% (docs/model.md). Measured on vLLM 0.6 (September 2024); for another server version it is a guess."""
 GRAPH_MAX_TOKENS = 512
 """vLLM's largest CUDA-graph capture size: ``min(2 * max_num_seqs, 512)`` tokens."""
 GPU_MEMORY_UTILIZATION = 0.90
@@ -83,10 +103,14 @@ class Layout:
             ar = {g: (self.costs.allreduce_s, beta) for g, (_, beta) in ar.items()}
         return replace(self.coeff, c_lin_s=self.costs.kernel_s, allreduce=ar)
 
+    @cached_property
+    def graph_max_tokens(self) -> int:
+        """vLLM's largest CUDA-graph capture size on this GPU: ``min(2 * max_num_seqs, 512)`` tokens."""
+        return min(2 * self.gpu.vllm_max_num_seqs, GRAPH_MAX_TOKENS)
+
     def step_coeff(self, tokens: float) -> Coefficients:
         """The coefficients of a step of ``tokens`` tokens: graphed up to vLLM's capture size, else eager."""
-        graphed = tokens <= min(2 * self.gpu.vllm_max_num_seqs, GRAPH_MAX_TOKENS)
-        return self.graph_coeff if graphed else self.coeff
+        return self.graph_coeff if tokens <= self.graph_max_tokens else self.coeff
 
 
 def layout(gpu: GpuType, model: ModelArch, tp: int, pp: int, *, field: str = "profile",
@@ -212,6 +236,12 @@ def prefill_time(lay: Layout, prompt: int) -> float:
         t += step_time(lay, (), [(float(q), float(done))])
         done += q
     return t
+
+
+def first_token_time(lay: Layout, prompt: int, cost: FirstTokenCost = FIRST_TOKEN) -> float:
+    """Seconds from a ``prompt``-token request's arrival at an idle server to its first streamed token: the
+    prefill's steps (:func:`prefill_time`) plus the server's own share (``cost``)."""
+    return prefill_time(lay, prompt) + cost.seconds(lay.gpus)
 
 
 def operating_batch(lay: Layout, context: int = NOMINAL_CONTEXT) -> int:

@@ -13,7 +13,8 @@ from kvcore.errors import InputError
 from kvcore.profiles.arch import from_hf_config
 from kvcore.profiles.gpus import CATALOGUE, gpu_from_spec
 from kvcore.profiles.models import CONFIGS, get_model
-from kvcore.profiles.steptime import GRAPH, check_fits, layout, prefill_time, step_time, tokens_per_s_per_gpu
+from kvcore.profiles.steptime import (FIRST_TOKEN, GRAPH, check_fits, layout, prefill_time, step_time,
+                                      tokens_per_s_per_gpu)
 
 LLAMA = dict(CONFIGS["llama-70b"][1])
 
@@ -90,6 +91,10 @@ def test_cli_profile_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
     assert set(out["decode_step_s"]) == {"1", "16", "32", "64", "128", "256"}
     assert set(out["decode_step_s_ctx"]) == {"512", "2048", "8192"}
     assert set(out["prefill_s"]) == {"128", "512", "2048", "8192"}
+    # the first token: the prefill plus the server's share for the layout's 4 GPUs
+    server = FIRST_TOKEN.base_s + 4 * FIRST_TOKEN.per_gpu_s
+    assert {p: out["first_token_s"][p] - t for p, t in out["prefill_s"].items()} == pytest.approx(
+        dict.fromkeys(out["prefill_s"], server))
     assert out["kv_tokens"] > 0 and out["tokens_per_s_per_gpu"] > 0 and "vidur" in out["source"]
     assert "published vLLM runs" in out["source"] and f"{GRAPH.kernel_s * 1e6:.1f} us per kernel" in out["source"]
     cfg = tmp_path / "config.json"
@@ -118,7 +123,8 @@ def test_cli_profile_of_a_gpu_given_by_its_figures(capsys: pytest.CaptureFixture
     assert main(["profile", "--gpu-config", str(spec), *args]) == 0
     mine = json.loads(capsys.readouterr().out)
     assert mine["gpu"] == "my-h100"
-    for key in ("kv_tokens", "decode_step_s", "decode_step_s_ctx", "prefill_s", "tokens_per_s_per_gpu"):
+    for key in ("kv_tokens", "decode_step_s", "decode_step_s_ctx", "prefill_s", "first_token_s",
+                "tokens_per_s_per_gpu"):
         assert mine[key] == ref[key], key
     spec.write_text("memoryBytes: 0\nhbmBytesPerSecond: 1.0e12\nbf16Flops: 1.0e14\n")
     assert main(["profile", "--gpu-config", str(spec), *args]) == 2

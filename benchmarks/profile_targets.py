@@ -6,13 +6,14 @@ Measured figures (MEASURED below) are the ones issue 22 compiled from public A10
 (vidur's per-operator profiles composed into steps, and published per-token latencies of optimised engines at TP4
 and TP8): decode step at batch 1, TP4 31-36 ms, TP8 26 ms (composed from vidur's eager profiles; vLLM's own run
 below measured 16.4 ms); decode slope at TP4 about 0.19 ms per sequence; TP4
-1.2-1.4x the decode tokens/s per GPU of TP8. They were NOT used to fit anything: the coefficients are fitted on the
-vendored vidur kernel profiles only (kvcore/profiles/calibrate.py). Then the published vLLM runs
-(kvcore/data/profiling/published_vllm_runs.json: Llama-3-8B on one A100, Llama-3-70B at TP4 and TP8 on A100 and
-H100), each replayed step by step through the model (kvcore.profiles.published): first-token latency of the
-batched prompts (the prefill step plus the server's first-token cost, fitted on the same five runs) and the decode
-step of each measured phase; four more runs (70B at TP2, the 8B on H100, Mixtral-8x7B at TP2 and TP4) are checks no
-fit sees. Last, the planner's line t0 + t1*B
+1.2-1.4x the decode tokens/s per GPU of TP8. They were NOT used to fit anything: the kernel coefficients are fitted
+on the vendored vidur kernel profiles (kvcore/profiles/calibrate.py), the graph-step costs on the published vLLM runs.
+Then those runs (kvcore/data/profiling/published_vllm_runs.json), each replayed step by step through the model
+(kvcore.profiles.published): the seven fit runs (Llama-3-8B on one A100 and Llama-3-70B at TP4 and TP8 on A100 and
+H100 with 10 prompts; Llama-3-70B at TP4 on A100 and H100 with 320 prompts, batch up to 222), the first-token latency
+of the batched prompts where a run has one (the prefill step plus the server's first-token cost) and the decode step
+of each measured phase; four more runs (70B at TP2, the 8B on H100, Mixtral-8x7B at TP2 and TP4) are checks no fit
+sees. Last, the planner's line t0 + t1*B
 (kvcore.profiles.linear_step) against the model it is fitted to, over every catalogue layout.
 """
 
@@ -90,7 +91,7 @@ def main() -> None:
 
 def published() -> None:
     """Modelled against measured for each published vLLM run (see kvcore.profiles.published), then the graph-step
-    costs and the first-token cost fitted on all five fit runs and on all but one, with the held-out run's errors."""
+    costs and the first-token cost fitted on all the fit runs and on all but one, with the held-out run's errors."""
     print("\n| role | GPU | model | TP | figure | batch | modelled ms | measured ms | modelled / measured |\n"
           "|---|---|---|---|---|---|---|---|---|")
     runs = load_runs()
@@ -99,8 +100,8 @@ def published() -> None:
             print(f"| {r.role} | {r.gpu} | {r.model} | {r.tp} | {c.figure} | {c.batch} | {c.modelled_s * 1e3:.1f} | "
                   f"{c.measured_s * 1e3:.1f} | {c.ratio:.2f} |")
     fit = fitting(runs)
-    print("\n| fitted on | kernel us | all-reduce us | CPU ms | first token ms + ms/GPU | errors of the run left out "
-          "(decode; TTFT) |\n|---|---|---|---|---|---|")
+    print("\n| fitted on | kernel us | all-reduce us | CPU ms | compute share | first token ms + ms/GPU | errors of "
+          "the run left out (decode; TTFT) |\n|---|---|---|---|---|---|---|")
     for held in [None, *fit]:
         rest = [r for r in fit if r is not held]
         f, ft = fit_step_costs(rest, GRAPH), fit_first_token(rest, GRAPH)
@@ -108,10 +109,11 @@ def published() -> None:
         if held is not None:
             ttft = [c.ratio for c in compare(held, model_step(held, f), ft) if c.kind == "ttft"]
             errs = " ".join(f"{math.exp(e) - 1:+.1%}" for e in decode_log_errors([held], f))
-            errs += "; " + " ".join(f"{x - 1:+.1%}" for x in ttft)
-        name = "all five fit runs" if held is None else f"all but {held.gpu} {held.model} TP{held.tp}"
+            errs += "; " + (" ".join(f"{x - 1:+.1%}" for x in ttft) or "no TTFT")
+        name = (f"all {len(fit)} fit runs" if held is None else
+                f"all but {held.gpu} {held.model} TP{held.tp}, {len(held.input_lens)} prompts")
         print(f"| {name} | {f.kernel_s * 1e6:.2f} | {f.allreduce_s * 1e6:.1f} | {f.cpu_s * 1e3:.2f} | "
-              f"{ft.base_s * 1e3:.1f} + {ft.per_gpu_s * 1e3:.2f} | {errs} |")
+              f"{f.compute_share:.2f} | {ft.base_s * 1e3:.1f} + {ft.per_gpu_s * 1e3:.2f} | {errs} |")
 
 
 def line_errors() -> None:

@@ -5,7 +5,8 @@ and H100, by tokens in the step and TP) and ``vidur_network.csv`` (NCCL all-redu
 medians as vidur published them (``kvcore/data/profiling/README.md``). Fitted per GPU family:
 
 * linear layer: ``t = max(bytes / (eta_bw * BW), flops / (eta_fl * F)) + c_lin`` (the larger of the weight-read
-  and the matmul time, not their sum), ``bytes = K*N*2 + tokens*(K+N)*2``, ``flops = 2*tokens*K*N``;
+  and the matmul time, not their sum, as vidur's isolated kernels show; inside a CUDA graph vLLM's own runs add
+  them: :data:`kvcore.profiles.steptime.GRAPH`), ``bytes = K*N*2 + tokens*(K+N)*2``, ``flops = 2*tokens*K*N``;
 * elementwise per layer (two RMSNorms, RoPE, SiLU*mul, two residual adds): ``e0 + e1 * tokens * (hidden +
   intermediate/TP)``;
 * all-reduce per GPU count and send/recv: ``alpha + bytes / beta``.

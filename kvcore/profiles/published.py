@@ -151,13 +151,14 @@ def decode_log_errors(runs: Sequence[Run], costs: StepCosts) -> list[float]:
 
 
 def fit_step_costs(runs: Sequence[Run], start: StepCosts) -> StepCosts:
-    """The graph-step costs (each within 0-20 us, 0-100 us, 0-5 ms) that minimise the decode phases' squared log
-    errors, from ``start``; the solver's iterations are capped, so the fit takes the same steps on any machine."""
-    scale = np.array([1e-6, 1e-5, 1e-3])
-    res = least_squares(lambda x: decode_log_errors(runs, StepCosts(*(x * scale))),
-                        np.array([start.kernel_s, start.allreduce_s, start.cpu_s]) / scale,
-                        bounds=([0.0, 0.0, 0.0], [20.0, 10.0, 5.0]), max_nfev=200)
-    return StepCosts(*(res.x * scale))
+    """The graph-step costs (within 0-20 us, 0-100 us, 0-5 ms and a compute share of 0-3) that minimise the decode
+    phases' squared log errors, from ``start``; the solver's iterations are capped, so the fit takes the same steps on
+    any machine."""
+    scale = np.array([1e-6, 1e-5, 1e-3, 1.0])
+    res = least_squares(lambda x: decode_log_errors(runs, StepCosts(*(float(v) for v in x * scale))),
+                        np.array([start.kernel_s, start.allreduce_s, start.cpu_s, start.compute_share]) / scale,
+                        bounds=([0.0, 0.0, 0.0, 0.0], [20.0, 10.0, 5.0, 3.0]), max_nfev=200)
+    return StepCosts(*(float(v) for v in res.x * scale))
 
 
 def fit_first_token(runs: Sequence[Run], costs: StepCosts) -> FirstTokenCost:

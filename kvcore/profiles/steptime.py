@@ -19,8 +19,13 @@ a GPU type without vidur data uses its family's efficiencies with its own datash
 vidur timed its kernels one by one, launched eagerly, and NCCL's collectives alone. vLLM runs a step of at most
 ``min(2 * max_num_seqs, 512)`` tokens inside a captured CUDA graph, where a kernel costs no launch and a small
 all-reduce over NVLink or xGMI is vLLM's own one-shot kernel. Such a step takes :class:`StepCosts` (``GRAPH``) in
-place of c_lin and alpha_ar; every step pays its CPU share ``GRAPH.cpu_s``. The three figures are fitted on the
-decode steps of published end-to-end vLLM runs (:mod:`kvcore.profiles.published`), not on vidur's data.
+place of c_lin and alpha_ar, and its linear layers add the matmul to the weight read, as vLLM's own runs at batch
+3-222 measure them::
+
+    linear (in a graph) = max(bytes / (eta_bw*BW) + compute_share * flops / F, flops / (eta_fl*F)) + kernel_s
+
+Every step pays its CPU share ``GRAPH.cpu_s``. The four figures are fitted on the decode steps of published
+end-to-end vLLM runs (:mod:`kvcore.profiles.published`), not on vidur's data.
 """
 
 from __future__ import annotations
@@ -46,12 +51,17 @@ class StepCosts:
     """Latency of one small all-reduce inside a graph over NVLink or xGMI (replaces NCCL's alpha_ar)."""
     cpu_s: float
     """CPU time per step that the GPU waits for (scheduling, input preparation, sampling), every step."""
+    compute_share: float = 0.0
+    """The share of a linear layer's matmul time at the GPU's peak FLOPS that adds to its weight read inside a
+    graph (dimensionless): ``max(read + share * flops / peak, flops / (eta_fl * peak))``; 0 keeps vidur's larger of
+    the two."""
 
 
-GRAPH = StepCosts(kernel_s=3.1e-6, allreduce_s=1.7e-5, cpu_s=3.1e-4)
-"""Fitted (least squares on log error) on the 14 decode phases of the five published vLLM runs in
-``kvcore/data/profiling/published_vllm_runs.json`` (:func:`kvcore.profiles.published.fit_step_costs`); every fit
-that leaves one layout out gives 2.9-3.5 us, 15-18 us and 0.29-0.41 ms (docs/model.md)."""
+GRAPH = StepCosts(kernel_s=2.6e-6, allreduce_s=1.7e-5, cpu_s=2.4e-4, compute_share=1.16)
+"""Fitted (least squares on log error) on the 34 decode phases, batch 1 to 222, of the seven ``fit`` runs in
+``kvcore/data/profiling/published_vllm_runs.json`` (:func:`kvcore.profiles.published.fit_step_costs`); a fit that
+leaves one run out predicts it within 13%, and the A100 and H100 runs at batch 100-222 each give the other's
+compute share (0.98 and 1.22) (docs/model.md)."""
 
 
 @dataclass(frozen=True)
@@ -68,10 +78,11 @@ class FirstTokenCost:
         return self.base_s + self.per_gpu_s * gpus
 
 
-FIRST_TOKEN = FirstTokenCost(base_s=2.34e-2, per_gpu_s=2.95e-3)
-"""Fitted (least squares) on the first-token latencies of the five published vLLM runs the graph-step costs are
-fitted on (:func:`kvcore.profiles.published.fit_first_token`); it predicts the runs held out of every fit within
-4% (docs/model.md). Measured on vLLM 0.6 (September 2024); for another server version it is a guess."""
+FIRST_TOKEN = FirstTokenCost(base_s=2.35e-2, per_gpu_s=2.95e-3)
+"""Fitted (least squares) on the first-token latencies of the five 10-prompt published vLLM runs the graph-step
+costs are fitted on (:func:`kvcore.profiles.published.fit_first_token`); it predicts the runs held out of every fit within
+4% (docs/model.md). Measured on the vLLM server of September 2024 those runs used; for another version it is a
+guess."""
 GRAPH_MAX_TOKENS = 512
 """vLLM's largest CUDA-graph capture size: ``min(2 * max_num_seqs, 512)`` tokens."""
 GPU_MEMORY_UTILIZATION = 0.90
@@ -154,30 +165,35 @@ def check_fits(lay: Layout, *, field: str = "profile") -> None:
                          f"PP={lay.pp}; {usable:.1f} GB usable on {lay.gpu.name} (less the activation reserve)")
 
 
-def _linear(lay: Layout, c: Coefficients, k: float, m: float, tokens: float, *, weights: float | None = None) -> float:
+def _linear(lay: Layout, c: Coefficients, k: float, m: float, tokens: float, *, weights: float | None = None,
+            share: float = 0.0) -> float:
     g, mod = lay.gpu, lay.model
     wb = mod.weight_bytes_per_param
     flops_peak = g.fp8_flops if (mod.weight_dtype == "fp8" and g.has_fp8) else g.bf16_flops
     nbytes = (k * m if weights is None else weights) * wb + 2.0 * tokens * (k + m)
-    return max(nbytes / (c.eta_bw * g.hbm_bytes_s), 2.0 * tokens * k * m / (c.eta_fl * flops_peak)) + c.c_lin_s
+    read, flops = nbytes / (c.eta_bw * g.hbm_bytes_s), 2.0 * tokens * k * m
+    return max(read + share * flops / flops_peak, flops / (c.eta_fl * flops_peak)) + c.c_lin_s
 
 
-def _layer(lay: Layout, c: Coefficients, n: float, kv_bytes: float, prefill_qc: float, moe_layer: bool) -> float:
+def _layer(lay: Layout, c: Coefficients, n: float, kv_bytes: float, prefill_qc: float, moe_layer: bool,
+           share: float) -> float:
     m, tp, g = lay.model, lay.tp, lay.gpu
     h, d = m.hidden, m.head_dim
-    t = _linear(lay, c, h, (m.heads + 2 * m.kv_heads) * d / tp, n) + _linear(lay, c, m.heads * d / tp, h, n)
+    t = (_linear(lay, c, h, (m.heads + 2 * m.kv_heads) * d / tp, n, share=share)
+         + _linear(lay, c, m.heads * d / tp, h, n, share=share))
     if moe_layer:
         e, k = m.experts, m.experts_per_token
         touched = e * (1.0 - (1.0 - k / e) ** max(n, 0.0)) if n > 0 else 0.0
         per = h * m.moe_intermediate / tp
-        t += _linear(lay, c, h, 2 * m.moe_intermediate * k / tp, n, weights=2 * per * touched)
-        t += _linear(lay, c, m.moe_intermediate * k / tp, h, n, weights=per * touched)
+        t += _linear(lay, c, h, 2 * m.moe_intermediate * k / tp, n, weights=2 * per * touched, share=share)
+        t += _linear(lay, c, m.moe_intermediate * k / tp, h, n, weights=per * touched, share=share)
         if m.shared_experts:
             si = m.moe_intermediate * m.shared_experts
-            t += _linear(lay, c, h, 2 * si / tp, n) + _linear(lay, c, si / tp, h, n)
+            t += _linear(lay, c, h, 2 * si / tp, n, share=share) + _linear(lay, c, si / tp, h, n, share=share)
         inter = m.moe_intermediate * k
     else:
-        t += _linear(lay, c, h, 2 * m.intermediate / tp, n) + _linear(lay, c, m.intermediate / tp, h, n)
+        t += (_linear(lay, c, h, 2 * m.intermediate / tp, n, share=share)
+              + _linear(lay, c, m.intermediate / tp, h, n, share=share))
         inter = m.intermediate
     t += c.elem0_s + c.elem1_s_per_elem * n * (h + inter / tp)
     kv_shard = min(tp, m.kv_heads) if not m.kv_bytes_per_token_override else 1
@@ -210,14 +226,15 @@ def step_time(lay: Layout, decode_contexts: Sequence[float] | float = (), prefil
     if n <= 0:
         return lay.costs.cpu_s
     c = lay.step_coeff(n)
+    share = lay.costs.compute_share if n <= lay.graph_max_tokens else 0.0
     kv_bytes = (sum_ctx + prefill_ctx + p_tok) * m.kv_bytes_per_token
     # PP micro-batches: each stage sees n/PP tokens at a time, PP times per step
     mb = n / pp
     dense_layers = m.layers if not m.moe else m.dense_layers
     moe_layers = m.layers - dense_layers
-    per_mb = dense_layers * _layer(lay, c, mb, kv_bytes / pp, qc / pp, False) / pp if dense_layers else 0.0
+    per_mb = dense_layers * _layer(lay, c, mb, kv_bytes / pp, qc / pp, False, share) / pp if dense_layers else 0.0
     if moe_layers:
-        per_mb += moe_layers * _layer(lay, c, mb, kv_bytes / pp, qc / pp, True) / pp
+        per_mb += moe_layers * _layer(lay, c, mb, kv_bytes / pp, qc / pp, True, share) / pp
     t = pp * per_mb
     if pp > 1:
         a, beta = lay.coeff.p2p

@@ -67,8 +67,9 @@ def test_bad_layouts_name_the_field() -> None:
 
 def test_step_time_has_the_measured_shape() -> None:
     tp4, tp8 = _lay(tp=4), _lay(tp=8)
-    # flat up to ~64 sequences (bandwidth-bound linear layers), then rising
-    assert step_time(tp4, 1024.0, batch=64) / step_time(tp4, 1024.0, batch=1) < 1.3
+    # rising from batch 1 (inside a CUDA graph the matmuls add to the weight read): vLLM's own TP4 runs rise from
+    # 29 ms at batch 3-8 to 36 ms at 39-64 (A100, kvcore/data/profiling/published_vllm_runs.json)
+    assert 1.2 < step_time(tp4, 1024.0, batch=64) / step_time(tp4, 1024.0, batch=1) < 1.6
     assert step_time(tp4, 1024.0, batch=256) > 1.5 * step_time(tp4, 1024.0, batch=1)
     # context costs: batch 32 at 8k context is slower than at 512
     assert step_time(tp4, 8192.0, batch=32) > step_time(tp4, 512.0, batch=32)

@@ -28,8 +28,8 @@ def profile_report(lay: Layout) -> dict[str, Any]:
         "source": (f"step-time model calibrated on vidur {g.family.upper()} profiles "
                    f"(eta_bw={c.eta_bw:.3f}, eta_fl={c.eta_fl:.3f}) and, for steps inside CUDA graphs, on published "
                    f"vLLM runs ({k.kernel_s * 1e6:.1f} us per kernel, {k.allreduce_s * 1e6:.0f} us per all-reduce, "
-                   f"{k.cpu_s * 1e3:.2f} ms CPU per step, matmuls adding {k.compute_share:.2f} x their peak-FLOPS time to the weight "
-                   f"read); first token: the prefill plus the server's "
+                   f"{k.cpu_s * 1e3:.2f} ms CPU per step, matmuls adding {k.compute_share:.2f} x their peak-FLOPS "
+                   f"time to the weight read); first token: the prefill plus the server's "
                    f"{FIRST_TOKEN.base_s * 1e3:.1f} ms + {FIRST_TOKEN.per_gpu_s * 1e3:.2f} ms per GPU, fitted on the "
                    f"same runs; GPU: {g.source}; model: {m.source or 'given'}"),
     }

@@ -60,8 +60,8 @@ class StepCosts:
 GRAPH = StepCosts(kernel_s=2.6e-6, allreduce_s=1.7e-5, cpu_s=2.4e-4, compute_share=1.16)
 """Fitted (least squares on log error) on the 34 decode phases, batch 1 to 222, of the seven ``fit`` runs in
 ``kvcore/data/profiling/published_vllm_runs.json`` (:func:`kvcore.profiles.published.fit_step_costs`); a fit that
-leaves one run out predicts it within 13%, and the A100 and H100 runs at batch 100-222 each give the other's
-compute share (0.98 and 1.22) (docs/model.md)."""
+leaves one run out predicts it within 13%: left without the A100 or the H100 run at batch up to 222, the compute
+share comes out 0.98 or 1.22 (docs/model.md)."""
 
 
 @dataclass(frozen=True)
@@ -79,10 +79,10 @@ class FirstTokenCost:
 
 
 FIRST_TOKEN = FirstTokenCost(base_s=2.35e-2, per_gpu_s=2.95e-3)
-"""Fitted (least squares) on the first-token latencies of the five 10-prompt published vLLM runs the graph-step
-costs are fitted on (:func:`kvcore.profiles.published.fit_first_token`); it predicts the runs held out of every fit within
-4% (docs/model.md). Measured on the vLLM server of September 2024 those runs used; for another version it is a
-guess."""
+"""Fitted (least squares) on the first-token latencies of the five 10-prompt published vLLM fit runs
+(:func:`kvcore.profiles.published.fit_first_token`); a fit without one of them predicts it within 6%, and the two
+check runs no fit sees come out within 3% (docs/model.md). Measured on the vLLM server of September 2024 those runs
+used; for another version it is a guess."""
 GRAPH_MAX_TOKENS = 512
 """vLLM's largest CUDA-graph capture size: ``min(2 * max_num_seqs, 512)`` tokens."""
 GPU_MEMORY_UTILIZATION = 0.90

@@ -128,7 +128,7 @@ def test_the_graph_step_costs_are_the_fit_of_the_published_runs() -> None:
 
 @pytest.mark.slow
 def test_a_fit_without_one_layout_predicts_that_layout() -> None:
-    # Leave one layout out: the costs fitted on the other four runs price the held-out run's decode within 15%.
+    # Leave one fit run out: the costs fitted on the other six price the held-out run's decode within 15%.
     runs = fitting(load_runs())
     for i, held in enumerate(runs):
         costs = fit_step_costs([r for j, r in enumerate(runs) if j != i], GRAPH)

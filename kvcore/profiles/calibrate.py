@@ -42,6 +42,9 @@ class Coefficients:
     p2p: tuple[float, float]
     rel_rms_linear: float
     rel_rms_allreduce: float
+    compute_share: float = 0.0
+    """Inside a CUDA graph, the share of a linear layer's matmul time at peak that adds to its weight read
+    (:class:`kvcore.profiles.steptime.StepCosts`); 0, vidur's larger of the two, everywhere else."""
 
     def allreduce_s(self, gpus: int, nbytes: float, bw_scale: float = 1.0) -> float:
         if gpus <= 1:

@@ -57,11 +57,11 @@ class StepCosts:
     the two."""
 
 
-GRAPH = StepCosts(kernel_s=2.6e-6, allreduce_s=1.7e-5, cpu_s=2.4e-4, compute_share=1.16)
+GRAPH = StepCosts(kernel_s=2.7e-6, allreduce_s=1.7e-5, cpu_s=2.1e-4, compute_share=1.14)
 """Fitted (least squares on log error) on the 34 decode phases, batch 1 to 222, of the seven ``fit`` runs in
 ``kvcore/data/profiling/published_vllm_runs.json`` (:func:`kvcore.profiles.published.fit_step_costs`); a fit that
 leaves one run out predicts it within 13%: left without the A100 or the H100 run at batch up to 222, the compute
-share comes out 0.98 or 1.22 (docs/model.md)."""
+share comes out 0.97 or 1.20 (docs/model.md)."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class Layout:
         ar = self.coeff.allreduce
         if self.gpu.interconnect != "pcie":
             ar = {g: (self.costs.allreduce_s, beta) for g, (_, beta) in ar.items()}
-        return replace(self.coeff, c_lin_s=self.costs.kernel_s, allreduce=ar)
+        return replace(self.coeff, c_lin_s=self.costs.kernel_s, allreduce=ar, compute_share=self.costs.compute_share)
 
     @cached_property
     def graph_max_tokens(self) -> int:
@@ -165,35 +165,33 @@ def check_fits(lay: Layout, *, field: str = "profile") -> None:
                          f"PP={lay.pp}; {usable:.1f} GB usable on {lay.gpu.name} (less the activation reserve)")
 
 
-def _linear(lay: Layout, c: Coefficients, k: float, m: float, tokens: float, *, weights: float | None = None,
-            share: float = 0.0) -> float:
+def _linear(lay: Layout, c: Coefficients, k: float, m: float, tokens: float, *, weights: float | None = None) -> float:
     g, mod = lay.gpu, lay.model
     wb = mod.weight_bytes_per_param
     flops_peak = g.fp8_flops if (mod.weight_dtype == "fp8" and g.has_fp8) else g.bf16_flops
     nbytes = (k * m if weights is None else weights) * wb + 2.0 * tokens * (k + m)
     read, flops = nbytes / (c.eta_bw * g.hbm_bytes_s), 2.0 * tokens * k * m
-    return max(read + share * flops / flops_peak, flops / (c.eta_fl * flops_peak)) + c.c_lin_s
+    return max(read + c.compute_share * flops / flops_peak, flops / (c.eta_fl * flops_peak)) + c.c_lin_s
 
 
-def _layer(lay: Layout, c: Coefficients, n: float, kv_bytes: float, prefill_qc: float, moe_layer: bool,
-           share: float) -> float:
+def _layer(lay: Layout, c: Coefficients, n: float, kv_bytes: float, prefill_qc: float, moe_layer: bool) -> float:
     m, tp, g = lay.model, lay.tp, lay.gpu
     h, d = m.hidden, m.head_dim
-    t = (_linear(lay, c, h, (m.heads + 2 * m.kv_heads) * d / tp, n, share=share)
-         + _linear(lay, c, m.heads * d / tp, h, n, share=share))
+    t = (_linear(lay, c, h, (m.heads + 2 * m.kv_heads) * d / tp, n)
+         + _linear(lay, c, m.heads * d / tp, h, n))
     if moe_layer:
         e, k = m.experts, m.experts_per_token
         touched = e * (1.0 - (1.0 - k / e) ** max(n, 0.0)) if n > 0 else 0.0
         per = h * m.moe_intermediate / tp
-        t += _linear(lay, c, h, 2 * m.moe_intermediate * k / tp, n, weights=2 * per * touched, share=share)
-        t += _linear(lay, c, m.moe_intermediate * k / tp, h, n, weights=per * touched, share=share)
+        t += _linear(lay, c, h, 2 * m.moe_intermediate * k / tp, n, weights=2 * per * touched)
+        t += _linear(lay, c, m.moe_intermediate * k / tp, h, n, weights=per * touched)
         if m.shared_experts:
             si = m.moe_intermediate * m.shared_experts
-            t += _linear(lay, c, h, 2 * si / tp, n, share=share) + _linear(lay, c, si / tp, h, n, share=share)
+            t += _linear(lay, c, h, 2 * si / tp, n) + _linear(lay, c, si / tp, h, n)
         inter = m.moe_intermediate * k
     else:
-        t += (_linear(lay, c, h, 2 * m.intermediate / tp, n, share=share)
-              + _linear(lay, c, m.intermediate / tp, h, n, share=share))
+        t += (_linear(lay, c, h, 2 * m.intermediate / tp, n)
+              + _linear(lay, c, m.intermediate / tp, h, n))
         inter = m.intermediate
     t += c.elem0_s + c.elem1_s_per_elem * n * (h + inter / tp)
     kv_shard = min(tp, m.kv_heads) if not m.kv_bytes_per_token_override else 1
@@ -226,15 +224,14 @@ def step_time(lay: Layout, decode_contexts: Sequence[float] | float = (), prefil
     if n <= 0:
         return lay.costs.cpu_s
     c = lay.step_coeff(n)
-    share = lay.costs.compute_share if n <= lay.graph_max_tokens else 0.0
     kv_bytes = (sum_ctx + prefill_ctx + p_tok) * m.kv_bytes_per_token
     # PP micro-batches: each stage sees n/PP tokens at a time, PP times per step
     mb = n / pp
     dense_layers = m.layers if not m.moe else m.dense_layers
     moe_layers = m.layers - dense_layers
-    per_mb = dense_layers * _layer(lay, c, mb, kv_bytes / pp, qc / pp, False, share) / pp if dense_layers else 0.0
+    per_mb = dense_layers * _layer(lay, c, mb, kv_bytes / pp, qc / pp, False) / pp if dense_layers else 0.0
     if moe_layers:
-        per_mb += moe_layers * _layer(lay, c, mb, kv_bytes / pp, qc / pp, True, share) / pp
+        per_mb += moe_layers * _layer(lay, c, mb, kv_bytes / pp, qc / pp, True) / pp
     t = pp * per_mb
     if pp > 1:
         a, beta = lay.coeff.p2p

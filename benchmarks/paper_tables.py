@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 from ablation import ABLATION_NOTES, run_ablation  # noqa: E402
 from binning import markdown as binning_markdown  # noqa: E402
 from binning import run as run_binning  # noqa: E402
-from results_template import ENGINE_PLACE, ISSUE5_REPORTED, PAPER_TABLE_IV, RESULTS_TEMPLATE  # noqa: E402
+from results_template import ISSUE5_REPORTED, KEPT, PAPER_TABLE_IV, RESULTS_TEMPLATE  # noqa: E402
 
 from kvcore import (DEFAULT_METHODS, Cell, DEFAULT_RHOS, DEFAULT_SHIFTS, Evaluation, EngineFleet,
                     run_evaluation as evaluate, gm_markdown, ratio_cells)
@@ -362,16 +362,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         issue5=ISSUE5_REPORTED, regret=_regret_table(evs), cost_tables=_cost_tables(evs), paper_iv=PAPER_TABLE_IV,
         sim=sim_md, fleet=fleet.model_dump(), sim_load=SIMULATE_LOAD, ablation=ablation_md, ablation_notes=ABLATION_NOTES,
         imgs="\n".join(f"![{p.stem}](img/{p.name})" for p in imgs), oracle=oracle, oracle_vs_paper=oracle_vs_paper,
-        disagree=_disagreements(evs), binning=binning_md, engine_place=ENGINE_PLACE,
+        disagree=_disagreements(evs), binning=binning_md, **_kept(args.out / "results.md"),
     )
-    # keep the section benchmarks/engine_results.py owns (between its markers), as section 5, when rewriting the rest
-    old = (args.out / "results.md").read_text(encoding="utf-8") if (args.out / "results.md").exists() else ""
-    begin, end = "<!-- engine:begin -->", "<!-- engine:end -->"
-    engine = old[old.index(begin): old.index(end) + len(end)] + "\n\n" if begin in old and end in old else ""
-    md = md.replace(ENGINE_PLACE, engine)
-    (args.out / "results.md").write_text(md, encoding="utf-8")
+    (args.out / "results.md").write_text(md.rstrip("\n") + "\n", encoding="utf-8")
     print(f"wrote {args.out / 'results.md'} and {len(imgs)} images in {elapsed:.0f} s", file=sys.stderr)
     return 0
+
+
+def _kept(results: Path) -> dict[str, str]:
+    """The template's ``kept_NAME`` fields: each section of ``KEPT`` as the previous file holds it, markers
+    included, or nothing when it has none."""
+    old = results.read_text(encoding="utf-8") if results.exists() else ""
+    out = {}
+    for name in KEPT:
+        begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+        has = begin in old and end in old
+        out[f"kept_{name.replace('-', '_')}"] = old[old.index(begin): old.index(end) + len(end)] + "\n\n" if has else ""
+    return out
 
 
 if __name__ == "__main__":

@@ -21,8 +21,11 @@ PAPER_TABLE_IV = """| method | rho=2 | rho=10 | rho=100 | P99 (s) @10 | SLO viol
 | LP+1sigma | 1,729 | 3,143 | 19,055 | 11.30 | 13.2% |
 | LP+2sigma | 2,615 | 3,207 | 9,865 | 11.80 | 18.0% |"""
 
-ENGINE_PLACE = "<!-- engine section (benchmarks/engine_results.py) -->\n"
-"""Where the section ``benchmarks/engine_results.py`` owns goes (section 5), replaced by it when present."""
+KEPT = ("steps", "slo-capacity", "engine", "twin")
+"""The sections this template does not write, each kept from the previous file between ``<!-- NAME:begin -->`` and
+``<!-- NAME:end -->`` at the template's ``{kept_NAME}`` place (empty when absent): what the step-time model moved
+(by hand), the SLO capacity (``benchmarks/slo_capacity.py``), the engine comparison
+(``benchmarks/engine_results.py``) and the twin (by hand)."""
 
 RESULTS_TEMPLATE = """# Results: the paper's tables on the shared traces
 
@@ -33,7 +36,7 @@ numbers from this run. Protocols, policies and the simulated fleet are defined i
 The paper's absolute costs come from its own setup (Azure 2024, which we could not obtain, and its own
 simulator), so we compare directions and ratios, not numbers.
 
-## 1. Issue 5: which radius rule (gm of cost / best listed policy)
+## 1. Which radius rule (gm of cost / best listed policy)
 
 Each cell: gm over (trace, rho in {{2, 5, 10, 20, 50, 100}}) of a policy's cost divided by the cheapest of the
 six listed policies in that scenario, and in brackets the worst single scenario. The new default is
@@ -145,7 +148,7 @@ on chatgpt_conv). At rho = 10 the critical-fractile policies (default, dro-paper
 each other in P99, as in the paper. Absolute P99s depend on the arrival-clock scaling (`kvcore/evaluate/engine.py`)
 and are not comparable to the paper's.
 
-## 4. Table V style ablation of the joint planner (2.5x shift)
+{kept_steps}## 4. Table V style ablation of the joint planner (2.5x shift)
 
 {ablation_notes}
 
@@ -161,7 +164,7 @@ chat-short 423 -> 424, as of the run dated in the header). In this run no varian
 prefix caching matter for P99 and SLO (P99 x1.80 and x1.34; they were x3.28 and x1.48), DRO's latency gain does not
 reproduce.
 
-{engine_place}## 6. Issue 14: training on histogram buckets instead of raw lengths
+{kept_slo_capacity}{kept_engine}## 6. Training on histogram buckets instead of raw lengths
 
 What the operator sees is not the output lengths but, per history window, how many requests fell in each bucket
 of the exporter's layout: vLLM's 1-2-5 buckets (`vllm:request_generation_tokens`), the Envoy AI Gateway's powers
@@ -172,4 +175,4 @@ radius's binning term are explained in `docs/model.md`, "Histogram buckets"; `py
 regenerates this section alone.
 
 {binning}
-"""
+{kept_twin}"""

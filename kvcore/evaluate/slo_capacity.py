@@ -85,6 +85,9 @@ class SloEvaluation(BaseModel):
     ttft_slo_s: float
     tpot_slo_s: float
     rows: list[SloRow]
+    curves: dict[str, list[tuple[float, float]]] = Field(
+        default_factory=dict, description="Per method, every (rate in requests/s, attainment) its searches measured, "
+                                          "by rate: the attainment curve the SLO rates were read from.")
 
 
 def check_targets(group: SimGroup, inputs: np.ndarray, *, ttft_slo_s: float, tpot_slo_s: float) -> None:
@@ -166,6 +169,7 @@ def evaluate_slo_capacity(trace: Trace, *, fleet: EngineFleet | None = None, sha
     ordered = ["vllm-default", *[m for m in methods if m != "vllm-default"]]
     default_rate: dict[float, float | None] = {}
     rows: list[SloRow] = []
+    curves: dict[str, list[tuple[float, float]]] = {}
     for method in (wrap(ordered) if wrap is not None else ordered):
         runs: dict[float, MethodRun] = {}
 
@@ -184,10 +188,12 @@ def evaluate_slo_capacity(trace: Trace, *, fleet: EngineFleet | None = None, sha
                 default_rate[share] = found.rate_rps
             run = runs.get(found.rate_rps) if found.rate_rps is not None else None
             rows.append(_row(name, method, found, run, saturation, gpus, default_rate.get(share)))
+        curves[method] = sorted(curve.points.items())
     keep = set(methods)
     rows = [r for r in rows if r.method in keep]
     timed = setup.arrival is not None and float(setup.arrival[-1] - setup.arrival[0]) > 0
     arrivals = ("the trace's own arrival times, compressed or stretched to the rate" if timed
                 else f"Poisson arrivals (seed {seed}) at the rate")
     return SloEvaluation(trace=name, requests=n - setup.half, gpus=gpus, arrivals=arrivals, saturation_rps=saturation,
-                         ttft_slo_s=fleet.ttft_slo_s, tpot_slo_s=fleet.tpot_slo_s, rows=rows)
+                         ttft_slo_s=fleet.ttft_slo_s, tpot_slo_s=fleet.tpot_slo_s, rows=rows,
+                         curves={m: c for m, c in curves.items() if m in keep})

@@ -1,8 +1,8 @@
 """SLO capacity (kvcore.evaluate.slo_capacity, slo_methods; the CLI's --slo-capacity): on the engine model the
 search's rate is measured to meet the share and one lattice step up is not, and a brute-force scan of the lattice
-below agrees; the clairvoyant gate never preempts and ties the plugin where memory does not bind; the JSON rows
-have the documented keys; targets no rate can meet, a trace too short, and a method that cannot run are reported
-(exit 2 naming the flag, or a row with a reason), never a crash."""
+below agrees, and the attainment curve reported holds both; the clairvoyant gate never preempts and ties the plugin
+where memory does not bind; the JSON rows have the documented keys; targets no rate can meet, a trace too short, and
+a method that cannot run are reported (exit 2 naming the flag, or a row with a reason), never a crash."""
 
 from __future__ import annotations
 
@@ -154,4 +154,14 @@ def test_untimed_trace_gets_seeded_poisson(traces_dir: Path) -> None:
     a = evaluate_slo_capacity(trace, replay_requests=100, methods=("vllm-default",), seed=1)
     b = evaluate_slo_capacity(trace, replay_requests=100, methods=("vllm-default",), seed=1)
     assert "Poisson" in a.arrivals and a == b
+    # the curve each rate was read from: the rate measured to meet its share, the next measured rate (one 1% step up)
+    # measured to miss it
+    assert list(a.curves) == ["vllm-default"]
+    curve = a.curves["vllm-default"]
+    assert [r for r, _ in curve] == sorted({r for r, _ in curve}) and all(0.0 <= x <= 1.0 for _, x in curve)
+    for row in a.rows:
+        assert row.slo_rate_rps is not None
+        i = [r for r, _ in curve].index(row.slo_rate_rps)
+        assert curve[i][1] >= row.share > curve[i + 1][1]
+        assert curve[i + 1][0] / curve[i][0] == pytest.approx(1.01)
     assert set(SLO_METHODS) >= {"vllm-default", "vllm-tuned", "kvplan-knobs", "kvplan-plugin+knobs", "clairvoyant"}

@@ -135,18 +135,19 @@ Until issue 21 this table came from a separate reservation-admission simulator (
 max(y, generated + 1) fit, a request past its reservation preempted; load on the roofline throughput, 0.5; SLO
 TTFT <= 2 s and e2e <= 60 s). The engine model replaces it: vLLM 0.33's own scheduling behind kvplan's gate, the
 engine comparison's load definition (0.7) and goodput's SLO (time per output token instead of e2e), so these
-figures are not comparable with earlier versions of this file. What changed, as of the run dated in the header: no
-policy preempts on any trace (the old simulator counted 0-290): the gate admits a request only while the free blocks
-cover every admitted request's outstanding reservation, and at this load the blocks of finishing requests cover
-those that outgrow theirs. SLO violation is higher everywhere (0.1 s per output token is stricter than 60 s end to
-end), and on Azure code 99% for every policy (its long prompts miss TTFT 2 s whatever the reserve), so that column
-says nothing about reservations there. Against the paper's Table IV, over-reservation still hurts: max raises SLO
-violation on every trace that has any except Azure code, and P99 on the BurstGPT traces (about 2x on all and
-chatgpt_conv); it shortens P99 a little on Azure code, Azure conv and ShareGPT. Under-reservation (mean) preempts
-nothing here, and its SLO violation is mixed (lower than the default's on Azure conv, gpt4_conv and ShareGPT, higher
-on chatgpt_conv). At rho = 10 the critical-fractile policies (default, dro-paper, saa, p90) are within 1.5 s of
-each other in P99, as in the paper. Absolute P99s depend on the arrival-clock scaling (`kvcore/evaluate/engine.py`)
-and are not comparable to the paper's.
+figures are not comparable with earlier versions of this file. As of the run dated in the header (the measured
+step-time model with its CUDA-graph costs, docs/model.md): no policy preempts on any trace (the old simulator
+counted 0-290): the gate admits a request only while the free blocks cover every admitted request's outstanding
+reservation, and at this load the blocks of finishing requests cover those that outgrow theirs. On Azure code SLO
+violation is 99% for every policy (its long prompts miss TTFT 2 s whatever the reserve), and on ChatGPT API every
+policy has the same P99 and SLO violation, so those columns say nothing about reservations. Against the paper's
+Table IV, over-reservation still hurts: max raises SLO violation on the other five traces, and P99 on the BurstGPT
+traces (2.3-2.4x on all and chatgpt_conv, 1.2x on gpt4_conv); it shortens P99 by 7% on Azure code and moves it by
+under 1% on Azure conv and ShareGPT. Under-reservation (mean) preempts nothing here either, and its SLO violation
+is lower than the default's on those five traces: at this load a smaller reservation admits sooner, and the
+requests that outgrow it still find free blocks. At rho = 10 the critical-fractile policies (default, dro-paper,
+saa, p90) are within 1 s of each other in P99, as in the paper. Absolute P99s depend on the arrival-clock scaling
+(`kvcore/evaluate/engine.py`) and are not comparable to the paper's.
 
 {kept_steps}## 4. Table V style ablation of the joint planner (2.5x shift)
 
@@ -158,11 +159,9 @@ Regenerated with the rest of this file: `{command}`, {elapsed:.0f} s in all, on 
 
 Until issue 21 this ablation replayed through the retired reservation-admission simulator (load on the roofline
 throughput, SLO e2e <= 60 s). Now it replays through the engine model with kvplan's gate, and the one load definition
-scales the instance's arrival rates, which moves the plans' reserves by at most a token (code 88 -> 89; eps = 0
-chat-short 423 -> 424, as of the run dated in the header). In this run no variant preempts (the old simulator:
-7-110), P99 and goodput are lower for every variant, and the verdicts against the paper are unchanged: routing and
-prefix caching matter for P99 and SLO (P99 x1.80 and x1.34; they were x3.28 and x1.48), DRO's latency gain does not
-reproduce.
+scales the instance's arrival rates. In the run dated in the header no variant preempts (the old simulator: 7-110),
+and the verdicts against the paper (the list above) are those the old simulator gave: routing and prefix caching
+matter for P99 and SLO violation, DRO's latency gain does not reproduce.
 
 {kept_slo_capacity}{kept_engine}## 6. Training on histogram buckets instead of raw lengths
 

@@ -14,8 +14,8 @@ import pytest
 
 from kvcore.errors import InputError
 from kvcore.profiles.models import get_model
-from kvcore.profiles.published import (RUNS_FILE, Phase, Run, compare, decode_log_errors, fit_first_token,
-                                       fit_step_costs, fitting, load_runs, model_step)
+from kvcore.profiles.published import (RUNS_FILE, Phase, Run, active_contexts, compare, decode_log_errors,
+                                       fit_first_token, fit_step_costs, fitting, load_runs, model_step)
 from kvcore.profiles.steptime import FIRST_TOKEN, GRAPH, FirstTokenCost, StepCosts
 
 
@@ -74,12 +74,15 @@ def test_a_run_of_no_known_role_is_refused(tmp_path: Path) -> None:
 
 def test_every_vendored_run_is_a_catalogue_layout_with_provenance() -> None:
     runs = load_runs()
-    assert [len(fitting(runs)), len(runs)] == [7, 11]
+    assert [len(fitting(runs)), len(runs)] == [7, 13]
     for r in runs:
         model_step(r, GRAPH)((), [(128.0, 0.0)])  # the layout exists in the catalogue and passes its checks
         assert r.path.startswith("results/") and len(r.commit) == 40 and r.phases
     # every MoE run is a check: nothing is fitted on a shape whose step the dense runs do not show
     assert {r.role for r in runs if get_model(r.model).moe} == {"check"}
+    # and the MoE checks reach the batches a server runs at (over 200 sequences decoding), not only batch 8 and below
+    moe = [r for r in runs if get_model(r.model).moe]
+    assert max(len(active_contexts(r, r.steps_per_burst * p.first_burst)) for r in moe for p in r.phases) > 200
 
 
 def test_the_model_stays_in_the_band_docs_model_md_states() -> None:

@@ -272,60 +272,48 @@ def section(evs: Sequence[EngineEvaluation], loads: Sequence[float], rho: float,
 
 REGIMES = """### Where a reservation pays, and where it does not
 
-Written from the run of 2026-11-30 20:24 UTC (the tables above and below); re-read it against them after a rerun.
+Written from the run of 2026-12-07 20:29 UTC (the tables above and below); re-read it against them after a rerun.
 
 - **Nothing to protect.** Azure code (long prompts, short outputs) and BurstGPT ChatGPT API (light traffic) never
-  preempt; ShareGPT at load 0.7 stalls 0.13% of the replayed requests, too few in the history's replays to pay for
-  a reservation. The rule reserves nothing on these 5 of 14 (trace, load) rows, and the plugin is stock vLLM there.
-- **Memory binds** (the conversation traces and ShareGPT at load 0.9): stock vLLM preempts hundreds to about two
-  thousand requests and recomputes 140k-510k tokens. A reservation pays there, but not the plan's: the rule keeps
-  1/8-1/4 of the DRO reservation or the class's 25% output quantile (40-300 tokens where DRO at rho 10 holds
-  400-1,000), because the gate holds a reservation for every running request at once and they rarely all reach it
-  together, which the per-request newsvendor does not see. With those, at load 0.9 the plugin cuts stalled requests
-  by 95-100% and recompute by 96-99.8% on every trace with preemptions, with goodput 1.04-1.14x stock's and P99 e2e
-  0.85-0.98x (less recompute is less GPU time thrown away). The raw DRO reservations also remove every preemption
-  but cost goodput where the footprint is large against the KV memory: ShareGPT 0.18x, Azure conv 0.74x.
+  preempt; Azure conv and ShareGPT at load 0.7 stall 0.01% and 0.07% of the replayed requests, too few in the
+  history's replays to pay for a reservation. The rule reserves nothing on these 6 of 14 (trace, load) rows, and
+  the plugin is stock vLLM there.
+- **Memory binds** (the BurstGPT conversation traces at both loads, Azure conv and ShareGPT at 0.9): at load 0.9
+  stock vLLM recomputes 118k-417k tokens. A reservation pays there, but not the plan's: the rule keeps 1/8-1/4 of
+  the DRO reservation or a quantile of the class's outputs (0-249 tokens where DRO at rho 10 holds 413-995),
+  because the gate holds a reservation for every running request at once and they rarely all reach it together,
+  which the per-request newsvendor does not see. With those, at load 0.9 the plugin cuts stalled requests by
+  92-100% and recompute by 92-99.9% on every trace with preemptions (ShareGPT the least), with goodput 1.00-1.11x
+  stock's and P99 e2e 0.88-0.99x (less recompute is less GPU time thrown away). The raw DRO reservations also
+  remove every preemption but cost goodput where the footprint is large against the KV memory: ShareGPT 0.29x,
+  Azure conv 0.63x.
 - **Design and held-out traces.** The rule was designed on Azure conv, BurstGPT GPT-4 conv and ShareGPT. On the
-  held-out traces it meets the same targets (BurstGPT all and ChatGPT conv at load 0.9: stalled cut 99.2-100%,
-  goodput 1.07-1.14x; Azure code and ChatGPT API: nothing reserved). Both held-out traces with memory pressure come
+  held-out traces it meets the same targets (BurstGPT all and ChatGPT conv at load 0.9: stalled cut 98-100%,
+  goodput 1.03-1.11x; Azure code and ChatGPT API: nothing reserved). Both held-out traces with memory pressure come
   from BurstGPT, the source of one design trace; another source or a real deployment's history would test more.
 - **Against the knobs.** At load 0.9 the plugin leaves fewer stalled requests than kvplan-knobs on 4 of the 5
-  traces with preemptions (ShareGPT: 0.0010 against 0.0008), with P99 and goodput within a few percent either way.
-  Where the plugin is not installed the knobs get most of the way.
+  traces with preemptions (ShareGPT: 0.0015 against the knobs' 0.0009), with P99 and goodput within a few percent
+  either way. Where the plugin is not installed the knobs get most of the way.
 - **The plugin with the knobs, as the operator deploys it** (`kvplan-plugin+knobs`: the knob rule's settings, then
-  the reservations that pay on top of them). It meets the plugin targets too (goodput 1.054x gm, worst 1.000), but
-  it is not better than the plugin alone everywhere. The knob rule's 1% watermark already absorbs part of the
-  history's preemptions, so the reservation rule on top drops the short prompts' reservation on Azure conv and GPT-4
-  conv at 0.9, and on their heavier replayed halves stalls come back: 0.0003 against the plugin alone's 0.0000
-  (recompute 3,932 and 4,182 tokens against 1,175 and 336). It does better on BurstGPT all and ChatGPT conv
-  (recompute 673 and 0 against 4,535 and 2,557) and on ShareGPT (stalled 0.0008 against 0.0010). The two rules are
-  chosen one after the other, not jointly.
-- **Frontier: met on 10 of 14 rows, missed by at most 1.6% of P99 on the other 4.** Counting every plugin point
-  (the rho sweeps, and the gate's per-class reservation grid at each max_num_seqs), the plugin matches 324 of 336
-  stock points. The 12 it misses are not stall trades: Azure code at 0.9 (7 points; nothing stalls there at any
-  setting, and watermarks of 0.02-0.2 at max_num_seqs 32, or 0.2 at any, reorder admissions: 0.2-1.6% lower P99,
-  which no reservation is for); BurstGPT all and GPT-4 conv at 0.9 (2 each: a 2% watermark at stalled
-  0.0001-0.0007, 0.6-1.2% lower P99 than the best plugin point that stalls no more); GPT-4 conv at 0.7 (w=0.2, s=64,
-  0.3%, at a lower goodput: 1.08 against 1.09 req/s). The rho sweeps alone meet it on 4 rows (the rule's) or 7
-  (with the raw DRO reservations), because the rule's sweep plateaus: on ShareGPT at 0.9 it keeps (200, 258) tokens
-  from rho 5 to 100, since on the history's replays that already leaves 1-4 preemptions per 3,000 requests. The
-  replayed half is heavier (stock stalls 2.0% of it, 1.7% and 0.7% of the history's two replays), so its remaining
-  stalls are ones the history did not show; no rule chosen on the history sees them. The instrument reaches them:
-  the grid's (0, 420) stalls 0.0001 at P99 88.7 s and goodput 0.80, against stock's w=0.05 at 89.7 s and 0.76;
-  (200, 420) stalls none at 89.0 s and 0.79, against w=0.1 at 93.9 s and 0.58.
-- **Per-class reservations against one watermark: the finer instrument; the rule does not always pick the finer
-  point.** On the rows where stock vLLM stalls any request, the gate's grid at the same max_num_seqs matches 233
-  of 240 stock points on P99 and 202 of 240 on P99 and goodput together. The rule's own choice is another matter:
-  protecting only the long prompts (rho 100, short prompts at rho 1), it gives both classes 0-0.12% stalled, with
-  a P99 within 2.3% of the lowest any stock setting reaches (the lowest on ShareGPT), but on 4 of 5 traces a stock
-  setting reaches the same long-class stall level with 2-9% more goodput, through long-first priorities (which
-  starve short prompts: P99 +59% to +141%) or a 10% watermark (GPT-4 conv: P99 +2.5%). Only on BurstGPT all is the
-  rule's choice better on both.
-- **SLO pricing.** Classes that give an SLO: the rule with the engine's price and with eq. 8's rho 16.4 keeps the
-  same reservations on 8 of 14 rows and meets the targets with both; the engine price reserves a little less
-  (ShareGPT 0.9: stalled 0.0022 against 0.0011, goodput 1.034x against 1.015x). As the newsvendor's rho, though,
-  rho_e = C h (0.04-0.3 under pressure) under-reserves: DRO at rho_e cuts stalls by 0-60%, none on ShareGPT at 0.9.
-- **rho** barely moves the rule's choice at load 0.9: the reservations that remove preemptions also lower latency,
-  so the price of a stall rarely decides; it decides where stalls are few (Azure conv at 0.7).
+  the reservations that pay on top of them). It meets the plugin targets too (goodput 1.037x gm, worst 0.991), and
+  at load 0.9 it recomputes less than the plugin alone on 4 of the 5 traces with preemptions (ShareGPT 8,542
+  against 29,310 tokens). On ChatGPT conv it does worse (stalled 0.0009 against 0.0000, recompute 5,206 against
+  418), where the two differ only in the long prompts' reservation (149 against 153 tokens): the two rules are
+  chosen one after the other, not jointly, and a few tokens move the replayed half's stalls.
+- **Frontier: met on 11 of 14 rows.** Counting every plugin point (the rho sweeps, and the gate's per-class
+  reservation grid at each max_num_seqs), the plugin matches 330 of 336 stock points; the 6 it misses (Azure code
+  at 0.7: 4; BurstGPT all at 0.7 and ChatGPT conv at 0.9: 1 each) by 0.27-2.92% of P99. The rho sweeps alone meet
+  it on 4 rows (the rule's) or 5 (with the raw DRO reservations).
+- **Per-class reservations against one watermark: the finer instrument; the rule does not pick the finer point.**
+  On the rows where stock vLLM stalls any request, the gate's grid at the same max_num_seqs matches 234 of 240
+  stock points on P99 and 196 of 240 on P99 and goodput together. The rule's own choice is another matter:
+  protecting only the long prompts (rho 100, short prompts at rho 1), it gives both classes 0-0.01% stalled, but on
+  all 5 traces a stock setting reaches the same long-class stall level with 2-13% more goodput, each through
+  long-first priorities, which starve short prompts (P99 +38% to +116%).
+- **SLO pricing.** Classes that give an SLO: the rule with the engine's price and with eq. 8's rho 16.4 has the same
+  stalls, goodput and P99 on 9 of 14 rows; the engine price leaves more stalls on
+  ShareGPT at 0.9 (0.0029 against 0.0006, goodput 0.998x against 0.981x). As the newsvendor's rho, rho_e = C h is
+  0.03-0.30 under pressure at load 0.9, so the plan's DRO at rho_e reserves far less than at rho 16.4: goodput
+  0.99-1.08x stock's against 0.32-1.15x (ShareGPT 0.32x).
 - Not measured here: prefix caching off (every preemption then recomputes the whole context), async scheduling
   (the engine model is vLLM's synchronous scheduler)."""

@@ -311,9 +311,9 @@ Written from the run of 2026-12-07 20:29 UTC (the tables above and below); re-re
   all 5 traces a stock setting reaches the same long-class stall level with 2-13% more goodput, each through
   long-first priorities, which starve short prompts (P99 +38% to +116%).
 - **SLO pricing.** Classes that give an SLO: the rule with the engine's price and with eq. 8's rho 16.4 has the same
-  stalls, goodput and P99 on 9 of 14 rows; the engine price leaves more stalls on
-  ShareGPT at 0.9 (0.0029 against 0.0006, goodput 0.998x against 0.981x). As the newsvendor's rho, rho_e = C h is
-  0.03-0.30 under pressure at load 0.9, so the plan's DRO at rho_e reserves far less than at rho 16.4: goodput
-  0.99-1.08x stock's against 0.32-1.15x (ShareGPT 0.32x).
+  stalls, goodput and P99 on 9 of 14 rows; the engine price leaves more stalls on ShareGPT at 0.9 (0.0029 against
+  0.0006, goodput 0.998x against 0.981x). As the newsvendor's rho, rho_e = C h is 0.03-0.30 under pressure at load
+  0.9, so the plan's DRO at rho_e reserves far less than at rho 16.4: goodput 0.99-1.08x stock's against 0.32-1.15x
+  (ShareGPT 0.32x).
 - Not measured here: prefix caching off (every preemption then recomputes the whole context), async scheduling
   (the engine model is vLLM's synchronous scheduler)."""

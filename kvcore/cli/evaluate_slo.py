@@ -2,7 +2,8 @@
 
 Every row has ``trace, method, share, slo_rate_rps, ratio_vs_default, preemptions, recomputed_tokens, stalled_frac,
 stall_p99_s, ttft_p99_s, tpot_p99_s, gpus`` (then ``load, attainment, goodput_rps, knobs, evaluations, reason``);
-:mod:`kvcore.evaluate.slo_capacity` defines them. A progress bar over the methods goes to stderr. Exit status 2 on
+:mod:`kvcore.evaluate.slo_capacity` defines them. ``--json`` also gives ``curves``: per method, the ``[rate,
+attainment]`` pairs its searches measured, to plot attainment against rate. A progress bar over the methods goes to stderr. Exit status 2 on
 bad input (targets no rate can meet name ``--ttft-slo`` or ``--tpot-slo``; a trace too short names the minimum).
 """
 
@@ -68,7 +69,8 @@ def run_slo_capacity(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"rows": [{k: r[k] for k in ROW_KEYS} for r in rows], "trace": ev.trace, "requests": ev.requests,
                     "gpus": ev.gpus, "arrivals": ev.arrivals, "saturation_rps": ev.saturation_rps,
-                    "ttft_slo_s": ev.ttft_slo_s, "tpot_slo_s": ev.tpot_slo_s}, sys.stdout)
+                    "ttft_slo_s": ev.ttft_slo_s, "tpot_slo_s": ev.tpot_slo_s,
+                    "curves": {m: [list(p) for p in c] for m, c in ev.curves.items()}}, sys.stdout)
         return 0
     print(f"{ev.trace}: {ev.requests} requests replayed on {ev.gpus} GPUs ({ev.arrivals}); SLO TTFT <= "
           f"{ev.ttft_slo_s:g} s and mean TPOT <= {ev.tpot_slo_s:g} s; saturation {ev.saturation_rps:.3g} req/s")

@@ -84,6 +84,10 @@ def test_json_rows(tmp_path: Path, traces_dir: Path, capsys: pytest.CaptureFixtu
         assert ROW_KEYS <= set(r)
         assert r["gpus"] == 8 and r["slo_rate_rps"] > 0
     assert [r["ratio_vs_default"] for r in obj["rows"][:2]] == [1.0, 1.0]
+    # the attainment curves to plot: each row's rate is a measured point that meets its share
+    assert sorted(obj["curves"]) == ["clairvoyant", "vllm-default"]
+    for r in obj["rows"]:
+        assert dict(map(tuple, obj["curves"][r["method"]]))[r["slo_rate_rps"]] >= r["share"]
     assert "methods [" in captured.err  # the progress bar
 
 

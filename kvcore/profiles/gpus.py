@@ -1,8 +1,9 @@
 """The GPU catalogue: memory, HBM bandwidth, dense bf16/fp8 FLOPS, interconnect, Kubernetes names and vLLM 0.33's
 per-GPU batch defaults (issue 22, part 2).
 
-Figures are the vendors' datasheets (dense, i.e. without structured sparsity); memory in bytes as the part is
-sold (GB = 1e9) unless the datasheet gives GiB. ``interconnect_bytes_s`` is one GPU's bandwidth to its peers in one
+Figures are the vendors' datasheets (dense, i.e. without structured sparsity); memory in bytes as the driver
+reports it where a public readout was found (A100, H100 SXM), else as the part is sold (GB = 1e9), which for the
+others may understate what vLLM sees by up to 7%. ``interconnect_bytes_s`` is one GPU's bandwidth to its peers in one
 direction where the datasheet gives a bidirectional total, halved (NVLink 3: 600 GB/s total -> the old roofline used
 the total; the step-time model uses it only for the bytes part of an all-reduce, calibrated against vidur's NCCL
 profiles on DGX A100/H100, see :mod:`kvcore.profiles.calibrate`).
@@ -78,10 +79,11 @@ CATALOGUE: dict[str, GpuType] = {g.name: g for g in (
     GpuType("A100-40GB", 40960 * 1024**2, 1555e9, 312e12, 0.0, "nvlink", 300e9, "a100",
             node_label=_nv("NVIDIA-A100-SXM4-40GB"), device_name="NVIDIA A100-SXM4-40GB",
             source="NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB: HBM2 1,555 GB/s)"),
-    GpuType("H100-SXM", 80e9, 3.35e12, 989e12, 1979e12, "nvlink", 450e9, "h100",
+    GpuType("H100-SXM", 81559 * 1024**2, 3.35e12, 989e12, 1979e12, "nvlink", 450e9, "h100",
             node_label=_nv("NVIDIA-H100-80GB-HBM3"), device_name="NVIDIA H100 80GB HBM3",
             source="NVIDIA H100 Tensor Core GPU datasheet (SXM: 80 GB HBM3 3.35 TB/s, bf16 989 / fp8 1,979 TFLOPS "
-                   "dense, NVLink 4 900 GB/s total)"),
+                   "dense, NVLink 4 900 GB/s total); memory as the driver reports it, 81,559 MiB (nvidia-smi in "
+                   "vllm-project/vllm issue 27508), which vLLM's gpu_memory_utilization applies to"),
     GpuType("H100-PCIe", 80e9, 2.0e12, 756e12, 1513e12, "pcie", 64e9, "h100",
             node_label=_nv("NVIDIA-H100-PCIe"), device_name="NVIDIA H100 PCIe",
             source="NVIDIA H100 Tensor Core GPU datasheet (PCIe: 80 GB HBM2e 2.0 TB/s, bf16 756 / fp8 1,513 TFLOPS "

@@ -25,7 +25,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from engine_tables import REGIMES, section  # noqa: E402
+from engine_tables import BEGIN, END, REGIMES, section  # noqa: E402
+from markers import put  # noqa: E402
 
 from kvcore.evaluate.engine import (  # noqa: E402
     CLASSES,
@@ -45,7 +46,6 @@ from kvcore import SloSpec, cost_ratio  # noqa: E402
 from kvcore import load_trace  # noqa: E402
 
 REPO = HERE.parent
-BEGIN, END = "<!-- engine:begin -->", "<!-- engine:end -->"
 SLO_EXAMPLE = SloSpec(mu=3.0, sigma=0.5, lam=100.0)
 """The SLO of examples/instance-70b.yaml: seed eq. 8 gives rho = 16.4."""
 MIXED_RHO = (1.0, 100.0)
@@ -103,12 +103,7 @@ def render(data: dict[str, Any], out: Path) -> Path:
     text = section(evs, tuple(data["loads"]), data["rho"], data["meta"], EngineFleet.model_validate(data["fleet"]),
                    slo, data["mixed"], REGIMES)
     results = out / "results.md"
-    old = results.read_text(encoding="utf-8") if results.exists() else ""
-    if BEGIN in old and END in old:
-        new = old[: old.index(BEGIN)] + text + old[old.index(END) + len(END):]
-    else:
-        new = old.rstrip("\n") + "\n\n" + text + "\n"
-    results.write_text(new, encoding="utf-8")
+    put(results, text, BEGIN, END)
     return results
 
 

@@ -11,12 +11,14 @@ from typing import Any
 
 import numpy as np
 
+from markers import marks
+
 from kvcore import EngineEvaluation, EngineFleet, EngineRow
 from kvcore.evaluate.engine_report import GRID, frontier_check, grid_check, matches, seqs_of, table_markdown
 
 TRAIN = ("azure2023_conv", "burstgpt_first7d_gpt4_conv", "sharegpt_llama2tok_8k")
 """The traces the reservation rule (kvcore.rules.reserve) was designed on; the others are held out."""
-BEGIN, END = "<!-- engine:begin -->", "<!-- engine:end -->"
+BEGIN, END = marks("engine")
 
 
 def _stem(ev: EngineEvaluation) -> str:

@@ -34,6 +34,7 @@ sys.path.insert(0, str(HERE))
 from ablation import ABLATION_NOTES, run_ablation  # noqa: E402
 from binning import markdown as binning_markdown  # noqa: E402
 from binning import run as run_binning  # noqa: E402
+from markers import find, marks  # noqa: E402
 from results_template import ISSUE5_REPORTED, KEPT, PAPER_TABLE_IV, RESULTS_TEMPLATE  # noqa: E402
 
 from kvcore import (DEFAULT_METHODS, Cell, DEFAULT_RHOS, DEFAULT_SHIFTS, Evaluation, EngineFleet,
@@ -375,9 +376,8 @@ def _kept(results: Path) -> dict[str, str]:
     old = results.read_text(encoding="utf-8") if results.exists() else ""
     out = {}
     for name in KEPT:
-        begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-        has = begin in old and end in old
-        out[f"kept_{name.replace('-', '_')}"] = old[old.index(begin): old.index(end) + len(end)] + "\n\n" if has else ""
+        block = find(old, *marks(name))
+        out[f"kept_{name.replace('-', '_')}"] = block + "\n\n" if block is not None else ""
     return out
 
 

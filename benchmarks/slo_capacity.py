@@ -24,9 +24,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kvcore import EngineFleet, SloEvaluation, Trace, evaluate_slo_capacity, load_trace
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 
-REPO = Path(__file__).resolve().parents[1]
+from markers import marks, put  # noqa: E402
+
+from kvcore import EngineFleet, SloEvaluation, Trace, evaluate_slo_capacity, load_trace  # noqa: E402
+
+REPO = HERE.parent
 
 
 def head(trace: Trace, n: int) -> Trace:
@@ -99,17 +104,8 @@ def plot(evs: list[SloEvaluation], path: Path) -> Path:
 
 def write_results(path: Path, kv_tokens: int, text: str) -> None:
     """Replace (or add before ``<!-- engine:begin -->``, else at the end) this fleet's block in ``path``."""
-    begin, end = f"<!-- slo:begin kv={kv_tokens} -->", f"<!-- slo:end kv={kv_tokens} -->"
-    block = f"{begin}\n{text}\n{end}"
-    old = path.read_text()
-    if begin in old and end in old:
-        new = old[: old.index(begin)] + block + old[old.index(end) + len(end):]
-    elif "<!-- engine:begin -->" in old:
-        i = old.index("<!-- engine:begin -->")
-        new = old[:i] + block + "\n\n" + old[i:]
-    else:
-        new = old.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(new)
+    begin, end = marks("slo", f"kv={kv_tokens}")
+    put(path, f"{begin}\n{text}\n{end}", begin, end, before=marks("engine")[0])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,9 +2,10 @@
 
 Every row has ``trace, method, share, slo_rate_rps, ratio_vs_default, preemptions, recomputed_tokens, stalled_frac,
 stall_p99_s, ttft_p99_s, tpot_p99_s, gpus`` (then ``load, attainment, goodput_rps, knobs, evaluations, reason``);
-:mod:`kvcore.evaluate.slo_capacity` defines them. ``--json`` also gives ``curves``: per method, the ``[rate,
-attainment]`` pairs its searches measured, to plot attainment against rate. A progress bar over the methods goes to stderr. Exit status 2 on
-bad input (targets no rate can meet name ``--ttft-slo`` or ``--tpot-slo``; a trace too short names the minimum).
+:mod:`kvcore.evaluate.slo_capacity` defines them. ``--json`` also gives ``curves``: per method,
+the ``[rate, attainment]`` pairs its searches measured, to plot attainment against rate. A progress bar over the
+methods goes to stderr. Exit status 2 on bad input (targets no rate can meet name ``--ttft-slo`` or ``--tpot-slo``;
+a trace too short names the minimum).
 """
 
 from __future__ import annotations

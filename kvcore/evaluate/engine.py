@@ -330,7 +330,8 @@ def evaluate_engine(trace: Trace, *, loads: Sequence[float] = DEFAULT_LOADS, rho
         workload = setup.workload(load, seed)
         history_t = None if setup.arrival_all is None else setup.arrival_all[: setup.half]
         choice: KnobChoice = choose_knobs(setup.group, setup.knob_classes(load, reserves, rho), base=base,
-                                          requests=setup.replay_requests, seed=seed, arrivals_s=history_t)
+                                          requests=setup.replay_requests, seed=seed, arrivals_s=history_t,
+                                          ttft_slo_s=setup.fleet.ttft_slo_s, tpot_slo_s=setup.fleet.tpot_slo_s)
         knob_notes[f"{load:g}"] = f"{_describe(choice.engine_config(base, CLASSES))}: {choice.reason}"
         rule = setup.rule(load, rho, seed)
         paying = [float(rule.reserves[c]) for c in CLASSES]

@@ -111,7 +111,8 @@ class MethodRunner:
         reserves = setup.reserves(self.rho)
         history_t = None if setup.arrival_all is None else setup.arrival_all[: setup.half]
         choice = choose_knobs(setup.group, setup.knob_classes(load, reserves, self.rho), base=self.base,
-                              requests=setup.replay_requests, seed=self.seed, arrivals_s=history_t)
+                              requests=setup.replay_requests, seed=self.seed, arrivals_s=history_t,
+                              ttft_slo_s=setup.fleet.ttft_slo_s, tpot_slo_s=setup.fleet.tpot_slo_s)
         knobs = choice.engine_config(self.base, CLASSES)
         if method == "kvplan-knobs":
             return self._run(workload, [0.0, 0.0], knobs)

@@ -1,7 +1,8 @@
 """How the knob rule (:mod:`kvcore.rules.knobs`) finds its choice without measuring every candidate on every replay.
 
 The rule's choice is defined on the full table (every candidate measured on every replay): among the *eligible*
-candidates (P99 e2e and goodput within the tolerance of stock vLLM's on every replay) whose rho-priced recompute is
+candidates (P99 e2e and goodput within the tolerance of stock vLLM's, and no more requests outside the latency
+targets than stock vLLM's, on every replay) whose rho-priced recompute is
 at most ``enough(floor) = floor + KNEE (stock - floor)`` (``floor``: the least priced recompute of any eligible
 candidate), the least intrusive, then the cheapest; the knobs in force are kept when they are among those. This
 module reaches **the same choice** from part of the table:
@@ -37,14 +38,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvcore.rules.replays import GroupReplays
+from kvcore.sim.engine import meets_slo
 from kvcore.sim.engine import EngineOutcomes
 
 KNEE = 0.1
 """A candidate within this share of the best reduction of priced recompute is as good as the best (the knee)."""
 Cand = tuple[float, int, str, tuple[int, ...] | None]
 """(watermark, max_num_seqs, policy, class priorities) of one candidate."""
-Measure = tuple[float, float, int, float, float]
-"""One replay's (rho-priced recompute per request, stalled share, preemptions, P99 e2e s, goodput req/s)."""
+Measure = tuple[float, float, int, float, float, int]
+"""One replay's (rho-priced recompute per request, stalled share, preemptions, P99 e2e s, goodput req/s, requests
+outside the latency targets)."""
 
 
 def peak_running(outcomes: EngineOutcomes) -> int:
@@ -72,6 +75,8 @@ class KnobReplays:
     memoised, with caps that never bound reused (module docstring, 3)."""
 
     replays: GroupReplays
+    slo: tuple[float, float] = (2.0, 0.1)
+    """The latency targets a request is judged by: TTFT (s) and mean time per output token after the first (s)."""
     _memo: dict[tuple[Cand, int], Measure] = field(default_factory=dict)
     _peaks: dict[tuple[float, str, tuple[int, ...] | None, int], list[tuple[int, int, Measure]]] = field(
         default_factory=dict)
@@ -106,18 +111,21 @@ class KnobReplays:
         wl = gr.runs[k][0]
         o = res.outcomes
         assert o is not None
+        good = meets_slo(wl, o, ttft_slo_s=self.slo[0], tpot_slo_s=self.slo[1])
         m = (float((gr.rho[wl.class_index] * o.recomputed).sum() / len(wl)), res.stalled_frac or 0.0,
-             res.preemptions, res.e2e.p99 or 0.0, res.goodput_rps)
+             res.preemptions, res.e2e.p99 or 0.0, res.goodput_rps, int(good.size - good.sum()))
         self._memo[key] = m
         self._peaks.setdefault(family, []).append((s, peak_running(o), m))
         return m
 
 
-def knob_replays(gr: GroupReplays) -> KnobReplays:
-    """The knob rule's measurements on ``gr`` (kept with it: a group met again is not measured again)."""
-    rp = gr.memo.get("knobs")
+def knob_replays(gr: GroupReplays, slo: tuple[float, float] = (2.0, 0.1)) -> KnobReplays:
+    """The knob rule's measurements on ``gr`` judged by the latency targets ``slo`` (TTFT s, TPOT s), kept with it:
+    a group met again is not measured again."""
+    key = f"knobs:{slo[0]!r}:{slo[1]!r}"
+    rp = gr.memo.get(key)
     if not isinstance(rp, KnobReplays):
-        rp = gr.memo["knobs"] = KnobReplays(gr)
+        rp = gr.memo[key] = KnobReplays(gr, slo)
     return rp
 
 
@@ -159,7 +167,9 @@ def full_table(rp: KnobReplays, cands: Sequence[Cand], stock_key: Cand, toleranc
 
 
 def _within(m: Measure, st: Measure, tolerance: float) -> bool:
-    return m[3] <= (1 + tolerance) * st[3] and m[4] >= (1 - tolerance) * st[4]
+    """Eligible on one replay: P99 e2e and goodput within ``tolerance`` of stock's, and not one request more outside
+    the latency targets (at a 99% attainment target a 1% goodput tolerance would be the whole margin)."""
+    return m[3] <= (1 + tolerance) * st[3] and m[4] >= (1 - tolerance) * st[4] and m[5] <= st[5]
 
 
 def enough(floor: float, stock_priced: float) -> float:

@@ -19,7 +19,11 @@ model (:mod:`kvcore.sim.engine`) under the candidates and keeps the one the plan
 
 **Choice.** Each candidate runs on ``replays`` (2) independent replays. It is eligible when, on every replay, its
 P99 end-to-end latency is at most ``(1 + tolerance)`` times stock vLLM's and its goodput at least
-``(1 - tolerance)`` times (tolerance 1%, half the 2% the knobs may cost). The plan prices what a reservation
+``(1 - tolerance)`` times (tolerance 1%, half the 2% the knobs may cost), and it leaves no more requests outside the
+latency targets (TTFT <= ``ttft_slo_s``, 2 s, and mean time per output token <= ``tpot_slo_s``, 0.1 s) than stock
+vLLM does. The last condition is what keeps the knobs from costing SLO capacity: a fleet sized so that 99% of
+requests meet their targets has a 1% margin, and a 1% goodput tolerance alone would let the knobs spend all of it
+(a watermark that holds blocks back queues requests, and their TTFT is what fails first). The plan prices what a reservation
 prevents as ``sum_j rho_j x recomputed tokens_j`` per request (token-slot units; rho = c_p / c_w of the request's
 class), averaged over the replays. Among eligible candidates whose price is within 10% of the best reduction (the
 knee: a knob pushed to its extreme on the replay risks more latency on real traffic than the replay shows), the
@@ -87,6 +91,8 @@ class KnobMeasure(BaseModel):
     preemptions: int
     e2e_p99_s: float
     goodput_rps: float
+    slo_violations: int = Field(default=0, description="Requests outside the latency targets, summed over the "
+                                "replays measured.")
 
 
 class KnobChoice(BaseModel):
@@ -152,14 +158,16 @@ def _candidates(group: SimGroup, classes: Sequence[KnobClass], base: EngineConfi
 def choose_knobs(group: SimGroup, classes: Sequence[KnobClass], *, base: EngineConfig | None = None,
                  engine_version: str = "0.33.0", requests: int = REQUESTS, replays: int = 2, tolerance: float = 0.01,
                  seed: int = 0, arrivals_s: ArrayLike | None = None, current: Knobs | None = None,
-                 search: str = "fast", shared: GroupReplays | None = None) -> KnobChoice:
+                 search: str = "fast", shared: GroupReplays | None = None, ttft_slo_s: float = 2.0,
+                 tpot_slo_s: float = 0.1) -> KnobChoice:
     """The knobs for one group (module docstring). ``replays`` independent replays of ``requests`` requests each
     (the most recent stretches of ``arrivals_s``, the history's arrival times in seconds, when known, so bursts are
     kept; else Poisson); a candidate must be eligible on every one. ``current``: the knobs in force, kept while they
     are inside the knee (module docstring). ``search``: ``fast`` measures only what the choice depends on
     (:mod:`kvcore.rules.knob_search`: the same choice), ``full`` every candidate on every replay. ``shared``: the group's
     replays built already (:mod:`kvcore.rules.replays`, with these classes and settings; ``requests``, ``replays``,
-    ``seed`` and ``arrivals_s`` are then theirs). Pure: seeded, no I/O."""
+    ``seed`` and ``arrivals_s`` are then theirs). ``ttft_slo_s``, ``tpot_slo_s``: the latency targets (s) a request
+    is judged by. Pure: seeded, no I/O."""
     base = base if base is not None else EngineConfig()
     if not classes:
         raise InputError("knobs.classes", "at least one class is needed")
@@ -167,6 +175,9 @@ def choose_knobs(group: SimGroup, classes: Sequence[KnobClass], *, base: EngineC
         raise InputError("knobs.replays", f"must be >= 1, got {replays}")
     if search not in ("fast", "full"):
         raise InputError("knobs.search", f"must be 'fast' or 'full', got {search!r}")
+    for name, value in (("ttft_slo_s", ttft_slo_s), ("tpot_slo_s", tpot_slo_s)):
+        if not value > 0:
+            raise InputError(f"knobs.{name}", f"must be > 0 seconds, got {value}")
     has_watermark = version_tuple(engine_version) >= WATERMARK_MIN_VERSION
     times = None if arrivals_s is None else np.asarray(arrivals_s, dtype=np.float64).ravel()
     gr = shared if shared is not None else GroupReplays(group, classes, requests=requests, replays=replays,
@@ -175,7 +186,7 @@ def choose_knobs(group: SimGroup, classes: Sequence[KnobClass], *, base: EngineC
     stock_key = (0.0, base.max_num_seqs, "fcfs", None)
     now = next((c for c in cands if current is not None and c[:3] == current), None)
     work0 = gr.work
-    rp = knob_replays(gr)
+    rp = knob_replays(gr, (float(ttft_slo_s), float(tpot_slo_s)))
 
     def intr(c: Cand) -> float:
         return intrusiveness(c[0], c[1], c[2], base.max_num_seqs)
@@ -192,11 +203,12 @@ def choose_knobs(group: SimGroup, classes: Sequence[KnobClass], *, base: EngineC
         measures.append(KnobMeasure(watermark=c[0], max_num_seqs=c[1], policy=c[2], eligible=table.eligible[c],
                                     priced_recompute=mean[0], stalled_frac=mean[1],
                                     preemptions=int(sum(m[2] for m in per_run)), e2e_p99_s=mean[3],
-                                    goodput_rps=mean[4]))
+                                    goodput_rps=mean[4], slo_violations=int(sum(m[5] for m in per_run))))
     stock_priced = table.priced(stock_key)
     w, s, name, prio = found.choice
     best = table.priced(found.choice)
     names = [c.name for c in classes]
+    targets = f"no more requests outside TTFT {ttft_slo_s:g} s / TPOT {tpot_slo_s:g} s"
     where = (f"{rp.count} replay(s) of {gr.requests} requests, {len(table.runs)} of {len(cands)} candidates measured"
              + ("" if table.complete else " (the others cannot change the choice)"))
     if found.kept and found.choice != stock_key:
@@ -208,13 +220,13 @@ def choose_knobs(group: SimGroup, classes: Sequence[KnobClass], *, base: EngineC
                   f"stock -> {found.floor:.1f}){other}, on {where}")
     elif found.choice == stock_key:
         reason = (f"stock vLLM kept: no candidate lowered rho-priced recompute ({stock_priced:.1f} token "
-                  f"slots/request) within {tolerance:.0%} of its P99 e2e and goodput on {where}")
+                  f"slots/request) within {tolerance:.0%} of its P99 e2e and goodput with {targets}, on {where}")
     else:
         stalled = (float(np.mean([m[1] for m in table.runs[stock_key]])),
                    float(np.mean([m[1] for m in table.runs[found.choice]])))
         reason = (f"rho-priced recompute {stock_priced:.1f} -> {best:.1f} token slots/request, stalled "
-                  f"{stalled[0]:.4f} -> {stalled[1]:.4f}, within {tolerance:.0%} of stock P99 e2e and goodput on "
-                  f"{where}")
+                  f"{stalled[0]:.4f} -> {stalled[1]:.4f}, within {tolerance:.0%} of stock P99 e2e and goodput with "
+                  f"{targets}, on {where}")
     if not has_watermark:
         reason += f"; watermark not used: vLLM {engine_version} has no --watermark (needs >= 0.33)"
     return KnobChoice(group=group.name, max_num_seqs=s, watermark=w if has_watermark else None,

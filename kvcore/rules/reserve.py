@@ -29,9 +29,12 @@ quantiles ``QUANTILES`` (0.25, 0.5, 0.75), in whole tokens.
 **Search.** From y = 0: the best of the candidates applied to every class alike (one scale or one quantile for the
 group), then coordinate descent per class (each class over its candidates, the others fixed) for up to ``ROUNDS``
 rounds while the mean cost falls. **Reserve nothing where it does not pay**: the result must cost at least
-``MIN_GAIN`` (1 token slot per request) less than y = 0 on *every* replay, or the rule returns y = 0 for every class; and a class whose own reservation does not lower the cost
-(its y set back to 0, the others kept) gets 0. Each (reservation vector) replay is simulated once
-(:class:`ReplaySet` memoises), so sweeping rho re-prices the same replays. Pure: seeded, no I/O.
+``MIN_GAIN`` (1 token slot per request) less than y = 0 on *every* replay, or the rule returns y = 0 for every
+class; and a class whose own reservation does not lower the cost (its y set back to 0, the others kept) gets 0.
+**Lose no request within SLO**: the result must also leave no more requests outside the latency targets than y = 0
+on every replay, or the rule returns y = 0 (a fleet sized for 99% of requests within SLO has a 1% margin, which the
+soft price of lost good requests in J would let a reservation spend). Each (reservation vector) replay is simulated
+once (:class:`ReplaySet` memoises), so sweeping rho re-prices the same replays. Pure: seeded, no I/O.
 """
 
 from __future__ import annotations
@@ -142,7 +145,10 @@ def choose_reserves(group: SimGroup, classes: Sequence[KnobClass], *, engine_pri
                              rho=dict(zip(names, (float(r) for r in rho))), token_interval_s=rs.t_tok,
                              reason=reason, work=rs.work - work0)
     pays = bool(np.all(np.array(found.costs[best]) <= np.array(found.costs[zero]) - MIN_GAIN))
-    if not pays:
+    lost = [j for j in range(len(found.costs[best]))
+            if rs.measure_on(best, j).good_share < rs.measure_on(zero, j).good_share]
+    guarded = pays and bool(lost) and best != zero
+    if not pays or lost:
         best = zero
     measures = []
     for ys, js in found.costs.items():
@@ -155,7 +161,10 @@ def choose_reserves(group: SimGroup, classes: Sequence[KnobClass], *, engine_pri
             goodput_rps=float(np.mean([r.goodput_rps for r in raws])), replays=len(js)))
     j0, j1 = found.mean(zero), found.mean(best)
     where += f", {len(found.costs)} vectors measured" + "".join(f"; {n}" for n in found.notes)
-    if best == zero:
+    if best == zero and guarded:
+        reason = (f"nothing reserved: the cheapest reservations left more requests outside TTFT {rs.slo[0]:g} s / "
+                  f"TPOT {rs.slo[1]:g} s than y = 0 on replay(s) {', '.join(map(str, lost))} ({where})")
+    elif best == zero:
         reason = (f"nothing reserved: no reservation lowered the cost below y = 0's {j0:.1f} token slots/request on "
                   f"every replay ({where})")
     else:

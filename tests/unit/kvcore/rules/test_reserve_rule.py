@@ -15,7 +15,7 @@ from kvcore.rules.replay_set import ReplaySet
 from kvcore.rules.reserve import MIN_GAIN, choose_reserves, class_rho, engine_rho, reserves_for_plan
 from kvcore.sim import SimGroup, SimPolicy
 from kvcore.sim.engine import EngineConfig, simulate_engine
-from reserve_rule_world import (classes, group)  # noqa: F401 - fixtures are found by name
+from reserve_rule_world import (NO_TARGETS, classes, group)  # noqa: F401 - fixtures are found by name
 
 
 @pytest.mark.slow
@@ -36,7 +36,7 @@ def test_no_pressure_reserves_nothing(traces_dir: Path) -> None:
 def test_pressure_reservation_pays_and_holds_on_a_fresh_replay(traces_dir: Path, search: str) -> None:
     cls = classes(traces_dir)
     g = group(20_000)
-    rs = ReplaySet(g, cls, requests=1500, seed=3)
+    rs = ReplaySet(g, cls, requests=1500, seed=3, **NO_TARGETS)
     choice = choose_reserves(g, cls, replays=rs, search=search)
     ys = tuple(choice.reserves[c.name] for c in cls)
     assert any(ys), choice.reason
@@ -93,3 +93,19 @@ def test_reserves_for_plan() -> None:
         assert all(y >= 0 for y in choice.reserves.values())
     with pytest.raises(InputError, match="slo_price"):
         reserves_for_plan(p, inst, slo_price="magic")
+
+
+@pytest.mark.slow
+def test_reservations_that_lose_requests_within_slo_are_not_kept(traces_dir: Path) -> None:
+    """The same pressed world with the latency targets on (TTFT 2 s, TPOT 0.1 s): what pays with the targets off
+    leaves more requests outside them than y = 0 on some replay, so the rule reserves nothing and says why."""
+    cls, g = classes(traces_dir), group(20_000)
+    off = choose_reserves(g, cls, replays=ReplaySet(g, cls, requests=1500, seed=3, **NO_TARGETS), search="full")
+    ys = tuple(off.reserves[c.name] for c in cls)
+    assert any(ys), off.reason
+    rs = ReplaySet(g, cls, requests=1500, seed=3)
+    zero = (0,) * len(cls)
+    assert any(rs.measure_on(ys, k).good_share < rs.measure_on(zero, k).good_share for k in range(len(rs.runs)))
+    on = choose_reserves(g, cls, replays=rs, search="full")
+    assert on.reserves == {c.name: 0 for c in cls}
+    assert "left more requests outside TTFT 2 s / TPOT 0.1 s than y = 0" in on.reason

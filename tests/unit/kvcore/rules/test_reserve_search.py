@@ -22,7 +22,7 @@ from kvcore.rules.knobs import choose_knobs
 from kvcore.rules.replay_set import ReplaySet
 from kvcore.rules.reserve import MIN_GAIN, choose_reserves, class_rho
 from kvcore.rules.replays import ReplayStore
-from reserve_rule_world import classes, group  # type: ignore[import-not-found]
+from reserve_rule_world import NO_TARGETS, classes, group  # type: ignore[import-not-found]
 
 REQUESTS = 800
 
@@ -33,9 +33,10 @@ def test_fast_moves_only_preempted_classes_pays_and_measures_less(traces_dir: Pa
     # "ping": one output token, done in the step that admits it, so never preempted
     cls = classes(traces_dir, (10.0, 3.0)) + [KnobClass.build("ping", 1.0, np.full(50, 16.0), np.ones(50), 40.0, 10.0)]
     g = group(kv)
-    rs = ReplaySet(g, cls, requests=REQUESTS, seed=seed)
+    rs = ReplaySet(g, cls, requests=REQUESTS, seed=seed, **NO_TARGETS)
     fast = choose_reserves(g, cls, replays=rs, search="fast")
-    full = choose_reserves(g, cls, replays=ReplaySet(g, cls, requests=REQUESTS, seed=seed), search="full")
+    full = choose_reserves(g, cls, replays=ReplaySet(g, cls, requests=REQUESTS, seed=seed, **NO_TARGETS),
+                           search="full")
     assert fast.work < full.work, (fast.work, full.work)
     rho = class_rho(cls)
     zero = (0,) * len(cls)

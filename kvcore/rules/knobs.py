@@ -269,17 +269,20 @@ def plan_groups(plan: Plan, instance: Instance) -> list[tuple[SimGroup, list[Kno
 
 def knobs_for_plan(plan: Plan, instance: Instance, *, engine_version: str = "0.33.0", base: EngineConfig | None = None,
                    requests: int = REQUESTS, seed: int = 0, current: Mapping[str, Knobs] | None = None,
-                   store: ReplayStore | None = None, search: str = "fast") -> dict[str, KnobChoice]:
+                   store: ReplayStore | None = None, search: str = "fast", ttft_slo_s: float = 2.0,
+                   tpot_slo_s: float = 0.1) -> dict[str, KnobChoice]:
     """The operator's entry: knobs per group of a plan (:func:`plan_groups`: the instance's histories, pooled
     windows, the classes' planned rates on each group (lambda_i pi_ik), their reservations and cost ratios). Groups
     without traffic or without a feasible layout get no entry. ``current``: group -> the knobs its engines run now
     (kept while inside the knee, :func:`choose_knobs`). ``store``: the re-plan's shared replays
     (:mod:`kvcore.rules.replays`; the reservation rule measures on the same ones, and groups in the same situation
-    share them); each answer's ``work`` is what it simulated."""
+    share them); each answer's ``work`` is what it simulated. ``ttft_slo_s``, ``tpot_slo_s``: the group's latency
+    targets (s; :func:`choose_knobs`)."""
     store = store if store is not None else ReplayStore()
     out = {}
     for group, classes in plan_groups(plan, instance):
         gr = store.get(group, classes, requests=requests, seed=seed, base=base)
         out[group.name] = choose_knobs(group, classes, base=base, engine_version=engine_version, seed=seed,
-                                       current=(current or {}).get(group.name), search=search, shared=gr)
+                                       current=(current or {}).get(group.name), search=search, shared=gr,
+                                       ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
     return out

@@ -185,15 +185,19 @@ def engine_rho(replays: ReplaySet) -> dict[str, float]:
 def reserves_for_plan(plan: Plan, instance: Instance, *, slo_price: str = "engine", base: EngineConfig | None = None,
                       requests: int = REQUESTS, seed: int = 0, groups: Collection[str] | None = None,
                       bases: Mapping[str, EngineConfig] | None = None, priorities: Mapping[str, int] | None = None,
-                      store: ReplayStore | None = None, search: str = "fast", work_limit: int | None = None
-                      ) -> dict[str, ReserveChoice]:
+                      store: ReplayStore | None = None, search: str = "fast", work_limit: int | None = None,
+                      ttft_slo_s: float = 2.0, tpot_slo_s: float = 0.1) -> dict[str, ReserveChoice]:
     """The operator's entry: reservations per group of a plan (:func:`kvcore.rules.knobs.plan_groups`). ``slo_price``:
     ``engine`` prices the harm of classes that give an SLO by the engine model (weight 1), ``eq8`` by seed eq. 8's
     rho as the plan did. Groups without traffic or a feasible layout get no entry; ``groups``: only these.
     ``bases``: per group, the engine settings the gate runs on (the group's knobs; default ``base``), with
     ``priorities`` (class -> vLLM request priority) under ``--scheduling-policy priority``. ``store``:
     the re-plan's shared replays (:mod:`kvcore.rules.replays`: the knob rule's stock runs are reused, and groups in
-    the same situation share every measurement). ``work_limit``: per group (the fast search's)."""
+    the same situation share every measurement). ``work_limit``: per group (the fast search's). ``ttft_slo_s``,
+    ``tpot_slo_s``: the latency targets (s) a request is judged by (the cost's good share and the rule's guard)."""
+    for name, value in (("ttft_slo_s", ttft_slo_s), ("tpot_slo_s", tpot_slo_s)):
+        if not value > 0:
+            raise InputError(f"reserves.{name}", f"must be > 0 seconds, got {value}")
     if slo_price not in ("engine", "eq8"):
         raise InputError("slo_price", f"must be 'engine' or 'eq8', got {slo_price!r}")
     slo_classes = {c.name for c in instance.classes if c.slo is not None} if slo_price == "engine" else set()
@@ -206,9 +210,11 @@ def reserves_for_plan(plan: Plan, instance: Instance, *, slo_price: str = "engin
         if gb is not None and gb.policy == "priority":
             gb = gb.model_copy(update={"class_priority": tuple((priorities or {}).get(c.name, 0) for c in classes)})
         shared = store.get(group, classes, requests=requests, seed=seed, base=gb)
-        rs = shared.memo.get("reserves")
+        key = f"reserves:{ttft_slo_s!r}:{tpot_slo_s!r}"
+        rs = shared.memo.get(key)
         if not isinstance(rs, ReplaySet):
-            rs = shared.memo["reserves"] = ReplaySet(group, classes, shared=shared)
+            rs = shared.memo[key] = ReplaySet(group, classes, shared=shared, ttft_slo_s=ttft_slo_s,
+                                              tpot_slo_s=tpot_slo_s)
         choice = choose_reserves(group, classes, engine_priced=slo_classes, replays=rs, search=search,
                                  work_limit=work_limit)
         out[group.name] = choice.model_copy(update={"group": group.name})

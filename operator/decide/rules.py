@@ -142,16 +142,19 @@ def run_rules(spec: KVPlanSpec, plan: Plan, instance: Instance, run: RuleRun, *,
             continue
         sub = plan.model_copy(update={"groups": [gp for gp in plan.groups if gp.name == g.name]})
         now = running[g.name]
+        targets = {"ttft_slo_s": g.engine.latency_targets.ttft_seconds,
+                   "tpot_slo_s": g.engine.latency_targets.tpot_seconds}
         try:
             if rule == KNOBS:
                 current = ({g.name: (now.watermark, now.admission(), now.scheduling_policy)}
                            if now.admission() is not None and now.watermark is not None
                            and now.scheduling_policy is not None else {})
                 answer = dict(run.knobs(sub, instance, engine_version=versions[g.name].rule_text(),
-                                        current=current, store=store))
+                                        current=current, store=store, **targets))
             else:
-                answer = dict(run.reserves(sub, instance, groups=[g.name], bases={g.name: engine_base(now, g.node_pool.gpu())},
-                                           priorities=priorities, store=store, work_limit=run.budget))
+                answer = dict(run.reserves(sub, instance, groups=[g.name],
+                                           bases={g.name: engine_base(now, g.node_pool.gpu())},
+                                           priorities=priorities, store=store, work_limit=run.budget, **targets))
         except InputError as exc:
             failed[rule][g.name] = f"{exc.field}: {exc.message}"
             continue

@@ -18,6 +18,17 @@ from .base import SpecModel
 VLLM_VERSION = r"^[0-9]+\.[0-9]+(\.[0-9]+)?(\+[A-Za-z0-9.]+)?$"
 
 
+class LatencyTargets(SpecModel):
+    """What counts as a request served within its SLO on the group, for the engine rules (docs/model.md, "Knobs
+    stock vLLM obeys"): neither rule may leave more requests outside these than stock vLLM on the history's
+    replays."""
+
+    ttft_seconds: float = Field(2.0, gt=0, le=3600, allow_inf_nan=False,
+                                description="Time to first token at most this (s).")
+    tpot_seconds: float = Field(0.1, gt=0, le=60, allow_inf_nan=False,
+                                description="Mean time per output token after the first at most this (s).")
+
+
 class Engine(SpecModel):
     """The group's serving engine and the stock vLLM knobs kvplan may set on it (docs/operator.md, "Engine knobs")."""
 
@@ -30,6 +41,9 @@ class Engine(SpecModel):
                                               "--scheduling-policy from kvcore's knob rule; Formula: only "
                                               "--max-num-seqs from the capacity formula, riding along with rollouts "
                                               "(kvplan 0.1).")
+    latency_targets: LatencyTargets = Field(default_factory=LatencyTargets, description="The SLO the engine rules "
+                                            "keep: no knob or reservation may put more requests outside it than "
+                                            "stock vLLM.")
 
 
 def parse_version(text: str) -> tuple[int, int, int]:

@@ -330,6 +330,8 @@ class ScriptedKnobs:
         self.priorities = priorities
         self.fail = fail
         self.calls: list[tuple[str, list[str], dict]] = []
+        #: per call, the groups and the latency targets (TTFT s, TPOT s) passed
+        self.targets: list[tuple[list[str], tuple[Any, Any]]] = []
 
     def __call__(self, plan: Any, instance: Any, *, engine_version: str = "0.33.0", current: Any = None,
                  **shared: Any) -> dict:
@@ -337,6 +339,7 @@ class ScriptedKnobs:
 
         groups = [g.name for g in plan.groups if g.replicas > 0 and g.tp > 0]
         self.calls.append((engine_version, groups, dict(current or {})))
+        self.targets.append((groups, (shared.get("ttft_slo_s"), shared.get("tpot_slo_s"))))
         if self.fail is not None:
             raise self.fail
         old = tuple(int(p) for p in engine_version.split(".")) < (0, 33, 0)
@@ -364,12 +367,15 @@ class ScriptedReserves:
         self.scale, self.reserves, self.work, self.fail = scale, dict(reserves or {}), dict(work or {}), fail
         self.fail_on = fail_on
         self.calls: list[tuple[list[str], dict]] = []
+        #: per call, the groups and the latency targets (TTFT s, TPOT s) passed
+        self.targets: list[tuple[list[str], tuple[Any, Any]]] = []
 
     def __call__(self, plan: Any, instance: Any, *, groups: Any = None, bases: Any = None, **shared: Any) -> dict:
         from kvcore.rules.reserve import ReserveChoice
 
         names = [g.name for g in plan.groups if g.replicas > 0 and g.tp > 0 and (groups is None or g.name in groups)]
         self.calls.append((names, dict(bases or {})))
+        self.targets.append((names, (shared.get("ttft_slo_s"), shared.get("tpot_slo_s"))))
         if self.fail is not None and (self.fail_on is None or set(names) & self.fail_on):
             raise self.fail
         out = {}

@@ -188,3 +188,14 @@ def test_a_groups_file_lists_only_the_classes_that_matter_there():
     assert dict(small.reserve_tokens) == {"chat": 250, "code-gen": 50}
     assert set(w.gates()["big"]["classes"]) == {"chat"} and w.kube.status["plan"]["groups"]["big"]["gate"][
         "classes"] == 1
+
+
+def test_each_groups_latency_targets_reach_both_rules():
+    """``engine.latencyTargets`` is per group: the big group's reach the knob and reservation rules for it, the small
+    group (no field) gets the defaults, 2 s and 0.1 s."""
+    w = both_plugins()
+    w.spec["groups"][0]["engine"] = {"latencyTargets": {"ttftSeconds": 0.5, "tpotSeconds": 0.05}}
+    assert w.run(T0).ok
+    knobs = {g: t for names, t in w.rule.targets for g in names}
+    reserves = {g: t for names, t in w.reserves.targets for g in names}
+    assert knobs == reserves == {"big": (0.5, 0.05), "small": (2.0, 0.1)}

@@ -88,6 +88,12 @@ def test_defaults():
         pytest.param("robustness", {"policy": "absolute"}, "spec.robustness", id="absolute-needs-eps"),
         pytest.param("robustness", {"policy": "drift", "frac": 0.1}, "spec.robustness", id="frac-only-for-fraction"),
         pytest.param("extraKnob", 1, "spec.extraKnob", id="unknown-field"),
+        pytest.param("groups.0.engine", {"latencyTargets": {"ttftSeconds": 0}},
+                     "spec.groups[0].engine.latencyTargets.ttftSeconds", id="ttft-target-positive"),
+        pytest.param("groups.0.engine", {"latencyTargets": {"tpotSeconds": 1e308}},
+                     "spec.groups[0].engine.latencyTargets.tpotSeconds", id="tpot-target-1e308"),
+        pytest.param("groups.0.engine", {"latencyTargets": {"ttftSecs": 1}},
+                     "spec.groups[0].engine.latencyTargets.ttftSecs", id="latency-target-unknown"),
     ],
 )
 def test_bad_input_names_the_field(path, value, field):

@@ -93,6 +93,10 @@ def test_reserves_for_plan() -> None:
         assert all(y >= 0 for y in choice.reserves.values())
     with pytest.raises(InputError, match="slo_price"):
         reserves_for_plan(p, inst, slo_price="magic")
+    for name in ("ttft_slo_s", "tpot_slo_s"):
+        with pytest.raises(InputError) as err:
+            reserves_for_plan(p, inst, **{name: 0.0})  # type: ignore[arg-type]
+        assert err.value.field == f"reserves.{name}"
 
 
 @pytest.mark.slow

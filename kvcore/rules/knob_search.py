@@ -2,10 +2,10 @@
 
 The rule's choice is defined on the full table (every candidate measured on every replay): among the *eligible*
 candidates (P99 e2e and goodput within the tolerance of stock vLLM's, and no more requests outside the latency
-targets than stock vLLM's, on every replay) whose rho-priced recompute is
-at most ``enough(floor) = floor + KNEE (stock - floor)`` (``floor``: the least priced recompute of any eligible
-candidate), the least intrusive, then the cheapest; the knobs in force are kept when they are among those. This
-module reaches **the same choice** from part of the table:
+targets than stock vLLM's, on every replay) whose rho-priced recompute is at most ``enough(floor) = floor + KNEE
+(stock - floor)`` (``floor``: the least priced recompute of any eligible candidate), the least intrusive, then the
+cheapest; the knobs in force are kept when they are among those. This module reaches **the same choice** from part
+of the table:
 
 1. **Early rejection.** A candidate is measured replay by replay and dropped at the first replay where it is not
    within the tolerance: it cannot be eligible, and the other replays would not change that.
@@ -38,8 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvcore.rules.replays import GroupReplays
-from kvcore.sim.engine import meets_slo
-from kvcore.sim.engine import EngineOutcomes
+from kvcore.sim.engine import EngineOutcomes, meets_slo
 
 KNEE = 0.1
 """A candidate within this share of the best reduction of priced recompute is as good as the best (the knee)."""

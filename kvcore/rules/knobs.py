@@ -23,13 +23,12 @@ P99 end-to-end latency is at most ``(1 + tolerance)`` times stock vLLM's and its
 latency targets (TTFT <= ``ttft_slo_s``, 2 s, and mean time per output token <= ``tpot_slo_s``, 0.1 s) than stock
 vLLM does. The last condition is what keeps the knobs from costing SLO capacity: a fleet sized so that 99% of
 requests meet their targets has a 1% margin, and a 1% goodput tolerance alone would let the knobs spend all of it
-(a watermark that holds blocks back queues requests, and their TTFT is what fails first). The plan prices what a reservation
-prevents as ``sum_j rho_j x recomputed tokens_j`` per request (token-slot units; rho = c_p / c_w of the request's
-class), averaged over the replays. Among eligible candidates whose price is within 10% of the best reduction (the
-knee: a knob pushed to its extreme on the replay risks more latency on real traffic than the replay shows), the
-rule takes the least intrusive (:func:`intrusiveness`: 10 x watermark + halvings of max_num_seqs + 1 for
-priorities), then the cheapest. If
-nothing beats stock vLLM, the knobs stay at stock values. The measures of the candidates measured are returned, so
+(a watermark that holds blocks back queues requests, and their TTFT is what fails first). The plan prices what a
+reservation prevents as ``sum_j rho_j x recomputed tokens_j`` per request (token-slot units; rho = c_p / c_w of the
+request's class), averaged over the replays. Among eligible candidates whose price is within 10% of the best
+reduction (the knee: a knob pushed to its extreme on the replay risks more latency on real traffic than the replay
+shows), the rule takes the least intrusive (:func:`intrusiveness`: 10 x watermark + halvings of max_num_seqs + 1
+for priorities), then the cheapest. If nothing beats stock vLLM, the knobs stay at stock values. The measures of the candidates measured are returned, so
 the operator can show why.
 
 **Search.** The choice is defined on the full table (every candidate on every replay), but it is reached by

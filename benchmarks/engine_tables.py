@@ -274,48 +274,58 @@ def section(evs: Sequence[EngineEvaluation], loads: Sequence[float], rho: float,
 
 REGIMES = """### Where a reservation pays, and where it does not
 
-Written from the run of 2026-12-07 20:29 UTC (the tables above and below); re-read it against them after a rerun.
+Written from the run of 2026-12-08 00:12 UTC (the tables above and below), the first with both rules under the
+latency targets (no knob candidate and no reservation may leave more requests outside TTFT 2 s / TPOT 0.1 s on the
+history's replays than stock vLLM, or than reserving nothing); re-read it against the tables after a rerun.
 
 - **Nothing to protect.** Azure code (long prompts, short outputs) and BurstGPT ChatGPT API (light traffic) never
   preempt; Azure conv and ShareGPT at load 0.7 stall 0.01% and 0.07% of the replayed requests, too few in the
   history's replays to pay for a reservation. The rule reserves nothing on these 6 of 14 (trace, load) rows, and
   the plugin is stock vLLM there.
 - **Memory binds** (the BurstGPT conversation traces at both loads, Azure conv and ShareGPT at 0.9): at load 0.9
-  stock vLLM recomputes 118k-417k tokens. A reservation pays there, but not the plan's: the rule keeps 1/8-1/4 of
-  the DRO reservation or a quantile of the class's outputs (0-249 tokens where DRO at rho 10 holds 413-995),
+  stock vLLM recomputes 118k-417k tokens. Where a reservation pays, it is not the plan's: the rule keeps 1/8-1/4 of
+  the DRO reservation or a quantile of the class's outputs (0-162 tokens where DRO at rho 10 holds 413-995),
   because the gate holds a reservation for every running request at once and they rarely all reach it together,
   which the per-request newsvendor does not see. With those, at load 0.9 the plugin cuts stalled requests by
-  92-100% and recompute by 92-99.9% on every trace with preemptions (ShareGPT the least), with goodput 1.00-1.11x
-  stock's and P99 e2e 0.88-0.99x (less recompute is less GPU time thrown away). The raw DRO reservations also
-  remove every preemption but cost goodput where the footprint is large against the KV memory: ShareGPT 0.29x,
-  Azure conv 0.63x.
+  98-100% and recompute by 98-99.9% on Azure conv, BurstGPT all, ChatGPT conv and GPT-4 conv, with goodput
+  1.03-1.11x stock's and P99 e2e 0.88-0.99x (less recompute is less GPU time thrown away). The raw DRO reservations
+  also remove every preemption but cost goodput where the footprint is large against the KV memory: ShareGPT
+  0.29x, Azure conv 0.63x.
+- **ShareGPT at load 0.9: the latency targets stop both rules.** Stock stalls 1.8% of requests and recomputes 377k
+  tokens; before the targets the knobs (watermark 0.02) and the plugin cut that. Now every knob candidate and every
+  reservation that cuts it leaves more requests outside 2 s / 0.1 s on the history's replays than stock vLLM, so
+  both keep stock's behaviour and the stalls stay. At this load (past ShareGPT's 99% SLO rate, section 5) that is
+  the trade the targets make: requests within SLO first, stalls second. The same holds for the knobs on ShareGPT
+  at 0.7 and Azure conv at 0.7 (stalled 0.07% and 0.01%, left as they are), the three rows where the knob target
+  "fewer stalled requests" is not met.
 - **Design and held-out traces.** The rule was designed on Azure conv, BurstGPT GPT-4 conv and ShareGPT. On the
-  held-out traces it meets the same targets (BurstGPT all and ChatGPT conv at load 0.9: stalled cut 98-100%,
-  goodput 1.03-1.11x; Azure code and ChatGPT API: nothing reserved). Both held-out traces with memory pressure come
-  from BurstGPT, the source of one design trace; another source or a real deployment's history would test more.
-- **Against the knobs.** At load 0.9 the plugin leaves fewer stalled requests than kvplan-knobs on 4 of the 5
-  traces with preemptions (ShareGPT: 0.0015 against the knobs' 0.0009), with P99 and goodput within a few percent
-  either way. Where the plugin is not installed the knobs get most of the way.
+  held-out traces with memory pressure (BurstGPT all and ChatGPT conv at load 0.9: stalled cut 98-100%, goodput
+  1.03-1.11x) it does as well as on the design traces; Azure code and ChatGPT API: nothing reserved. Both held-out
+  traces with memory pressure come from BurstGPT, the source of one design trace; another source or a real
+  deployment's history would test more.
+- **Against the knobs.** At load 0.9 the plugin leaves fewer stalled requests than kvplan-knobs on the 4 traces
+  where either acts (0.0000-0.0002 against 0.0001-0.0034), with P99 and goodput within a few percent either way.
+  Where the plugin is not installed the knobs get most of the way; on ShareGPT neither acts.
 - **The plugin with the knobs, as the operator deploys it** (`kvplan-plugin+knobs`: the knob rule's settings, then
-  the reservations that pay on top of them). It meets the plugin targets too (goodput 1.037x gm, worst 0.991), and
-  at load 0.9 it recomputes less than the plugin alone on 4 of the 5 traces with preemptions (ShareGPT 8,542
-  against 29,310 tokens). On ChatGPT conv it does worse (stalled 0.0009 against 0.0000, recompute 5,206 against
-  418), where the two differ only in the long prompts' reservation (149 against 153 tokens): the two rules are
-  chosen one after the other, not jointly, and a few tokens move the replayed half's stalls.
+  the reservations that pay on top of them). It meets the plugin targets too (goodput 1.039x gm, worst 1.000). At
+  load 0.9 it recomputes less than the plugin alone on BurstGPT all and GPT-4 conv (1,824 and 729 against 3,353
+  and 1,188 tokens) and more on Azure conv and ChatGPT conv (5,995 and 5,206 against 2,865 and 418). On Azure conv
+  the reservations that pay on top of the knobs' watermark 0.01 leave more requests outside the targets, so only
+  the watermark acts; the two rules are chosen one after the other, not jointly.
 - **Frontier: met on 11 of 14 rows.** Counting every plugin point (the rho sweeps, and the gate's per-class
   reservation grid at each max_num_seqs), the plugin matches 330 of 336 stock points; the 6 it misses (Azure code
   at 0.7: 4; BurstGPT all at 0.7 and ChatGPT conv at 0.9: 1 each) by 0.27-2.92% of P99. The rho sweeps alone meet
-  it on 4 rows (the rule's) or 5 (with the raw DRO reservations).
+  it on 4 rows, with or without the raw DRO reservations.
 - **Per-class reservations against one watermark: the finer instrument; the rule does not pick the finer point.**
   On the rows where stock vLLM stalls any request, the gate's grid at the same max_num_seqs matches 234 of 240
   stock points on P99 and 196 of 240 on P99 and goodput together. The rule's own choice is another matter:
-  protecting only the long prompts (rho 100, short prompts at rho 1), it gives both classes 0-0.01% stalled, but on
-  all 5 traces a stock setting reaches the same long-class stall level with 2-13% more goodput, each through
-  long-first priorities, which starve short prompts (P99 +38% to +116%).
+  protecting only the long prompts (rho 100, short prompts at rho 1), it leaves no stalled request in either class
+  on the 4 traces where it reserves, but there a stock setting reaches the same long-class stall level with 2.5-13%
+  more goodput, each through long-first priorities, which starve short prompts (P99 +38% to +116%). On ShareGPT it
+  reserves nothing (the latency targets).
 - **SLO pricing.** Classes that give an SLO: the rule with the engine's price and with eq. 8's rho 16.4 has the same
-  stalls, goodput and P99 on 9 of 14 rows; the engine price leaves more stalls on ShareGPT at 0.9 (0.0029 against
-  0.0006, goodput 0.998x against 0.981x). As the newsvendor's rho, rho_e = C h is 0.03-0.30 under pressure at load
-  0.9, so the plan's DRO at rho_e reserves far less than at rho 16.4: goodput 0.99-1.08x stock's against 0.32-1.15x
-  (ShareGPT 0.32x).
+  stalls, goodput and P99 on 10 of 14 rows. As the newsvendor's rho, rho_e = C h is 0.03-0.30 under pressure at
+  load 0.9, so the plan's DRO at rho_e reserves far less than at rho 16.4: goodput 0.99-1.08x stock's against
+  0.32-1.15x (ShareGPT 0.32x).
 - Not measured here: prefix caching off (every preemption then recomputes the whole context), async scheduling
   (the engine model is vLLM's synchronous scheduler)."""

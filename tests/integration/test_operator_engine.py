@@ -193,6 +193,10 @@ def test_an_old_engine_gets_no_watermark_nor_plugin(crd, cluster, kube_api, kube
     pytest.param(lambda s: s["groups"][0].update(engine={"knobs": False}), "knobs", id="yaml-off-boolean"),
     pytest.param(lambda s: s["groups"][0].update(plugin={"scheduler": "Fast"}), "scheduler", id="scheduler-enum"),
     pytest.param(lambda s: s["classes"][0].update(maxPromptTokens=-1), "maxPromptTokens", id="negative-rule"),
+    pytest.param(lambda s: s["groups"][0].update(engine={"latencyTargets": {"ttftSeconds": 0}}), "ttftSeconds",
+                 id="ttft-target-zero"),
+    pytest.param(lambda s: s["groups"][0].update(engine={"latencyTargets": {"tpotSeconds": 61}}), "tpotSeconds",
+                 id="tpot-target-over-60"),
 ])
 def test_bad_engine_fields_refused_by_apiserver(crd, kube_api, namespace, mutate, needle):
     spec = kvplan_spec("http://127.0.0.1:9")
@@ -204,7 +208,8 @@ def test_bad_engine_fields_refused_by_apiserver(crd, kube_api, namespace, mutate
 def test_engine_defaults_applied_by_apiserver(crd, kube_api, kube, namespace):
     setup(kube_api, namespace, kvplan_spec("http://127.0.0.1:9"), deployments=())
     s = fetch(kube, namespace)["spec"]
-    assert s["groups"][0]["engine"] == {"knobs": "Auto"}  # vllmVersion: the label kvplan.io/vllm-version, else the image's tag, else unknown
+    # vllmVersion: the label kvplan.io/vllm-version, else the image's tag, else unknown
+    assert s["groups"][0]["engine"] == {"knobs": "Auto", "latencyTargets": {"ttftSeconds": 2, "tpotSeconds": 0.1}}
     assert s["groups"][0]["plugin"] == {"enabled": False, "scheduler": "Auto"}
     assert s["classes"][0]["fleetDefault"] is False and "maxPromptTokens" not in s["classes"][0]
 

@@ -207,25 +207,26 @@ def choose_knobs(group: SimGroup, classes: Sequence[KnobClass], *, base: EngineC
     w, s, name, prio = found.choice
     best = table.priced(found.choice)
     names = [c.name for c in classes]
-    targets = f"no more requests outside TTFT {ttft_slo_s:g} s / TPOT {tpot_slo_s:g} s"
-    where = (f"{rp.count} replay(s) of {gr.requests} requests, {len(table.runs)} of {len(cands)} candidates measured"
-             + ("" if table.complete else " (the others cannot change the choice)"))
+    # Kept short: the operator records one reason per group in the KVPlan's status, at fleet scale too.
+    targets = f"its SLO misses (TTFT {ttft_slo_s:g} s, TPOT {tpot_slo_s:g} s)"
+    where = (f"{rp.count} replays x {gr.requests} requests, {len(table.runs)} of {len(cands)} candidates measured"
+             + ("" if table.complete else " (enough to decide)"))
     if found.kept and found.choice != stock_key:
         gentlest = found.gentlest
         other = ("" if gentlest == found.choice else f"; the gentlest such candidate measured would be watermark "
                  f"{gentlest[0]:g}, max_num_seqs {gentlest[1]}, {gentlest[2]}")
         reason = (f"knobs in force kept (watermark {w:g}, max_num_seqs {s}, {name}): rho-priced recompute "
                   f"{best:.1f} token slots/request is within the knee of the best reduction ({stock_priced:.1f} "
-                  f"stock -> {found.floor:.1f}){other}, on {where}")
+                  f"stock -> {found.floor:.1f}){other}; {where}")
     elif found.choice == stock_key:
-        reason = (f"stock vLLM kept: no candidate lowered rho-priced recompute ({stock_priced:.1f} token "
-                  f"slots/request) within {tolerance:.0%} of its P99 e2e and goodput with {targets}, on {where}")
+        reason = (f"stock vLLM kept: no candidate cut rho-priced recompute ({stock_priced:.1f} token slots/request) "
+                  f"within {tolerance:.0%} of its P99 and goodput and {targets}; {where}")
     else:
         stalled = (float(np.mean([m[1] for m in table.runs[stock_key]])),
                    float(np.mean([m[1] for m in table.runs[found.choice]])))
         reason = (f"rho-priced recompute {stock_priced:.1f} -> {best:.1f} token slots/request, stalled "
-                  f"{stalled[0]:.4f} -> {stalled[1]:.4f}, within {tolerance:.0%} of stock P99 e2e and goodput with "
-                  f"{targets}, on {where}")
+                  f"{stalled[0]:.4f} -> {stalled[1]:.4f}, within {tolerance:.0%} of stock P99 and goodput and "
+                  f"{targets}; {where}")
     if not has_watermark:
         reason += f"; watermark not used: vLLM {engine_version} has no --watermark (needs >= 0.33)"
     return KnobChoice(group=group.name, max_num_seqs=s, watermark=w if has_watermark else None,

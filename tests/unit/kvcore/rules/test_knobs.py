@@ -152,7 +152,7 @@ def test_knobs_put_no_request_more_outside_the_latency_targets(traces_dir: Path)
     assert all(m.slo_violations <= stock.slo_violations for m in on.candidates if m.eligible)
     assert (on.watermark, on.max_num_seqs, on.scheduling_policy) != (off.watermark, off.max_num_seqs,
                                                                        off.scheduling_policy)
-    assert "TTFT 2 s / TPOT 0.1 s" in on.reason
+    assert "SLO misses (TTFT 2 s, TPOT 0.1 s)" in on.reason
     assert all(m.slo_violations == 0 for m in off.candidates)  # no targets: no request is outside them
 
 
